@@ -1,0 +1,105 @@
+"""Server-sent events: split a byte stream into events, and encode events.
+
+Sans-I/O. The splitter works on raw bytes and hands back each event's bytes
+untouched, so a relay can forward an upstream event exactly as it arrived (no
+decode, no re-encode) and only look inside the few events it cares about.
+"""
+
+from __future__ import annotations
+
+import attrs
+import orjson
+
+DONE = b"data: [DONE]\n\n"
+
+
+@attrs.frozen
+class SSEEvent:
+    """One event: its raw bytes (terminator included), its name and its data."""
+
+    raw: bytes
+    event: str | None
+    data: bytes
+
+    def json(self):
+        return orjson.loads(self.data)
+
+    @property
+    def is_done(self) -> bool:
+        return self.data == b"[DONE]"
+
+
+def _terminator_end(buffer: bytes | bytearray, start: int) -> tuple[int, int]:
+    """Index of the first blank-line terminator at or after ``start`` and its length, or (-1, 0)."""
+    best = -1
+    length = 0
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        at = buffer.find(sep, start)
+        if at != -1 and (best == -1 or at < best):
+            best, length = at, len(sep)
+    return best, length
+
+
+def parse_fields(raw: bytes) -> tuple[str | None, bytes]:
+    """The ``event:`` name and the joined ``data:`` lines of one event's bytes."""
+    event = None
+    data_lines: list[bytes] = []
+    for line in raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+        if not line or line.startswith(b":"):
+            continue
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            data_lines.append(value)
+        elif name == b"event":
+            event = value.decode("utf-8", "replace")
+    return event, b"\n".join(data_lines)
+
+
+class SSESplitter:
+    """Feed bytes as they arrive; get back whole events as soon as each one is complete."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        self._buffer += chunk
+        events: list[SSEEvent] = []
+        start = 0
+        while True:
+            at, length = _terminator_end(self._buffer, start)
+            if at == -1:
+                break
+            raw = bytes(self._buffer[start : at + length])
+            start = at + length
+            event, data = parse_fields(raw)
+            if event is None and not data:
+                continue  # comment-only or keep-alive block
+            events.append(SSEEvent(raw=raw, event=event, data=data))
+        if start:
+            del self._buffer[:start]
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """Whatever is left when the stream ends without a final blank line."""
+        rest = bytes(self._buffer).strip()
+        self._buffer.clear()
+        if not rest:
+            return []
+        event, data = parse_fields(rest)
+        if event is None and not data:
+            return []
+        return [SSEEvent(raw=rest + b"\n\n", event=event, data=data)]
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+
+def encode(data, event: str | None = None) -> bytes:
+    """One event from a JSON-able value (or bytes already encoded as JSON)."""
+    payload = data if isinstance(data, (bytes, bytearray)) else orjson.dumps(data)
+    if event is None:
+        return b"data: " + payload + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"

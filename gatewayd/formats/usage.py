@@ -1,0 +1,78 @@
+"""Usage normalisation: every upstream format's token counts in one shape.
+
+``input_tokens`` is the whole prompt, chat-format style: it includes the cached
+reads and the cache writes. The messages format reports those three apart; it is
+summed here, so billing has one rule: uncached input = input - cached - cache_write.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        return max(0, self.input_tokens - self.cached_tokens - self.cache_write_tokens)
+
+
+def _int(value) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def from_chat(usage: dict | None) -> Usage | None:
+    """``usage`` of a chat completion or its final chunk."""
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        input_tokens=_int(usage.get("prompt_tokens")),
+        output_tokens=_int(usage.get("completion_tokens")),
+        cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
+    )
+
+
+def from_responses(usage: dict | None) -> Usage | None:
+    """``usage`` of a responses-format response object."""
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("input_tokens_details") or {}
+    return Usage(
+        input_tokens=_int(usage.get("input_tokens")),
+        output_tokens=_int(usage.get("output_tokens")),
+        cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
+    )
+
+
+def from_messages(usage: dict | None) -> Usage | None:
+    """``usage`` of a message, of ``message_start.message`` or of ``message_delta``."""
+    if not isinstance(usage, dict):
+        return None
+    read = _int(usage.get("cache_read_input_tokens"))
+    write = _int(usage.get("cache_creation_input_tokens"))
+    return Usage(
+        input_tokens=_int(usage.get("input_tokens")) + read + write,
+        output_tokens=_int(usage.get("output_tokens")),
+        cached_tokens=read,
+        cache_write_tokens=write,
+    )
+
+
+def merge_messages_stream(start: Usage | None, delta: dict | None) -> Usage | None:
+    """A messages stream reports input in ``message_start`` and output (cumulative) in
+    ``message_delta``; a later ``message_delta`` may also restate the input counts."""
+    if delta is None:
+        return start
+    latest = from_messages(delta)
+    if start is None:
+        return latest
+    has_input = any(k in delta for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    if has_input and latest.input_tokens:
+        return latest
+    return attrs.evolve(start, output_tokens=latest.output_tokens)

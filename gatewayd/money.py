@@ -1,0 +1,85 @@
+"""Money as integer nano-dollars (1e-9 USD). No floats anywhere in billing.
+
+A catalogue price is USD per 1,000,000 tokens; with up to three decimals it is an
+exact whole number of nano-dollars per token ($0.24/M -> 240 nano a token).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+NANO_PER_USD = 1_000_000_000
+
+
+class MoneyError(ValueError):
+    """A dollar amount or price that cannot be represented exactly."""
+
+
+def usd_to_nano(value: str | int | Decimal) -> int:
+    """'10.50' -> 10_500_000_000. Refuses more than nine decimals, NaN and infinities."""
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise MoneyError(f"not a dollar amount: {value!r}") from None
+    if not amount.is_finite():
+        raise MoneyError(f"not a dollar amount: {value!r}")
+    nano = amount * NANO_PER_USD
+    if nano != nano.to_integral_value():
+        raise MoneyError(f"more than nine decimals: {value!r}")
+    return int(nano)
+
+
+def price_per_million_to_nano_per_token(value: str | int | float | Decimal) -> int:
+    """USD per 1M tokens -> nano-USD per token. Exact for up to three decimals.
+
+    TOML gives floats; ``Decimal(str(f))`` recovers the decimal the operator wrote.
+    """
+    try:
+        price = Decimal(str(value))
+    except InvalidOperation:
+        raise MoneyError(f"not a price: {value!r}") from None
+    if not price.is_finite() or price < 0:
+        raise MoneyError(f"not a price: {value!r}")
+    per_token = price * 1000  # (USD / 1e6 tokens) * 1e9 nano/USD
+    if per_token != per_token.to_integral_value():
+        raise MoneyError(f"price {value!r} has more than three decimals")
+    return int(per_token)
+
+
+def ratio(value: str | int | float | Decimal) -> Fraction:
+    """A price ratio (group multiplier) as an exact fraction of what the operator wrote."""
+    try:
+        r = Fraction(Decimal(str(value)))
+    except (InvalidOperation, ValueError):
+        raise MoneyError(f"not a ratio: {value!r}") from None
+    if r < 0:
+        raise MoneyError(f"ratio must not be negative: {value!r}")
+    return r
+
+
+def apply_ratio(nano: int, r: Fraction) -> int:
+    """Multiply by a ratio and round half up to a whole nano-dollar (integer arithmetic only)."""
+    if r == 1:
+        return nano
+    scaled = nano * r
+    # floor(x + 1/2) for x >= 0; charges are never negative.
+    return (2 * scaled.numerator + scaled.denominator) // (2 * scaled.denominator)
+
+
+def format_usd(nano: int | None, places: int = 6) -> str:
+    """For people: 10_500_000_000 -> '$10.500000'. None -> '-'."""
+    if nano is None:
+        return "-"
+    sign = "-" if nano < 0 else ""
+    amount = (Decimal(abs(nano)) / NANO_PER_USD).quantize(Decimal(1).scaleb(-places))
+    return f"{sign}${amount}"
+
+
+def nano_to_usd_str(nano: int | None) -> str | None:
+    """Exact decimal string for JSON beside the ``*_nano`` integers: 1_500_000_000 -> '1.5'."""
+    if nano is None:
+        return None
+    value = Decimal(nano) / NANO_PER_USD
+    text = format(value.normalize(), "f")
+    return text
