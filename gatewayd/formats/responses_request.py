@@ -1,0 +1,324 @@
+"""Responses-format request -> chat-format request, for upstreams that do not speak Responses.
+
+Sans-I/O: a dict in, a dict out, or a :class:`TranslationError` naming the offending
+field. The result is a plain chat-completions body; for messages-format models another
+translator turns it into a messages body, so everything here only has to be valid chat.
+
+What cannot be carried is refused rather than silently dropped, because a client that
+relies on it (a stored conversation, a hosted tool) would otherwise get a confidently
+wrong answer. What is only bookkeeping on OpenAI's side (``store``, ``include``,
+``prompt_cache_key`` ...) is ignored: nothing is stored here, so there is nothing to keep.
+"""
+
+from __future__ import annotations
+
+from gatewayd.formats.errors import TranslationError
+
+__all__ = ["responses_request_to_chat"]
+
+# Fields that only steer storage, caching or accounting upstream: dropped without a word.
+IGNORED_FIELDS = frozenset(
+    {
+        "store",
+        "include",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "safety_identifier",
+        "service_tier",
+        "truncation",
+        "user",
+        "metadata",
+        "stream_options",
+        "max_tool_calls",
+        "top_logprobs",
+    }
+)
+
+_NOT_STORED = "responses are not stored; send the whole conversation in input"
+
+_MESSAGE_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+def responses_request_to_chat(body: dict) -> dict:
+    """Translate a ``POST /v1/responses`` body into a ``POST /v1/chat/completions`` body.
+
+    ``developer`` messages become ``system`` messages: the two mean the same to a model,
+    and several chat-speaking upstreams know only ``system``.
+    """
+    if not isinstance(body, dict):
+        raise TranslationError("request body must be a JSON object", None)
+    for field in ("previous_response_id", "conversation"):
+        if body.get(field) is not None:
+            raise TranslationError(f"{field} is not supported for this model: {_NOT_STORED}", field)
+    if body.get("background") is True:
+        raise TranslationError("background is not supported for this model: " + _NOT_STORED, "background")
+    if body.get("prompt") is not None:
+        raise TranslationError(
+            "prompt (a stored prompt template) is not supported for this model; send instructions and input",
+            "prompt",
+        )
+
+    chat: dict = {"model": body.get("model")}
+    messages: list[dict] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise TranslationError("instructions must be a string", "instructions")
+        messages.append({"role": "system", "content": instructions})
+    messages.extend(_input_to_messages(body.get("input")))
+    chat["messages"] = messages
+
+    tools = body.get("tools")
+    if tools is not None:
+        chat_tools = _tools(tools)
+        if chat_tools:
+            chat["tools"] = chat_tools
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = _tool_choice(body["tool_choice"])
+    if body.get("parallel_tool_calls") is not None:
+        chat["parallel_tool_calls"] = body["parallel_tool_calls"]
+
+    if body.get("max_output_tokens") is not None:
+        chat["max_completion_tokens"] = body["max_output_tokens"]
+    for field in ("temperature", "top_p"):
+        if body.get(field) is not None:
+            chat[field] = body[field]
+
+    reasoning = body.get("reasoning")
+    if reasoning is not None:
+        if not isinstance(reasoning, dict):
+            raise TranslationError("reasoning must be an object", "reasoning")
+        if reasoning.get("effort") is not None:
+            chat["reasoning_effort"] = reasoning["effort"]
+
+    text = body.get("text")
+    if text is not None:
+        response_format = _text_format(text)
+        if response_format is not None:
+            chat["response_format"] = response_format
+
+    if body.get("stream") is True:
+        # Billing needs the upstream's own count, whatever the client asked for.
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+# -- input ----------------------------------------------------------------------------
+
+
+def _input_to_messages(value) -> list[dict]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list):
+        raise TranslationError("input must be a string or a list of input items", "input")
+    messages: list[dict] = []
+    for index, item in enumerate(value):
+        where = f"input[{index}]"
+        if not isinstance(item, dict):
+            raise TranslationError("each input item must be an object", where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            _append_message(messages, item, where)
+        elif kind == "function_call":
+            _append_function_call(messages, item, where)
+        elif kind == "function_call_output":
+            messages.append(_function_call_output(item, where))
+        elif kind == "reasoning":
+            # A summary of earlier thinking; its encrypted_content is sealed for OpenAI's
+            # models, so there is nothing another upstream could do with it.
+            continue
+        else:
+            raise TranslationError(f"input item type {kind!r} is not supported for this model", where)
+    return messages
+
+
+def _append_message(messages: list[dict], item: dict, where: str) -> None:
+    role = _MESSAGE_ROLES.get(item.get("role"))
+    if role is None:
+        raise TranslationError(
+            "role must be one of user, assistant, system, developer", f"{where}.role"
+        )
+    content = item.get("content")
+    if isinstance(content, str):
+        parts = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        parts = [_content_part(part, f"{where}.content[{j}]") for j, part in enumerate(content)]
+    else:
+        raise TranslationError("content must be a string or a list of content parts", f"{where}.content")
+
+    if role == "user":
+        if len(parts) == 1 and parts[0]["type"] == "text":
+            messages.append({"role": "user", "content": parts[0]["text"]})
+        else:
+            messages.append({"role": "user", "content": parts})
+        return
+
+    if any(part["type"] != "text" for part in parts):
+        raise TranslationError(f"{role} messages may hold text only", f"{where}.content")
+    # One string: the shape every chat-speaking upstream accepts for these roles.
+    text = ("\n\n" if role == "system" else "").join(part["text"] for part in parts)
+    previous = messages[-1] if messages else None
+    if role == "assistant" and previous is not None and previous.get("tool_calls") and previous["role"] == "assistant":
+        # Text after tool calls of the same turn: chat wants tool results right after
+        # the message holding the calls, so the text joins that message.
+        previous["content"] = text if not previous.get("content") else previous["content"] + "\n\n" + text
+        return
+    messages.append({"role": role, "content": text})
+
+
+def _content_part(part, where: str) -> dict:
+    if not isinstance(part, dict):
+        raise TranslationError("content part must be an object", where)
+    kind = part.get("type")
+    if kind in _TEXT_PARTS:
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise TranslationError("text must be a string", f"{where}.text")
+        return {"type": "text", "text": text}
+    if kind == "refusal":
+        # An earlier refusal is just what the assistant said.
+        return {"type": "text", "text": str(part.get("refusal") or "")}
+    if kind == "input_image":
+        return _image_part(part, where)
+    if kind == "input_file":
+        return _file_part(part, where)
+    raise TranslationError(f"content part type {kind!r} is not supported for this model", where)
+
+
+def _image_part(part: dict, where: str) -> dict:
+    url = part.get("image_url")
+    if part.get("file_id") is not None and url is None:
+        raise TranslationError(
+            "input_image.file_id is not supported for this model: files are not stored; "
+            "send image_url as a data URL or an https address",
+            f"{where}.file_id",
+        )
+    if not isinstance(url, str) or not url.startswith(("data:", "https://")):
+        raise TranslationError("image_url must be a data URL or an https address", f"{where}.image_url")
+    image = {"url": url}
+    if part.get("detail") is not None:
+        image["detail"] = part["detail"]
+    return {"type": "image_url", "image_url": image}
+
+
+def _file_part(part: dict, where: str) -> dict:
+    data = part.get("file_data")
+    if data is None:
+        field = "file_id" if part.get("file_id") is not None else "file_url" if part.get("file_url") else "file_data"
+        raise TranslationError(
+            f"input_file.{field} is not supported for this model: send the PDF inline as file_data",
+            f"{where}.{field}",
+        )
+    if not isinstance(data, str):
+        raise TranslationError("file_data must be a string", f"{where}.file_data")
+    if data.startswith("data:"):
+        media_type = data[5:].split(";", 1)[0].split(",", 1)[0].strip().lower()
+        if media_type != "application/pdf":
+            raise TranslationError(
+                f"input_file of type {media_type or 'unknown'} is not supported for this model: PDF only",
+                f"{where}.file_data",
+            )
+    else:
+        # Bare base64, as some clients send it: the only kind we can carry is a PDF.
+        data = "data:application/pdf;base64," + data
+    filename = part.get("filename")
+    return {
+        "type": "file",
+        "file": {"filename": filename if isinstance(filename, str) and filename else "document.pdf", "file_data": data},
+    }
+
+
+def _append_function_call(messages: list[dict], item: dict, where: str) -> None:
+    call_id = item.get("call_id")
+    name = item.get("name")
+    arguments = item.get("arguments", "")
+    if not isinstance(call_id, str) or not call_id:
+        raise TranslationError("function_call needs a call_id", f"{where}.call_id")
+    if not isinstance(name, str) or not name:
+        raise TranslationError("function_call needs a name", f"{where}.name")
+    if not isinstance(arguments, str):
+        raise TranslationError("function_call arguments must be a JSON string", f"{where}.arguments")
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    previous = messages[-1] if messages else None
+    if previous is not None and previous["role"] == "assistant":
+        # Chat holds one turn's text and all its calls in a single assistant message.
+        previous.setdefault("tool_calls", []).append(call)
+        return
+    messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def _function_call_output(item: dict, where: str) -> dict:
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise TranslationError("function_call_output needs a call_id", f"{where}.call_id")
+    output = item.get("output")
+    if isinstance(output, str):
+        content = output
+    elif isinstance(output, list):
+        parts = [_content_part(part, f"{where}.output[{j}]") for j, part in enumerate(output)]
+        if all(part["type"] == "text" for part in parts):
+            content = "".join(part["text"] for part in parts)
+        else:
+            content = parts
+    else:
+        raise TranslationError("output must be a string or a list of content parts", f"{where}.output")
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+# -- tools and output format -----------------------------------------------------------
+
+
+def _tools(tools) -> list[dict]:
+    if not isinstance(tools, list):
+        raise TranslationError("tools must be a list", "tools")
+    chat_tools = []
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            raise TranslationError("each tool must be an object", where)
+        kind = tool.get("type")
+        if kind != "function":
+            raise TranslationError(f"tool type {kind} is not supported for this model", f"{where}.type")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise TranslationError("function tool needs a name", f"{where}.name")
+        function = {"name": name}
+        for field in ("description", "parameters", "strict"):
+            if tool.get(field) is not None:
+                function[field] = tool[field]
+        chat_tools.append({"type": "function", "function": function})
+    return chat_tools
+
+
+def _tool_choice(choice):
+    if choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            raise TranslationError("tool_choice of type function needs a name", "tool_choice.name")
+        return {"type": "function", "function": {"name": name}}
+    kind = choice.get("type") if isinstance(choice, dict) else choice
+    raise TranslationError(f"tool_choice {kind!r} is not supported for this model", "tool_choice")
+
+
+def _text_format(text):
+    if not isinstance(text, dict):
+        raise TranslationError("text must be an object", "text")
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        schema = {"name": fmt.get("name") or "response", "schema": fmt.get("schema")}
+        for field in ("strict", "description"):
+            if fmt.get(field) is not None:
+                schema[field] = fmt[field]
+        return {"type": "json_schema", "json_schema": schema}
+    raise TranslationError(f"text.format type {kind!r} is not supported", "text.format.type")
