@@ -1,0 +1,36 @@
+# make run   - create .venv, install, start `gatewayd serve --demo` (SQLite, built-in simulator)
+# make test  - create .venv, install, run the whole suite (slow and browser tests included)
+# make bench - print the hot-path figures (added latency, requests/s, CPU per request)
+
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	&& echo $$p && break; done)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install run test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "gatewayd needs Python 3.11 or newer on PATH"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/gatewayd serve --demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"
+
+bench: $(STAMP)
+	$(BIN)/python bench/hot_path.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

@@ -1,0 +1,173 @@
+"""Who is calling and what they may do: the gateway's checks, in the spec's order.
+
+key -> IP -> (body, parsed by the handler) -> model list -> group -> availability ->
+price -> rate limit -> (holds, in billing). Every refusal here happens before any
+money is held, so none of them is ever charged.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import math
+import time
+from fractions import Fraction
+
+import attrs
+
+from gatewayd.config import Config, Model
+from gatewayd.directory import Directory
+from gatewayd.errors import GatewayError, invalid_token, model_not_found
+from gatewayd.records import Account, Key
+
+
+@attrs.frozen
+class Caller:
+    key: Key
+    account: Account
+
+
+def presented_secret(headers, *, accepts_x_api_key: bool) -> str | None:
+    """``Authorization: Bearer`` everywhere; ``x-api-key`` only where the spec reads it."""
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+        return None
+    if accepts_x_api_key:
+        value = headers.get("x-api-key")
+        if value and value.strip():
+            return value.strip()
+    return None
+
+
+def authenticate(directory: Directory, headers, *, accepts_x_api_key: bool, now: float | None = None) -> Caller:
+    secret = presented_secret(headers, accepts_x_api_key=accepts_x_api_key)
+    if secret is None:
+        raise invalid_token()
+    key = directory.key_for_secret(secret)
+    if key is None or key.state(time.time() if now is None else now) != "enabled":
+        raise invalid_token()
+    return Caller(key=key, account=directory.accounts[key.account_id])
+
+
+def client_address(peer: str | None, forwarded_for: str | None, trusted: tuple) -> str | None:
+    """The socket peer, unless the peer is a trusted proxy: then the right-most
+    ``X-Forwarded-For`` address that is not itself a trusted proxy."""
+    if peer is None:
+        return None
+    try:
+        peer_ip = ipaddress.ip_address(peer)
+    except ValueError:
+        return peer
+    if not trusted or not forwarded_for or not any(peer_ip in net for net in trusted):
+        return str(peer_ip)
+    for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
+        try:
+            hop_ip = ipaddress.ip_address(hop.strip("[]"))
+        except ValueError:
+            return str(peer_ip)  # a malformed hop: trust nothing left of it
+        if not any(hop_ip in net for net in trusted):
+            return str(hop_ip)
+    return str(peer_ip)
+
+
+def check_ip(key: Key, address: str | None) -> None:
+    if key.allow_ips is None:
+        return
+    try:
+        ip = ipaddress.ip_address(address) if address else None
+    except ValueError:
+        ip = None
+    if ip is not None and ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip is None or not any(ip in net for net in key.allow_ips):
+        raise GatewayError(403, f"Your IP {address} is not allowed to use this token", "access_denied")
+
+
+@attrs.frozen
+class Grant:
+    model: Model
+    price_ratio: Fraction
+    group: str
+
+
+class RateLimiter:
+    """Per account and model: at most N requests in any window of M minutes."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], collections.deque[float]] = {}
+
+    def check(self, account_id: str, model: Model, now: float) -> None:
+        limit = model.rate_limit
+        if limit is None:
+            return
+        window = limit.minutes * 60
+        seen = self._seen.setdefault((account_id, model.id), collections.deque())
+        while seen and seen[0] <= now - window:
+            seen.popleft()
+        if len(seen) >= limit.requests:
+            retry_after = max(1, min(120, math.ceil(seen[0] + window - now)))
+            raise GatewayError(
+                429,
+                f"Rate limit reached: at most {limit.requests} requests per {limit.minutes} minutes",
+                "rate_limit_exceeded",
+                headers={"Retry-After": str(retry_after)},
+            )
+        seen.append(now)
+
+
+def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
+    """Model list, group, availability, price: the checks between the body and the rate limit."""
+    key, account = caller.key, caller.account
+    if key.models is not None and model_id not in key.models:
+        raise GatewayError(403, f"This token has no access to model {model_id}", "")
+    group_name = key.group
+    if group_name is not None:
+        if group_name not in account.groups:
+            raise GatewayError(403, f"This token is pinned to group {group_name}, which this account cannot use", "")
+        group = config.groups.get(group_name)
+        if group is None or group.retired:
+            raise GatewayError(403, f"This token is pinned to group {group_name}, which has been retired", "")
+    else:
+        group = next(
+            (config.groups[g] for g in account.groups if g in config.groups and not config.groups[g].retired),
+            config.groups["default"],
+        )
+    model = config.models.get(model_id)
+    if model is None or account.total_paid_nano < config.server.models_visible_after_paid_nano:
+        raise model_not_found(model_id)
+    if model.kind == "embedding" and model_id not in account.embedding_models:
+        raise model_not_found(model_id)
+    if model.kind != kind:
+        if kind == "embedding":
+            raise GatewayError(400, f"{model_id} is a chat model; /v1/embeddings takes an embedding model",
+                               "invalid_model", param="model")
+        raise GatewayError(400, f"{model_id} is an embedding model; call it through /v1/embeddings",
+                           "invalid_model", param="model")
+    if endpoint == "messages" and not model.dual_format:
+        raise GatewayError(
+            400,
+            f"model {model_id} is not available on /v1/messages; call it through /v1/chat/completions",
+            "invalid_model",
+            param="model",
+        )
+    if not model.priced:
+        raise GatewayError(400, f"model {model_id} is listed but has no price yet", "model_price_error")
+    return Grant(model=model, price_ratio=group.price_ratio, group=group.name)
+
+
+def visible_models(config: Config, caller: Caller) -> list[Model]:
+    """What GET /v1/models lists: the key's list (or everything), once the account may see models."""
+    account, key = caller.account, caller.key
+    if account.total_paid_nano < config.server.models_visible_after_paid_nano:
+        return []
+    out = []
+    for model in config.models.values():
+        if key.models is not None and model.id not in key.models:
+            continue
+        if model.kind == "embedding" and model.id not in account.embedding_models:
+            continue
+        out.append(model)
+    return out

@@ -1,0 +1,209 @@
+"""The public HTTP app: the listener (request id, body cap) and thin endpoint handlers.
+
+The ``Listener`` is plain ASGI around the Quart app, because two rules must hold for
+every response, even ones Quart produces itself: each carries ``X-Request-Id``, and a
+body over ``max_body_bytes`` is refused with 413 without being read into memory,
+whether or not the client sent a Content-Length.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from gatewayd import endpoints
+from gatewayd.access import client_address
+from gatewayd.errors import GatewayError, not_found_path, not_implemented
+from gatewayd.relay import Ctx, Relay
+
+JSON = "application/json"
+
+
+def new_request_id() -> str:
+    return "req_" + os.urandom(12).hex()
+
+
+class Listener:
+    """ASGI middleware: request id on every response, and the request body cap."""
+
+    def __init__(self, app: Any, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request_id = new_request_id()
+        scope["gateway.request_id"] = request_id
+        id_header = (b"x-request-id", request_id.encode())
+        started = False
+
+        async def send_with_id(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message = {**message, "headers": [*message.get("headers", []), id_header]}
+            await send(message)
+
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > self.max_body_bytes:
+                    return await self._too_large(send_with_id, request_id)
+        received = 0
+        too_large = False
+
+        async def capped_receive():
+            nonlocal received, too_large
+            if too_large:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    too_large = True
+                    return {"type": "http.disconnect"}  # the app stops; we answer 413 below
+            return message
+
+        await self.app(scope, capped_receive, send_with_id)
+        if too_large and not started:
+            await self._too_large(send_with_id, request_id)
+
+    async def _too_large(self, send, request_id: str) -> None:
+        error = GatewayError(413, f"the request body is larger than {self.max_body_bytes} bytes", "request_too_large")
+        await send({
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+        })
+        await send({"type": "http.response.body", "body": error.chat_body(request_id), "more_body": False})
+
+
+NOT_OFFERED = (
+    ("/v1/files", "the Files API"),
+    ("/v1/uploads", "the Uploads API"),
+    ("/v1/fine_tuning", "fine-tuning"),
+    ("/v1/fine-tunes", "fine-tuning"),
+    ("/v1/images/variations", "image variations"),
+    ("/v1/assistants", "the Assistants API"),
+    ("/v1/threads", "the Threads API"),
+    ("/v1/batches", "the Batch API"),
+    ("/v1/messages/count_tokens", "/v1/messages/count_tokens"),
+    ("/v1/messages/batches", "Message Batches"),
+    ("/v1/vector_stores", "vector stores"),
+)
+
+
+def create_app(relay: Relay) -> QuartTrio:
+    app = QuartTrio(__name__)
+    app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None, MAX_CONTENT_LENGTH=None)
+    trusted = relay.config.server.trusted_proxies
+
+    def context(endpoint: str) -> Ctx:
+        client = request.scope.get("client")
+        peer = client[0] if client else None
+        return Ctx(
+            request_id=request.scope["gateway.request_id"],
+            client_ip=client_address(peer, request.headers.get("x-forwarded-for"), trusted),
+            headers=request.headers,
+            endpoint=endpoint,
+        )
+
+    def error_response(error: GatewayError, ctx_endpoint: str) -> Response:
+        request_id = request.scope.get("gateway.request_id", "")
+        if ctx_endpoint == "messages" and error.model_step:
+            body = error.messages_body(request_id)
+        else:
+            body = error.chat_body(request_id)
+        return Response(body, status=error.status, content_type=JSON, headers=error.headers)
+
+    async def relay_call(handler, endpoint: str) -> Response:
+        ctx = context(endpoint)
+        try:
+            raw = await request.get_data(cache=False)
+            status, headers, body = await handler(relay, ctx, raw)
+        except GatewayError as error:
+            return error_response(error, endpoint)
+        if isinstance(body, (bytes, bytearray)):
+            return Response(body, status=status, content_type=JSON, headers=headers)
+        response = Response(body, status=status, content_type="text/event-stream", headers=headers)
+        response.timeout = None
+        return response
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions():
+        return await relay_call(endpoints.chat_completions, "chat")
+
+    @app.post("/v1/messages")
+    async def messages():
+        return await relay_call(endpoints.messages, "messages")
+
+    @app.post("/v1/responses")
+    async def responses():
+        return await relay_call(endpoints.responses, "responses")
+
+    @app.post("/v1/embeddings")
+    async def embeddings():
+        return await relay_call(endpoints.embeddings, "embeddings")
+
+    @app.get("/v1/models")
+    async def models():
+        try:
+            return Response(endpoints.models_list(relay, context("models")), content_type=JSON)
+        except GatewayError as error:
+            return error_response(error, "models")
+
+    @app.get("/v1/models/<path:model_id>")
+    async def model(model_id: str):
+        try:
+            listing = orjson.loads(endpoints.models_list(relay, context("models")))
+        except GatewayError as error:
+            return error_response(error, "models")
+        for item in listing["data"]:
+            if item["id"] == model_id:
+                return Response(orjson.dumps(item), content_type=JSON)
+        return error_response(GatewayError(404, f"The model {model_id} does not exist", "model_not_found",
+                                           param="model"), "models")
+
+    @app.delete("/v1/models/<path:model_id>")
+    async def delete_model(model_id: str):
+        return error_response(not_implemented("deleting models"), "models")
+
+    @app.route("/v1/responses/<path:response_id>", methods=["GET", "DELETE", "POST"])
+    async def stored_response(response_id: str):
+        return error_response(not_implemented("stored responses (responses are not stored)"), "responses")
+
+    @app.get("/healthz")
+    async def healthz():
+        return Response(b'{"ok":true}', content_type=JSON)
+
+    @app.errorhandler(404)
+    async def not_found(_error):
+        path = request.path
+        for prefix, what in NOT_OFFERED:
+            if path == prefix or path.startswith(prefix + "/"):
+                return error_response(not_implemented(what), "other")
+        return error_response(not_found_path(path), "other")
+
+    @app.errorhandler(405)
+    async def method_not_allowed(_error):
+        path = request.path
+        for prefix, what in NOT_OFFERED:
+            if path == prefix or path.startswith(prefix + "/"):
+                return error_response(not_implemented(what), "other")
+        return error_response(
+            GatewayError(405, f"{request.method} is not allowed on {path}", "method_not_allowed"), "other"
+        )
+
+    @app.errorhandler(500)
+    async def internal(_error):
+        return error_response(GatewayError(500, "internal error in the gateway", "internal_error"), "other")
+
+    return app

@@ -1,0 +1,481 @@
+"""The directory: every account and key in memory, every change written through first.
+
+The request path authenticates with a dict lookup and reads balances and limits from
+these objects; nothing on it waits for the database except settlement. Admin and
+console changes go through the methods here, which validate (the one place for the
+spec's key and account rules), commit to the store, and only then change memory, so
+the very next request sees them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import ipaddress
+import os
+import re
+import sqlite3
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import orjson
+
+from gatewayd.config import Config
+from gatewayd.records import (
+    Account,
+    Key,
+    expiry_instant,
+    new_id,
+    new_secret,
+    secret_hash,
+    secret_hint,
+    utc_now_iso,
+)
+from gatewayd.store.sqlite import SQLiteStore
+
+MAX_KEYS_PER_ACCOUNT = 1000
+MAX_KEY_NAME = 50
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_UNSET: Any = object()
+
+
+class DirectoryError(Exception):
+    """A refused admin change: ``status`` 400 (invalid), 404 (not found) or 409 (conflict)."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+def hash_password(password: str) -> str:
+    salt = os.urandom(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=2**14, r=8, p=1, dklen=32)
+    return f"scrypt$16384$8$1${salt.hex()}${digest.hex()}"
+
+
+def check_password(password: str, stored: str | None) -> bool:
+    if not stored:
+        return False
+    try:
+        _, n, r, p, salt, digest = stored.split("$")
+        candidate = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p), dklen=32)
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(candidate.hex(), digest)
+
+
+def parse_ip_list(entries: Any) -> tuple:
+    """CIDR or single addresses, IPv4 or IPv6; a bad entry is named in the error."""
+    if not isinstance(entries, list) or not entries:
+        raise DirectoryError("allow_ips must be a non-empty list of IP addresses or CIDR ranges (or null for any)")
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(str(entry).strip(), strict=False))
+        except ValueError:
+            raise DirectoryError(f"allow_ips: {entry!r} is not an IP address or CIDR range") from None
+    return tuple(networks)
+
+
+def _validate_timezone(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise DirectoryError("timezone must be an IANA zone name such as Europe/Paris")
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise DirectoryError(f"unknown time zone {name!r} (use an IANA name such as Europe/Paris)") from None
+    return name
+
+
+def _parse_date(value: Any) -> dt.date:
+    try:
+        return dt.date.fromisoformat(str(value))
+    except ValueError:
+        raise DirectoryError(f"expires_on must be a date YYYY-MM-DD (got {value!r})") from None
+
+
+def _money(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DirectoryError(f"{field} must be a non-negative integer number of nano-dollars")
+    return value
+
+
+class Directory:
+    def __init__(self, config: Config, store: SQLiteStore) -> None:
+        self.config = config
+        self.store = store
+        self.accounts: dict[str, Account] = {}
+        self.accounts_by_email: dict[str, Account] = {}
+        self.keys: dict[str, Key] = {}
+        self.keys_by_hash: dict[str, Key] = {}
+        self.keys_by_account: dict[str, list[Key]] = {}
+
+    # -- loading ------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read every account and key once at start-up (blocking; before serving)."""
+
+        def read(conn: sqlite3.Connection) -> tuple[list, list]:
+            return (
+                conn.execute("SELECT * FROM accounts").fetchall(),
+                conn.execute("SELECT * FROM keys").fetchall(),
+            )
+
+        accounts, keys = self.store.read_blocking(read)
+        for row in accounts:
+            self._remember_account(self._account_from_row(row))
+        for row in keys:
+            self._remember_key(self._key_from_row(row))
+
+    @staticmethod
+    def _account_from_row(row: sqlite3.Row) -> Account:
+        return Account(
+            id=row["id"],
+            email=row["email"],
+            name=row["name"],
+            timezone=row["timezone"],
+            password_hash=row["password_hash"],
+            credit_nano=row["credit_nano"],
+            total_paid_nano=row["total_paid_nano"],
+            groups=tuple(orjson.loads(row["groups"])),
+            embedding_models=frozenset(orjson.loads(row["embedding_models"])),
+            created_at=row["created_at"],
+        )
+
+    def _key_from_row(self, row: sqlite3.Row) -> Key:
+        key = Key(
+            id=row["id"],
+            account_id=row["account_id"],
+            name=row["name"],
+            secret_hash=row["secret_hash"],
+            secret_hint=row["secret_hint"],
+            status=row["status"],
+            spend_limit_nano=row["spend_limit_nano"],
+            spent_nano=row["spent_nano"],
+            expires_on=dt.date.fromisoformat(row["expires_on"]) if row["expires_on"] else None,
+            models=frozenset(orjson.loads(row["models"])) if row["models"] else None,
+            allow_ips=tuple(ipaddress.ip_network(n) for n in orjson.loads(row["allow_ips"])) if row["allow_ips"] else None,
+            group=row["group_name"],
+            created_at=row["created_at"],
+            last_used_at=row["last_used_at"],
+        )
+        key.expires_at = expiry_instant(key.expires_on, self.accounts[key.account_id].timezone)
+        return key
+
+    def _remember_account(self, account: Account) -> None:
+        self.accounts[account.id] = account
+        self.accounts_by_email[account.email.lower()] = account
+        self.keys_by_account.setdefault(account.id, [])
+
+    def _remember_key(self, key: Key) -> None:
+        self.keys[key.id] = key
+        self.keys_by_hash[key.secret_hash] = key
+        self.keys_by_account.setdefault(key.account_id, []).append(key)
+
+    # -- lookups ------------------------------------------------------------------
+
+    def account(self, ref: str) -> Account:
+        """By id or by email."""
+        account = self.accounts.get(ref) or self.accounts_by_email.get(ref.lower())
+        if account is None:
+            raise DirectoryError(f"no account {ref!r}", status=404, code="not_found")
+        return account
+
+    def key(self, key_id: str, account_id: str | None = None) -> Key:
+        key = self.keys.get(key_id)
+        if key is None or (account_id is not None and key.account_id != account_id):
+            raise DirectoryError(f"no key {key_id!r}", status=404, code="not_found")
+        return key
+
+    def key_for_secret(self, presented: str) -> Key | None:
+        return self.keys_by_hash.get(secret_hash(presented))
+
+    # -- accounts -----------------------------------------------------------------
+
+    async def create_account(
+        self, email: Any, name: Any = "", timezone: Any = "UTC", password: Any = None
+    ) -> Account:
+        if not isinstance(email, str) or not _EMAIL.match(email.strip()):
+            raise DirectoryError(f"not an email address: {email!r}")
+        email = email.strip()
+        if email.lower() in self.accounts_by_email:
+            raise DirectoryError(f"an account with email {email} exists already", status=409, code="conflict")
+        if not isinstance(name, str) or len(name) > 100:
+            raise DirectoryError("name must be a string of at most 100 characters")
+        timezone = _validate_timezone(timezone or "UTC")
+        if password is not None:
+            self._check_password_rules(password)
+        account = Account(
+            id=new_id("acct_"),
+            email=email,
+            name=name,
+            timezone=timezone,
+            password_hash=hash_password(password) if password else None,
+            credit_nano=0,
+            total_paid_nano=0,
+            groups=("default",),
+            embedding_models=frozenset(),
+            created_at=utc_now_iso(),
+        )
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO accounts (id, email, name, timezone, password_hash, groups, embedding_models, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (account.id, account.email, account.name, account.timezone, account.password_hash,
+                 orjson.dumps(list(account.groups)).decode(), "[]", account.created_at),
+            )
+
+        await self.store.write(insert)
+        self._remember_account(account)
+        return account
+
+    @staticmethod
+    def _check_password_rules(password: Any) -> None:
+        if not isinstance(password, str) or len(password) < 8:
+            raise DirectoryError("password must be at least 8 characters")
+        if len(password) > 1024:
+            raise DirectoryError("password must be at most 1024 characters")
+
+    async def update_account(self, account: Account, *, name: Any = _UNSET, timezone: Any = _UNSET) -> Account:
+        new_name = account.name if name is _UNSET else name
+        if not isinstance(new_name, str) or len(new_name) > 100:
+            raise DirectoryError("name must be a string of at most 100 characters")
+        new_tz = account.timezone if timezone is _UNSET else _validate_timezone(timezone)
+        await self.store.write(
+            lambda conn: conn.execute(
+                "UPDATE accounts SET name = ?, timezone = ? WHERE id = ?", (new_name, new_tz, account.id)
+            )
+        )
+        account.name = new_name
+        if new_tz != account.timezone:
+            account.timezone = new_tz
+            for key in self.keys_by_account[account.id]:
+                key.expires_at = expiry_instant(key.expires_on, new_tz)
+        return account
+
+    async def set_password(self, account: Account, password: Any) -> Account:
+        self._check_password_rules(password)
+        hashed = hash_password(password)
+        await self.store.write(
+            lambda conn: conn.execute("UPDATE accounts SET password_hash = ? WHERE id = ?", (hashed, account.id))
+        )
+        account.password_hash = hashed
+        return account
+
+    async def pay(self, account: Account, amount_nano: Any, note: Any = "") -> dict:
+        if isinstance(amount_nano, bool) or not isinstance(amount_nano, int) or amount_nano <= 0:
+            raise DirectoryError("amount_nano must be a positive integer number of nano-dollars")
+        if not isinstance(note, str) or len(note) > 500:
+            raise DirectoryError("note must be a string of at most 500 characters")
+        created_at = utc_now_iso()
+
+        def insert(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "INSERT INTO payments (account_id, amount_nano, note, created_at) VALUES (?, ?, ?, ?)",
+                (account.id, amount_nano, note, created_at),
+            )
+            conn.execute(
+                "UPDATE accounts SET credit_nano = credit_nano + ?, total_paid_nano = total_paid_nano + ? WHERE id = ?",
+                (amount_nano, amount_nano, account.id),
+            )
+            return cur.lastrowid
+
+        payment_id = await self.store.write(insert)
+        account.credit_nano += amount_nano
+        account.total_paid_nano += amount_nano
+        return {
+            "id": payment_id,
+            "account_id": account.id,
+            "amount_nano": amount_nano,
+            "note": note,
+            "created_at": created_at,
+        }
+
+    async def set_groups(self, account: Account, groups: Any) -> Account:
+        if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+            raise DirectoryError("groups must be a list of group names")
+        unknown = [g for g in groups if g not in self.config.groups]
+        if unknown:
+            raise DirectoryError(f"no group named {unknown[0]!r} in the configuration")
+        ordered = tuple(dict.fromkeys(groups))
+        await self.store.write(
+            lambda conn: conn.execute(
+                "UPDATE accounts SET groups = ? WHERE id = ?", (orjson.dumps(list(ordered)).decode(), account.id)
+            )
+        )
+        account.groups = ordered
+        return account
+
+    async def set_embedding_model(self, account: Account, model_id: str, enabled: Any) -> Account:
+        model = self.config.models.get(model_id)
+        if model is None or model.kind != "embedding":
+            raise DirectoryError(f"{model_id!r} is not an embedding model of the catalogue")
+        if not isinstance(enabled, bool):
+            raise DirectoryError("enabled must be true or false")
+        models = set(account.embedding_models)
+        (models.add if enabled else models.discard)(model_id)
+        frozen = frozenset(models)
+        await self.store.write(
+            lambda conn: conn.execute(
+                "UPDATE accounts SET embedding_models = ? WHERE id = ?",
+                (orjson.dumps(sorted(frozen)).decode(), account.id),
+            )
+        )
+        account.embedding_models = frozen
+        return account
+
+    # -- keys ---------------------------------------------------------------------
+
+    def _check_key_name(self, name: Any) -> str:
+        if not isinstance(name, str) or not name.strip():
+            raise DirectoryError("key name must not be empty")
+        if len(name) > MAX_KEY_NAME:
+            raise DirectoryError(f"key name is {len(name)} characters; at most {MAX_KEY_NAME} are allowed")
+        return name
+
+    def _check_models(self, models: Any) -> frozenset[str] | None:
+        if models is None:
+            return None
+        if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
+            raise DirectoryError("models must be a non-empty list of model ids (or null for every model)")
+        unknown = [m for m in models if m not in self.config.models]
+        if unknown:
+            raise DirectoryError(f"no model {unknown[0]!r} in the catalogue")
+        return frozenset(models)
+
+    def _check_group(self, group: Any) -> str | None:
+        if group is None:
+            return None
+        if not isinstance(group, str) or group not in self.config.groups:
+            raise DirectoryError(f"no group named {group!r} in the configuration")
+        return group
+
+    async def create_key(
+        self,
+        account: Account,
+        *,
+        name: Any,
+        spend_limit_nano: Any = None,
+        expires_on: Any = None,
+        models: Any = None,
+        allow_ips: Any = None,
+        group: Any = None,
+    ) -> tuple[Key, str]:
+        """Returns the key and its secret; the secret is never stored, only its hash."""
+        name = self._check_key_name(name)
+        live = [k for k in self.keys_by_account[account.id] if k.status != "deleted"]
+        if len(live) >= MAX_KEYS_PER_ACCOUNT:
+            raise DirectoryError(
+                f"this account has {MAX_KEYS_PER_ACCOUNT} keys, the most allowed; revoke one first", status=409,
+                code="too_many_keys",
+            )
+        secret = new_secret()
+        key = Key(
+            id=new_id("key_"),
+            account_id=account.id,
+            name=name,
+            secret_hash=secret_hash(secret),
+            secret_hint=secret_hint(secret),
+            status="enabled",
+            spend_limit_nano=None if spend_limit_nano is None else _money(spend_limit_nano, "spend_limit_nano"),
+            spent_nano=0,
+            expires_on=None if expires_on is None else _parse_date(expires_on),
+            models=self._check_models(models),
+            allow_ips=None if allow_ips is None else parse_ip_list(allow_ips),
+            group=self._check_group(group),
+            created_at=utc_now_iso(),
+            last_used_at=None,
+        )
+        key.expires_at = expiry_instant(key.expires_on, account.timezone)
+        row = self._key_row(key)
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO keys (id, account_id, name, secret_hash, secret_hint, status, spend_limit_nano,"
+                " spent_nano, expires_on, models, allow_ips, group_name, created_at)"
+                " VALUES (:id, :account_id, :name, :secret_hash, :secret_hint, :status, :spend_limit_nano,"
+                " 0, :expires_on, :models, :allow_ips, :group_name, :created_at)",
+                row,
+            )
+
+        await self.store.write(insert)
+        self._remember_key(key)
+        return key, secret
+
+    @staticmethod
+    def _key_row(key: Key) -> dict:
+        return {
+            "id": key.id,
+            "account_id": key.account_id,
+            "name": key.name,
+            "secret_hash": key.secret_hash,
+            "secret_hint": key.secret_hint,
+            "status": key.status,
+            "spend_limit_nano": key.spend_limit_nano,
+            "expires_on": key.expires_on.isoformat() if key.expires_on else None,
+            "models": orjson.dumps(sorted(key.models)).decode() if key.models is not None else None,
+            "allow_ips": orjson.dumps([str(n) for n in key.allow_ips]).decode() if key.allow_ips is not None else None,
+            "group_name": key.group,
+            "created_at": key.created_at,
+        }
+
+    async def update_key(self, key: Key, changes: dict[str, Any]) -> Key:
+        """Change only the fields present in ``changes``; null clears an optional field."""
+        if key.status == "deleted":
+            raise DirectoryError("this key was revoked; revoked keys cannot be changed", status=409, code="key_deleted")
+        allowed = {"name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group"}
+        unknown = sorted(set(changes) - allowed)
+        if unknown:
+            raise DirectoryError(f"unknown key field {unknown[0]!r}")
+        new: dict[str, Any] = {}
+        if "name" in changes:
+            new["name"] = self._check_key_name(changes["name"])
+        if "spend_limit_nano" in changes:
+            value = changes["spend_limit_nano"]
+            new["spend_limit_nano"] = None if value is None else _money(value, "spend_limit_nano")
+        if "expires_on" in changes:
+            value = changes["expires_on"]
+            new["expires_on"] = None if value is None else _parse_date(value)
+        if "models" in changes:
+            new["models"] = self._check_models(changes["models"])
+        if "allow_ips" in changes:
+            value = changes["allow_ips"]
+            new["allow_ips"] = None if value is None else parse_ip_list(value)
+        if "group" in changes:
+            new["group"] = self._check_group(changes["group"])
+        if not new:
+            return key
+        probe = Key(**{**{f: getattr(key, f) for f in ("id", "account_id", "name", "secret_hash", "secret_hint",
+                                                       "status", "spend_limit_nano", "spent_nano", "expires_on",
+                                                       "models", "allow_ips", "group", "created_at",
+                                                       "last_used_at")}, **new})
+        row = self._key_row(probe)
+
+        def update(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE keys SET name = :name, spend_limit_nano = :spend_limit_nano, expires_on = :expires_on,"
+                " models = :models, allow_ips = :allow_ips, group_name = :group_name WHERE id = :id",
+                row,
+            )
+
+        await self.store.write(update)
+        for field, value in new.items():
+            setattr(key, field, value)
+        key.expires_at = expiry_instant(key.expires_on, self.accounts[key.account_id].timezone)
+        return key
+
+    async def set_key_status(self, key: Key, status: str) -> Key:
+        """disable / enable / revoke. Revoked (deleted) is permanent."""
+        if key.status == "deleted":
+            if status == "deleted":
+                return key
+            raise DirectoryError("this key was revoked; revoking is permanent", status=409, code="key_deleted")
+        await self.store.write(
+            lambda conn: conn.execute("UPDATE keys SET status = ? WHERE id = ?", (status, key.id))
+        )
+        key.status = status
+        return key

@@ -1,0 +1,117 @@
+"""Gateway errors and the two envelopes they are sent in.
+
+Every check the gateway itself makes answers in the chat envelope
+(``{"error": {"message", "type", "code"}}``, ``param: null`` on 404), its message
+ending with `` (request id: <id>)``. On /v1/messages, errors met once the request
+reaches the model step use the messages shape (``{"type": "error", "error": {...}}``).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+_CHAT_TYPE_BY_STATUS = {429: "rate_limit_error"}
+
+MESSAGES_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+class GatewayError(Exception):
+    """A refusal or failure the gateway answers itself."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str = "",
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        model_step: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.type = type or _CHAT_TYPE_BY_STATUS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+        self.param = param
+        self.headers = headers or {}
+        self.model_step = model_step  # on /v1/messages: answer in the messages shape
+
+    def chat_body(self, request_id: str) -> bytes:
+        error: dict = {
+            "message": f"{self.message} (request id: {request_id})",
+            "type": self.type,
+            "code": self.code,
+        }
+        if self.status == 404 or self.param is not None:
+            error["param"] = self.param
+        return orjson.dumps({"error": error})
+
+    def messages_body(self, request_id: str) -> bytes:
+        kind = MESSAGES_TYPE_BY_STATUS.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+        return orjson.dumps(
+            {"type": "error", "error": {"type": kind, "message": f"{self.message} (request id: {request_id})"}}
+        )
+
+
+def invalid_token() -> GatewayError:
+    """The one 401 for every key problem: the cause is not told."""
+    return GatewayError(401, "Invalid token", "")
+
+
+def not_found_path(path: str) -> GatewayError:
+    return GatewayError(404, f"Invalid URL ({path})", "not_found")
+
+
+def not_implemented(what: str) -> GatewayError:
+    return GatewayError(501, f"{what} is not offered by this gateway", "api_not_implemented")
+
+
+def model_not_found(model: str) -> GatewayError:
+    return GatewayError(503, f"No available channel for model {model} (model not found or not available right now)",
+                        "model_not_found")
+
+
+class UpstreamError(Exception):
+    """The provider answered with an error: its status, headers and body go back to the client."""
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        super().__init__(f"upstream status {status}")
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+    def message(self) -> str:
+        try:
+            doc = orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            text = self.body.decode("utf-8", "replace").strip()
+            return text[:500] or f"upstream answered {self.status}"
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(err, str):
+            return err
+        return f"upstream answered {self.status}"
+
+    def error_type(self) -> str | None:
+        try:
+            doc = orjson.loads(self.body)
+            err = doc.get("error")
+            return err.get("type") if isinstance(err, dict) else None
+        except (orjson.JSONDecodeError, AttributeError):
+            return None

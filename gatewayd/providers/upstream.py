@@ -1,0 +1,67 @@
+"""Talking to providers over HTTP: one pooled httpx client, one request builder per protocol.
+
+HTTP/1.1 on purpose: closing an HTTP/1.1 response closes its connection, which stops
+the provider generating (httpcore sends no RST_STREAM on HTTP/2). A streaming read
+times out after ``stream_idle_timeout_s`` of silence: that is the spec's idle cut-off;
+a non-streaming request has no read cut-off at all.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from gatewayd.config import Provider
+
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+
+
+class Upstream:
+    def __init__(self, *, connect_timeout_s: float, stream_idle_timeout_s: float, max_connections: int = 1000) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.stream_idle_timeout_s = stream_idle_timeout_s
+        self.client = httpx.AsyncClient(
+            http1=True,
+            http2=False,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                                keepalive_expiry=30),
+            timeout=httpx.Timeout(connect=connect_timeout_s, read=None, write=60, pool=connect_timeout_s),
+            follow_redirects=False,
+        )
+
+    def timeout(self, stream: bool) -> httpx.Timeout:
+        return httpx.Timeout(
+            connect=self.connect_timeout_s,
+            read=self.stream_idle_timeout_s if stream else None,
+            write=60,
+            pool=self.connect_timeout_s,
+        )
+
+    def openai_request(self, provider: Provider, path: str, body: bytes, *, stream: bool) -> httpx.Request:
+        headers = {"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json"}
+        if provider.api_key:
+            headers["authorization"] = f"Bearer {provider.api_key}"
+        return self.client.build_request(
+            "POST", provider.base_url + path, content=body, headers=headers, timeout=self.timeout(stream)
+        )
+
+    def anthropic_request(
+        self, provider: Provider, path: str, body: bytes, *, stream: bool, version: str | None, betas: list[str]
+    ) -> httpx.Request:
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if stream else "application/json",
+            "anthropic-version": version or DEFAULT_ANTHROPIC_VERSION,
+        }
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
+        if provider.api_key:
+            headers["x-api-key"] = provider.api_key
+        return self.client.build_request(
+            "POST", provider.base_url + path, content=body, headers=headers, timeout=self.timeout(stream)
+        )
+
+    async def send(self, request: httpx.Request) -> httpx.Response:
+        return await self.client.send(request, stream=True)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

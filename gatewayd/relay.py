@@ -1,0 +1,254 @@
+"""The request path, in one place: the order of the steps and what happens on each failure.
+
+    authenticate (key) -> IP -> parse body -> authorize (model list, group, availability,
+    price) -> rate limit -> reserve (estimate, hold) -> route -> provider call ->
+    respond / stream -> settle (charge, release hold, usage row)
+
+Endpoint handlers call ``Relay.admit`` and then one ``Route``; a route knows how to
+build the upstream request and which pipe turns the upstream answer into the client's
+format. Settlement happens exactly once per hold, shielded from cancellation, before
+the client receives the last byte.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, AsyncIterator, Callable
+
+import attrs
+import httpx
+import orjson
+import trio
+
+from gatewayd import tokens
+from gatewayd.access import Caller, Grant, RateLimiter, authenticate, authorize_model, check_ip
+from gatewayd.billing.estimate import charge, estimate_cost
+from gatewayd.billing.ledger import Hold, Ledger
+from gatewayd.config import Config
+from gatewayd.directory import Directory
+from gatewayd.errors import GatewayError, UpstreamError
+from gatewayd.formats.pipes import Pipe
+from gatewayd.formats.sse import SSESplitter
+from gatewayd.formats.usage import Usage
+from gatewayd.providers.upstream import Upstream
+
+
+@attrs.define
+class Ctx:
+    """One request as the listener saw it."""
+
+    request_id: str
+    client_ip: str | None
+    headers: Any  # case-insensitive mapping
+    endpoint: str  # "chat" | "messages" | "responses" | "embeddings" | "models"
+
+
+@attrs.define
+class Route:
+    """Where a request goes and how its answer comes back."""
+
+    request: httpx.Request
+    stream: bool
+    input_tokens_estimate: int
+    make_pipe: Callable[[], Pipe]
+    # non-stream: upstream body -> (client body, usage or None when the upstream gave none)
+    finish: Callable[[bytes], tuple[bytes, Usage | None]]
+    upstream_error: Callable[[UpstreamError], tuple[int, bytes, dict[str, str]]]
+
+
+class BodyError(GatewayError):
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(400, message, "invalid_request_error", param=param, model_step=True)
+
+
+def parse_body(raw: bytes) -> dict:
+    if not raw:
+        raise BodyError("the request body is empty; send a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise BodyError(f"the request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise BodyError("the request body must be a JSON object")
+    return body
+
+
+def field(body: dict, name: str, kind: type | tuple, *, required: bool = False, what: str = "") -> Any:
+    """Strict type check for the few fields the gateway reads itself (no coercion)."""
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise BodyError(f"missing required field '{name}'", param=name)
+        return None
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, (int,)))
+    if kind is int and isinstance(value, bool):
+        ok = False
+    if not ok:
+        raise BodyError(f"field '{name}' must be {what or getattr(kind, '__name__', kind)}", param=name)
+    return value
+
+
+def positive_int(body: dict, name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BodyError(f"field '{name}' must be a positive integer", param=name)
+    return value
+
+
+class Relay:
+    def __init__(self, config: Config, directory: Directory, ledger: Ledger, upstream: Upstream) -> None:
+        self.config = config
+        self.directory = directory
+        self.ledger = ledger
+        self.upstream = upstream
+        self.limiter = RateLimiter()
+
+    # -- the checks ------------------------------------------------------------------
+
+    def admit(self, ctx: Ctx, *, accepts_x_api_key: bool = False) -> Caller:
+        """Key, then IP."""
+        caller = authenticate(self.directory, ctx.headers, accepts_x_api_key=accepts_x_api_key)
+        check_ip(caller.key, ctx.client_ip)
+        return caller
+
+    def authorize(self, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
+        """Model list, group, availability, price, then the per-model rate limit."""
+        grant = authorize_model(self.config, caller, model_id, kind=kind, endpoint=endpoint)
+        self.limiter.check(caller.account.id, grant.model, time.monotonic())
+        return grant
+
+    # -- running a route -------------------------------------------------------------
+
+    async def run(self, ctx: Ctx, caller: Caller, grant: Grant, route: Route, *, output_tokens: int):
+        """Hold, call, answer, settle. Returns (status, headers, body-or-async-iterator)."""
+        estimate = estimate_cost(grant.model, route.input_tokens_estimate, output_tokens, grant.price_ratio)
+        hold = self.ledger.reserve(
+            caller.account, caller.key, estimate, request_id=ctx.request_id, model=grant.model.id,
+            endpoint=ctx.endpoint, stream=route.stream,
+        )
+        handed_to_stream = False
+        try:
+            try:
+                response = await self._call(route, hold, grant)
+            except UpstreamError as e:
+                status, body, headers = route.upstream_error(e)
+                return status, headers, body
+            if route.stream:
+                handed_to_stream = True
+                return 200, {"cache-control": "no-cache"}, self._pump(response, route, hold, grant)
+            return 200, {}, await self._finish(response, route, hold, grant)
+        finally:
+            if not handed_to_stream and not hold.settled:
+                # cancelled (client went away) or an unexpected error: input was sent upstream
+                usage = Usage(input_tokens=route.input_tokens_estimate)
+                with trio.CancelScope(shield=True):
+                    await self._settle(hold, grant, usage, status="client_disconnected", http_status=499)
+
+    async def _settle(self, hold: Hold, grant: Grant, usage: Usage, *, status: str, http_status: int) -> None:
+        await self.ledger.settle(hold, usage, charge(grant.model, usage, grant.price_ratio), status=status,
+                                 http_status=http_status)
+
+    async def _release(self, hold: Hold, grant: Grant, status: str, http_status: int) -> None:
+        with trio.CancelScope(shield=True):
+            await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
+
+    async def _call(self, route: Route, hold: Hold, grant: Grant) -> httpx.Response:
+        try:
+            response = await self.upstream.send(route.request)
+        except httpx.ConnectTimeout:
+            await self._release(hold, grant, "upstream_unreachable", 504)
+            raise GatewayError(504, "the provider did not accept a connection in time", "upstream_timeout",
+                               model_step=True) from None
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+            await self._release(hold, grant, "upstream_unreachable", 502)
+            raise GatewayError(502, f"the provider could not be reached ({type(e).__name__})", "bad_gateway",
+                               model_step=True) from None
+        if response.status_code != 200:
+            try:
+                body = await response.aread()
+            except httpx.HTTPError:
+                body = b""
+            finally:
+                await response.aclose()
+            await self._release(hold, grant, "upstream_error", response.status_code)
+            raise UpstreamError(response.status_code, body, dict(response.headers)) from None
+        return response
+
+    async def _finish(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant) -> bytes:
+        try:
+            raw = await response.aread()
+        except httpx.HTTPError as e:
+            await self._release(hold, grant, "upstream_broken", 502)
+            raise GatewayError(502, f"the provider dropped the connection ({type(e).__name__})", "bad_gateway",
+                               model_step=True) from None
+        finally:
+            await response.aclose()
+        try:
+            body, usage = route.finish(raw)
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError):
+            await self._release(hold, grant, "upstream_invalid", 502)
+            raise GatewayError(502, "the provider returned an invalid response", "bad_gateway",
+                               model_step=True) from None
+        if usage is None:
+            usage = Usage(input_tokens=route.input_tokens_estimate)
+        with trio.CancelScope(shield=True):
+            await self._settle(hold, grant, usage, status="ok", http_status=200)
+        return body
+
+    async def _pump(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant) -> AsyncIterator[bytes]:
+        """Forward the stream as it arrives; settle before the terminal event is sent."""
+        pipe = route.make_pipe()
+        splitter = SSESplitter()
+        status = "client_disconnected"
+        try:
+            try:
+                async for chunk in response.aiter_raw():
+                    out = pipe.feed(splitter.feed(chunk))
+                    if out:
+                        yield out
+                    if pipe.complete or pipe.failed:
+                        break
+                else:
+                    out = pipe.feed(splitter.flush())
+                    if out:
+                        yield out
+            except httpx.ReadTimeout:
+                status = "idle_timeout"
+                yield pipe.error_event(
+                    f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds; "
+                    "the stream was closed and is incomplete", "timeout_error")
+                return
+            except (httpx.HTTPError, orjson.JSONDecodeError) as e:
+                status = "upstream_broken"
+                yield pipe.error_event(f"the provider stream broke off ({type(e).__name__}); the output is incomplete")
+                return
+            if pipe.complete and not pipe.failed:
+                status = "ok"
+                await self._settle_stream(hold, grant, pipe, route, status)
+                yield pipe.closing()
+                return
+            if pipe.failed:
+                status = "upstream_error"
+                if pipe.complete:
+                    yield pipe.closing()
+                return
+            status = "upstream_broken"
+            yield pipe.error_event("the provider ended the stream early; the output is incomplete")
+        finally:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+                if not hold.settled:
+                    await self._settle_stream(hold, grant, pipe, route, status)
+
+    async def _settle_stream(self, hold: Hold, grant: Grant, pipe: Pipe, route: Route, status: str) -> None:
+        usage = pipe.usage
+        if usage is None or (status != "ok" and not usage.output_tokens):
+            produced = tokens.count(pipe.produced_text())
+            base = usage or Usage(input_tokens=route.input_tokens_estimate)
+            usage = attrs.evolve(base, output_tokens=max(base.output_tokens, produced))
+            if not usage.input_tokens:
+                usage = attrs.evolve(usage, input_tokens=route.input_tokens_estimate)
+        with trio.CancelScope(shield=True):
+            await self._settle(hold, grant, usage, status=status, http_status=200)

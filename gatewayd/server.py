@@ -1,0 +1,210 @@
+"""The daemon: store, directory, relay, and the two listeners, in one trio nursery.
+
+The public listener(s) and the admin Unix socket are two ``hypercorn.trio.serve``
+calls with their own Config. SIGINT/SIGTERM trigger a graceful shutdown: both stop
+accepting, open streams get ``shutdown_grace_s`` to finish, then they are cut (and
+settled as incomplete by the relay's shielded ``finally``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sqlite3
+import stat
+import sys
+import time
+from pathlib import Path
+
+import attrs
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from gatewayd.admin.api import create_admin_app
+from gatewayd.app import Listener, create_app
+from gatewayd.billing.ledger import Ledger
+from gatewayd.config import Config, ConfigError, parse_host_port
+from gatewayd.directory import Directory
+from gatewayd.money import usd_to_nano
+from gatewayd.providers.upstream import Upstream
+from gatewayd.records import utc_now_iso
+from gatewayd.relay import Relay
+from gatewayd.store.sqlite import SQLiteStore
+
+log = logging.getLogger("gatewayd")
+
+DEMO_EMAIL = "demo@example.com"
+
+
+def sqlite_path(database_url: str) -> str:
+    if not database_url.startswith("sqlite:///"):
+        raise ConfigError(
+            "database.url: only sqlite:/// is supported by this version (PostgreSQL support is planned)"
+        )
+    return database_url[len("sqlite:///"):]
+
+
+def recover_holds(store: SQLiteStore) -> int:
+    """Holds left by a process that died: release them and record each as an interrupted request."""
+
+    def job(conn: sqlite3.Connection) -> int:
+        rows = conn.execute("SELECT * FROM holds").fetchall()
+        now = utc_now_iso()
+        for row in rows:
+            conn.execute(
+                "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
+                " http_status, cost_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0)",
+                (row["request_id"], now, row["account_id"], row["key_id"], row["model"], row["endpoint"]),
+            )
+            conn.execute("DELETE FROM holds WHERE request_id = ?", (row["request_id"],))
+        return len(rows)
+
+    return store.write_blocking(job)
+
+
+def _hypercorn_config(**kwargs) -> HypercornConfig:
+    hc = HypercornConfig()
+    hc.accesslog = None
+    hc.errorlog = "-"
+    hc.loglevel = "WARNING"
+    hc.read_timeout = None
+    hc.keep_alive_timeout = 75
+    hc.include_server_header = False
+    for name, value in kwargs.items():
+        setattr(hc, name, value)
+    return hc
+
+
+def _public_config(config: Config) -> HypercornConfig:
+    binds = []
+    for listen in config.server.listen:
+        host, port = parse_host_port(listen)
+        binds.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    hc = _hypercorn_config(graceful_timeout=config.server.shutdown_grace_s)
+    if config.server.tls_cert:
+        hc.certfile = config.server.tls_cert
+        hc.keyfile = config.server.tls_key
+        hc.bind = binds
+    else:
+        hc.bind = binds
+    return hc
+
+
+def _admin_config(path: str) -> HypercornConfig:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.remove(path)  # stale socket from a previous run
+    except FileNotFoundError:
+        pass
+    return _hypercorn_config(bind=[f"unix:{path}"], umask=0o177, graceful_timeout=5)
+
+
+async def _ensure_demo_account(directory: Directory, data_dir: str) -> str:
+    """The first ``--demo`` run: an account with $10 and a key, its secret kept in the data dir."""
+    secret_file = Path(data_dir) / "demo-key"
+    if DEMO_EMAIL.lower() in directory.accounts_by_email and secret_file.exists():
+        return secret_file.read_text().strip()
+    if DEMO_EMAIL.lower() in directory.accounts_by_email:
+        account = directory.account(DEMO_EMAIL)
+    else:
+        account = await directory.create_account(DEMO_EMAIL, "Demo", "UTC")
+        await directory.pay(account, usd_to_nano("10"), "demo credit")
+    _, secret = await directory.create_key(account, name="demo")
+    old = os.umask(0o177)
+    try:
+        secret_file.write_text(secret + "\n")
+    finally:
+        os.umask(old)
+    return secret
+
+
+def _print_demo_banner(base_url: str, secret: str) -> None:
+    print(
+        f"""
+gatewayd demo is running at {base_url}  (every model answers from the built-in simulator)
+
+  demo key: {secret}
+
+  curl {base_url}/v1/chat/completions \\
+    -H "Authorization: Bearer {secret}" -H "Content-Type: application/json" \\
+    -d '{{"model": "gpt-4.1-mini", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+
+  python -c "from openai import OpenAI; c = OpenAI(base_url='{base_url}/v1', api_key='{secret}'); \\
+print(c.chat.completions.create(model='claude-sonnet-4-5', messages=[{{'role': 'user', 'content': 'Hi'}}]).choices[0].message.content)"
+""",
+        flush=True,
+    )
+
+
+async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
+    store = SQLiteStore(sqlite_path(config.database_url))
+    try:
+        recovered = recover_holds(store)
+        if recovered:
+            log.warning("released %d holds left by a previous process (recorded as interrupted)", recovered)
+        async with trio.open_nursery() as nursery:
+            if config.demo:
+                from gatewayd.sim import serve_simulator
+
+                sim_port = await nursery.start(serve_simulator, "127.0.0.1", 0)
+                sim = f"http://127.0.0.1:{sim_port}"
+                config = config.with_upstream(sim + "/v1", sim)
+            directory = Directory(config, store)
+            directory.load()
+            upstream = Upstream(
+                connect_timeout_s=config.server.upstream_connect_timeout_s,
+                stream_idle_timeout_s=config.server.stream_idle_timeout_s,
+            )
+            relay = Relay(config, directory, Ledger(store), upstream)
+            public_app = create_app(relay)
+            try:
+                from gatewayd.console import mount_console
+
+                mount_console(public_app, directory, store, config)
+            except ImportError:
+                pass
+            admin_app = create_admin_app(directory, store, time.time)
+            shutdown = trio.Event()
+            admin_path = config.server.admin_socket
+            async with trio.open_nursery() as servers:
+                servers.start_soon(_watch_signals, shutdown)
+                await servers.start(
+                    lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path),
+                                                        shutdown_trigger=shutdown.wait, task_status=task_status)
+                )
+                os.chmod(admin_path, 0o600)
+                binds = await servers.start(
+                    lambda task_status: hypercorn_serve(
+                        Listener(public_app, config.server.max_body_bytes), _public_config(config),
+                        shutdown_trigger=shutdown.wait, task_status=task_status,
+                    )
+                )
+                print(f"gatewayd listening on {', '.join(binds)}; admin socket {admin_path}", flush=True)
+                if config.demo:
+                    _print_demo_banner(binds[0], await _ensure_demo_account(directory, config.server.data_dir))
+                task_status.started(binds)
+            # both listeners finished (grace period, then cut); the relay settled what was cut.
+            nursery.cancel_scope.cancel()
+        await upstream.aclose()
+    finally:
+        store.close()
+
+
+async def _watch_signals(shutdown: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            print(f"gatewayd: {signal.Signals(signum).name} received, shutting down", file=sys.stderr, flush=True)
+            shutdown.set()
+            return
+
+
+def run(config: Config) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    trio.run(serve, config)
+
+
+__all__ = ["serve", "run", "attrs"]
