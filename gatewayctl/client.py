@@ -1,0 +1,131 @@
+"""The admin API client: JSON over HTTP over gatewayd's admin Unix socket.
+
+Everything that can go wrong between gatewayctl and the daemon ends here as one
+:class:`AdminError` whose message is a single line fit to show an operator: the
+socket is missing, refused or forbidden, the daemon answered with an API error,
+or it answered something that is not JSON. The CLI prints that line and exits 1;
+no httpx exception (and no traceback) ever reaches the operator.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+DEFAULT_SOCKET = "var/admin.sock"
+SOCKET_ENV = "GATEWAY_ADMIN_SOCKET"
+
+# The admin API is local and quick, but an audit of a large database is a full scan.
+TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+
+_ERRNO_REASONS = {
+    errno.ENOENT: "no such file",
+    errno.ECONNREFUSED: "connection refused",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOTDIR: "no such file",
+}
+
+
+class AdminError(Exception):
+    """The admin call failed; ``str(error)`` is one line for the operator."""
+
+
+def resolve_socket(explicit: str | None) -> str:
+    """``--socket`` if given, else ``$GATEWAY_ADMIN_SOCKET``, else ``var/admin.sock``."""
+    return explicit or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
+def segment(value: str) -> str:
+    """Quote one path segment (an account email, a model id) so '/' and '@' stay inside it."""
+    return quote(value, safe="")
+
+
+class AdminClient:
+    """Thin JSON client for the admin API. One short-lived connection per call."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self.request("POST", path, body=body)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.request("PUT", path, body=body)
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self.request("PATCH", path, body=body)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        """Send one request and return the decoded JSON answer, or raise :class:`AdminError`."""
+        try:
+            with httpx.Client(
+                transport=httpx.HTTPTransport(uds=self.socket_path),
+                base_url="http://gatewayd",
+                timeout=TIMEOUT,
+            ) as http:
+                response = http.request(method, path, json=body, params=params)
+        except httpx.ConnectError as exc:
+            raise AdminError(
+                f"cannot reach gatewayd admin socket at {self.socket_path} "
+                f"({_connect_reason(exc)}): is gatewayd running?"
+            ) from None
+        except httpx.TimeoutException:
+            raise AdminError(
+                f"gatewayd did not answer on {self.socket_path} within "
+                f"{TIMEOUT.read:g} s ({method} {path})"
+            ) from None
+        except httpx.TransportError as exc:
+            raise AdminError(
+                f"lost the connection to gatewayd at {self.socket_path} "
+                f"({exc or type(exc).__name__})"
+            ) from None
+        return _decode(response)
+
+
+def _decode(response: httpx.Response) -> Any:
+    if response.status_code == 204 or not response.content:
+        if response.is_error:
+            raise AdminError(f"gatewayd answered HTTP {response.status_code} with no detail")
+        return None
+    try:
+        document = response.json()
+    except ValueError:
+        raise AdminError(
+            f"gatewayd answered HTTP {response.status_code} with a body that is not JSON"
+        ) from None
+    if response.is_error:
+        raise AdminError(_error_message(response.status_code, document))
+    return document
+
+
+def _error_message(status: int, document: Any) -> str:
+    """The contract's ``{"error": {"message", "code"}}``; anything else still yields a line."""
+    error = document.get("error") if isinstance(document, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"]:
+        return " ".join(error["message"].split())
+    return f"gatewayd answered HTTP {status} with no error message"
+
+
+def _connect_reason(exc: BaseException) -> str:
+    """Find the OSError under httpx's and httpcore's wrappers and name it in a few words."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno is not None:
+            return _ERRNO_REASONS.get(cause.errno) or os.strerror(cause.errno).lower()
+        cause = cause.__cause__ or cause.__context__
+    return str(exc) or "connection failed"

@@ -1,0 +1,556 @@
+"""gatewayctl: the operator's command line for a running gatewayd.
+
+Every command is one or two calls to the admin API on gatewayd's Unix socket
+(design.md section 3). Each prints a rich table for people, or with ``--json``
+exactly one JSON document on stdout for scripts: the API's object, or for a
+list the ``data`` array itself.
+
+Exit status: 0 done; 1 the daemon could not be reached, refused the request,
+or (``audit``) found a problem; 2 the command line itself was wrong, including
+a dollar amount, date or IP network that does not parse.
+
+Money on the command line is US dollars as decimal text (``10.50``); it is
+converted exactly to integer nano-dollars before it is sent.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import re
+import sys
+import zoneinfo
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
+
+import attrs
+import typer
+from typer.core import TyperGroup
+from rich.console import Console
+
+from gatewayctl import render
+from gatewayctl.client import AdminClient, AdminError, resolve_socket, segment
+from gatewayd.money import MoneyError, format_usd, usd_to_nano
+
+# --- Parsing the command line ------------------------------------------------------------
+# Each parser turns one argument into what the API wants, or raises BadParameter
+# (exit 2, "Invalid value for '--option': <why>").
+
+
+def parse_usd(value: str) -> int:
+    """A dollar amount of zero or more, as exact nano-dollars."""
+    try:
+        nano = usd_to_nano(value)
+    except MoneyError as exc:
+        raise typer.BadParameter(f"{exc} (give US dollars, e.g. 10.50)") from None
+    if nano < 0:
+        raise typer.BadParameter(f"{value!r} is negative")
+    return nano
+
+
+def parse_payment(value: str) -> int:
+    """A dollar amount above zero: a payment of nothing is a typo."""
+    nano = parse_usd(value)
+    if nano == 0:
+        raise typer.BadParameter(f"{value!r}: a payment must be more than zero")
+    return nano
+
+
+def parse_date(value: str) -> str:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        raise typer.BadParameter(f"{value!r} is not a date in YYYY-MM-DD form")
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a calendar date") from None
+    return value
+
+
+def parse_ip_network(value: str) -> str:
+    """An IP address or CIDR network; sent as typed (the daemon normalises and checks again)."""
+    entry = value.strip()
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not an IP address or CIDR network (e.g. 203.0.113.7 or 10.0.0.0/8)"
+        ) from None
+    return entry
+
+
+def parse_timezone(value: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise typer.BadParameter(
+            f"{value!r} is not an IANA time zone (e.g. Europe/Berlin, UTC)"
+        ) from None
+    return value
+
+
+def parse_name(value: str) -> str:
+    if not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
+def split_names(value: str, option: str, *, allow_empty: bool) -> list[str]:
+    """'a, b,a' -> ['a', 'b']: comma-separated, trimmed, first occurrence kept."""
+    names = list(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    if not names and not allow_empty:
+        raise typer.BadParameter("give at least one name, comma-separated", param_hint=option)
+    return names
+
+
+def exclusive(given: dict[str, bool]) -> None:
+    """Refuse a pair like --spend-limit/--no-spend-limit given together."""
+    names = [name for name, present in given.items() if present]
+    if len(names) > 1:
+        raise typer.BadParameter("these cannot be used together", param_hint=names)
+
+
+def nothing_to_change() -> typer.BadParameter:
+    return typer.BadParameter("nothing to change: give at least one option (see --help)")
+
+
+def read_password(param_hint: str) -> str:
+    """The new password: prompted twice, hidden, on a terminal; else all of stdin."""
+    if sys.stdin.isatty():
+        return typer.prompt("New password", hide_input=True, confirmation_prompt=True)
+    password = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    if not password:
+        raise typer.BadParameter("no password on standard input (pipe it in, one line)",
+                                 param_hint=param_hint)
+    if "\n" in password or "\r" in password:
+        raise typer.BadParameter("the password on standard input must be a single line",
+                                 param_hint=param_hint)
+    return password
+
+
+# --- Options every command accepts ------------------------------------------------------
+
+SocketOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--socket",
+        metavar="PATH",
+        help="gatewayd's admin socket (default: $GATEWAY_ADMIN_SOCKET, else var/admin.sock).",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON document on stdout instead of a table."),
+]
+AccountArg = Annotated[str, typer.Argument(metavar="ACCOUNT", help="Account id or email.")]
+KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Key id.")]
+
+
+@attrs.frozen
+class Session:
+    """What a command needs: the admin client, and whether to print JSON or tables."""
+
+    api: AdminClient
+    as_json: bool
+
+    def emit(self, document: Any, human: Callable[[Console], None]) -> None:
+        if self.as_json:
+            typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        else:
+            human(Console(highlight=False))
+
+
+def session(socket: str | None, as_json: bool) -> Session:
+    return Session(api=AdminClient(resolve_socket(socket)), as_json=as_json)
+
+
+def data(document: Any) -> list[dict[str, Any]]:
+    """The ``data`` list of a list answer."""
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise AdminError("gatewayd answered a list request without a 'data' list")
+    return document["data"]
+
+
+def account_path(account: str, *rest: str) -> str:
+    return "/".join(["/admin/v1/accounts", segment(account), *rest])
+
+
+def key_path(key: str, *rest: str) -> str:
+    return "/".join(["/admin/v1/keys", segment(key), *rest])
+
+
+# --- The application --------------------------------------------------------------------
+
+
+class _Group(TyperGroup):
+    """Root group: turns an AdminError from any command into one line on stderr and exit 1."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AdminError as exc:
+            typer.echo(f"gatewayctl: {exc}", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="gatewayctl",
+    help="Operate a running gatewayd over its admin socket: accounts, payments, keys, usage.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # locals may hold a password or a secret
+)
+account_app = typer.Typer(help="Accounts, their payments, groups and embedding models.",
+                          no_args_is_help=True)
+key_app = typer.Typer(help="API keys: create, inspect, limit, disable, revoke.",
+                      no_args_is_help=True)
+app.add_typer(account_app, name="account")
+app.add_typer(key_app, name="key")
+
+
+# --- account ----------------------------------------------------------------------------
+
+
+@account_app.command("create")
+def account_create(
+    email: Annotated[str, typer.Argument(help="Login email of the new account.")],
+    name: Annotated[Optional[str], typer.Option(help="Display name.", parser=parse_name)] = None,
+    timezone: Annotated[
+        Optional[str],
+        typer.Option(metavar="Area/City", help="IANA time zone; key expiry dates use it.",
+                     parser=parse_timezone),
+    ] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read a console password from stdin.")
+    ] = False,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Create an account."""
+    s = session(socket, json_output)
+    body: dict[str, Any] = {"email": email}
+    if name is not None:
+        body["name"] = name
+    if timezone is not None:
+        body["timezone"] = timezone
+    if password_stdin:
+        body["password"] = read_password("--password-stdin")
+    account = s.api.post("/admin/v1/accounts", body)
+    s.emit(account, lambda c: render.show_object(c, account, render.ACCOUNT, "Account created"))
+
+
+@account_app.command("list")
+def account_list(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """List all accounts."""
+    s = session(socket, json_output)
+    accounts = data(s.api.get("/admin/v1/accounts"))
+    s.emit(accounts, lambda c: render.show_list(
+        c, accounts, render.ACCOUNT_COLUMNS, empty="No accounts."))
+
+
+@account_app.command("show")
+def account_show(account: AccountArg, socket: SocketOpt = None, json_output: JsonOpt = False
+                 ) -> None:
+    """Show one account."""
+    s = session(socket, json_output)
+    found = s.api.get(account_path(account))
+    s.emit(found, lambda c: render.show_object(c, found, render.ACCOUNT))
+
+
+@account_app.command("update")
+def account_update(
+    account: AccountArg,
+    name: Annotated[Optional[str], typer.Option(help="New display name.", parser=parse_name)
+                    ] = None,
+    timezone: Annotated[
+        Optional[str],
+        typer.Option(metavar="Area/City", help="New IANA time zone.", parser=parse_timezone),
+    ] = None,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Change an account's name or time zone."""
+    body: dict[str, Any] = {}
+    if name is not None:
+        body["name"] = name
+    if timezone is not None:
+        body["timezone"] = timezone
+    if not body:
+        raise nothing_to_change()
+    s = session(socket, json_output)
+    updated = s.api.patch(account_path(account), body)
+    s.emit(updated, lambda c: render.show_object(c, updated, render.ACCOUNT, "Account updated"))
+
+
+@account_app.command("password")
+def account_password(account: AccountArg, socket: SocketOpt = None,
+                     json_output: JsonOpt = False) -> None:
+    """Set the console password: read from stdin, or prompted twice (hidden) on a terminal."""
+    s = session(socket, json_output)
+    updated = s.api.put(account_path(account, "password"), {"password": read_password("stdin")})
+    s.emit(updated, lambda c: c.print(f"Password set for {updated.get('email', account)}.",
+                                      markup=False))
+
+
+@account_app.command("pay")
+def account_pay(
+    account: AccountArg,
+    amount: Annotated[
+        int, typer.Argument(metavar="AMOUNT_USD", help="US dollars, e.g. 10.50.",
+                            parser=parse_payment)
+    ],
+    note: Annotated[Optional[str], typer.Option(metavar="TEXT", help="Kept with the payment.")
+                    ] = None,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Record a payment: adds to the balance and to the total paid."""
+    s = session(socket, json_output)
+    body: dict[str, Any] = {"amount_nano": amount}
+    if note is not None:
+        body["note"] = note
+    answer = s.api.post(account_path(account, "payments"), body)
+
+    def human(c: Console) -> None:
+        paid = answer.get("account") or {}
+        render.show_object(c, answer.get("payment") or {}, render.PAYMENT, "Payment recorded")
+        c.print(f"{paid.get('email', account)}: balance {format_usd(paid.get('balance_nano'))}, "
+                f"total paid {format_usd(paid.get('total_paid_nano'))}", markup=False)
+
+    s.emit(answer, human)
+
+
+@account_app.command("payments")
+def account_payments(account: AccountArg, socket: SocketOpt = None,
+                     json_output: JsonOpt = False) -> None:
+    """List an account's payments."""
+    s = session(socket, json_output)
+    payments = data(s.api.get(account_path(account, "payments")))
+    s.emit(payments, lambda c: render.show_list(
+        c, payments, render.PAYMENT_COLUMNS, empty="No payments."))
+
+
+@account_app.command("groups")
+def account_groups(
+    account: AccountArg,
+    groups: Annotated[
+        str, typer.Argument(metavar="G1,G2", help='Groups the account may use; "" clears.')
+    ],
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Set the groups an account may use (replaces the list)."""
+    names = split_names(groups, "G1,G2", allow_empty=True)
+    s = session(socket, json_output)
+    updated = s.api.put(account_path(account, "groups"), {"groups": names})
+    s.emit(updated, lambda c: render.show_object(c, updated, render.ACCOUNT, "Groups set"))
+
+
+@account_app.command("embeddings")
+def account_embeddings(
+    account: AccountArg,
+    model: Annotated[str, typer.Argument(help="Embedding model id.")],
+    enable: Annotated[
+        bool, typer.Option("--enable/--disable", help="Allow or stop the model for this account.")
+    ],
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Turn one embedding model on or off for an account."""
+    s = session(socket, json_output)
+    updated = s.api.put(account_path(account, "embeddings", segment(model)), {"enabled": enable})
+    title = f"Embedding model {model} {'enabled' if enable else 'disabled'}"
+    s.emit(updated, lambda c: render.show_object(c, updated, render.ACCOUNT, title))
+
+
+# --- key --------------------------------------------------------------------------------
+
+ModelsOpt = Annotated[
+    Optional[str],
+    typer.Option("--models", metavar="M1,M2", help="Only these models (comma-separated)."),
+]
+AllowIpOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--allow-ip", metavar="CIDR", parser=parse_ip_network,
+                 help="Only from this address or network; repeat for more."),
+]
+GroupOpt = Annotated[Optional[str], typer.Option("--group", metavar="G", parser=parse_name,
+                                                 help="Price group the key uses.")]
+SpendLimitOpt = Annotated[
+    Optional[int],
+    typer.Option("--spend-limit", metavar="USD", parser=parse_usd,
+                 help="Stop the key after it has spent this much."),
+]
+ExpiresOpt = Annotated[
+    Optional[str],
+    typer.Option("--expires", metavar="YYYY-MM-DD", parser=parse_date,
+                 help="Last day the key works (end of day, account time zone)."),
+]
+
+
+@key_app.command("create")
+def key_create(
+    account: AccountArg,
+    name: Annotated[str, typer.Option("--name", metavar="N", help="Key name.", parser=parse_name)],
+    spend_limit: SpendLimitOpt = None,
+    expires: ExpiresOpt = None,
+    models: ModelsOpt = None,
+    allow_ip: AllowIpOpt = None,
+    group: GroupOpt = None,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Create a key for an account and print its secret (shown this once)."""
+    body: dict[str, Any] = {"name": name}
+    if spend_limit is not None:
+        body["spend_limit_nano"] = spend_limit
+    if expires is not None:
+        body["expires_on"] = expires
+    if models is not None:
+        body["models"] = split_names(models, "'--models'", allow_empty=False)
+    if allow_ip:
+        body["allow_ips"] = allow_ip
+    if group is not None:
+        body["group"] = group
+    s = session(socket, json_output)
+    key = s.api.post(account_path(account, "keys"), body)
+
+    def human(c: Console) -> None:
+        render.show_object(c, key, render.KEY, "Key created")
+        render.show_secret(c, str(key.get("secret", "")))
+
+    s.emit(key, human)
+
+
+@key_app.command("list")
+def key_list(account: AccountArg, socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """List an account's keys."""
+    s = session(socket, json_output)
+    keys = data(s.api.get(account_path(account, "keys")))
+    s.emit(keys, lambda c: render.show_list(c, keys, render.KEY_COLUMNS, empty="No keys."))
+
+
+@key_app.command("show")
+def key_show(key: KeyArg, socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """Show one key."""
+    s = session(socket, json_output)
+    found = s.api.get(key_path(key))
+    s.emit(found, lambda c: render.show_object(c, found, render.KEY))
+
+
+@key_app.command("update")
+def key_update(
+    key: KeyArg,
+    name: Annotated[Optional[str], typer.Option("--name", metavar="N", help="New name.",
+                                                parser=parse_name)] = None,
+    spend_limit: SpendLimitOpt = None,
+    no_spend_limit: Annotated[bool, typer.Option("--no-spend-limit",
+                                                 help="Remove the spend limit.")] = False,
+    expires: ExpiresOpt = None,
+    no_expiry: Annotated[bool, typer.Option("--no-expiry", help="Never expire.")] = False,
+    models: ModelsOpt = None,
+    all_models: Annotated[bool, typer.Option("--all-models", help="Allow every model.")] = False,
+    allow_ip: AllowIpOpt = None,
+    any_ip: Annotated[bool, typer.Option("--any-ip", help="Allow any address.")] = False,
+    group: GroupOpt = None,
+    no_group: Annotated[bool, typer.Option("--no-group", help="Use no group.")] = False,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Change a key. Only the settings given change; the rest stay as they are."""
+    exclusive({"--spend-limit": spend_limit is not None, "--no-spend-limit": no_spend_limit})
+    exclusive({"--expires": expires is not None, "--no-expiry": no_expiry})
+    exclusive({"--models": models is not None, "--all-models": all_models})
+    exclusive({"--allow-ip": bool(allow_ip), "--any-ip": any_ip})
+    exclusive({"--group": group is not None, "--no-group": no_group})
+    body: dict[str, Any] = {}
+    if name is not None:
+        body["name"] = name
+    if spend_limit is not None or no_spend_limit:
+        body["spend_limit_nano"] = spend_limit
+    if expires is not None or no_expiry:
+        body["expires_on"] = expires
+    if models is not None:
+        body["models"] = split_names(models, "'--models'", allow_empty=False)
+    elif all_models:
+        body["models"] = None
+    if allow_ip or any_ip:
+        body["allow_ips"] = allow_ip or None
+    if group is not None or no_group:
+        body["group"] = group
+    if not body:
+        raise nothing_to_change()
+    s = session(socket, json_output)
+    updated = s.api.patch(key_path(key), body)
+    s.emit(updated, lambda c: render.show_object(c, updated, render.KEY, "Key updated"))
+
+
+def _key_state_command(action: str, summary: str) -> None:
+    """``key disable|enable|revoke KEY``: the same call to a different endpoint."""
+
+    def command(key: KeyArg, socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+        s = session(socket, json_output)
+        changed = s.api.post(key_path(key, action))
+        s.emit(changed, lambda c: render.show_object(c, changed, render.KEY))
+
+    command.__doc__ = summary
+    command.__name__ = f"key_{action}"
+    key_app.command(action)(command)
+
+
+_key_state_command("disable", "Stop a key from working until it is enabled again.")
+_key_state_command("enable", "Let a disabled key work again.")
+_key_state_command("revoke", "Delete a key for good. It cannot be enabled again.")
+
+
+# --- balance, usage, audit -------------------------------------------------------------
+
+
+@app.command("balance")
+def balance(account: AccountArg, socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """Show an account's balance, held amount and total paid."""
+    s = session(socket, json_output)
+    answer = s.api.get(account_path(account, "balance"))
+    title = f"Balance of {account}"
+    s.emit(answer, lambda c: render.show_object(c, answer, render.BALANCE, title))
+
+
+@app.command("usage")
+def usage(
+    account: AccountArg,
+    key: Annotated[Optional[str], typer.Option("--key", metavar="KEY",
+                                               help="Only this key's requests.")] = None,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", min=1,
+                                       help="How many requests, newest first.")] = 50,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Recent requests of an account: model, tokens and cost of each, newest first."""
+    s = session(socket, json_output)
+    params: dict[str, Any] = {"limit": limit}
+    if key is not None:
+        params["key"] = key
+    rows = data(s.api.get(account_path(account, "usage"), params=params))
+    s.emit(rows, lambda c: render.show_list(c, rows, render.USAGE_COLUMNS, empty="No usage."))
+
+
+@app.command("audit")
+def audit(
+    show_all: Annotated[bool, typer.Option("--all", help="List every account and key, "
+                                           "not only those with problems.")] = False,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Check the money invariants (design.md section 4); exit status 1 if any fails."""
+    s = session(socket, json_output)
+    report = s.api.get("/admin/v1/audit")
+    if not isinstance(report, dict):
+        raise AdminError("gatewayd answered the audit with something that is not an object")
+    s.emit(report, lambda c: render.show_audit(c, report, show_all=show_all))
+    if report.get("ok") is not True:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app(prog_name="gatewayctl")
