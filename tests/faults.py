@@ -1,0 +1,107 @@
+"""Helpers shared by the fault-injection tests (tests/test_faults_*.py).
+
+Raw httpx on purpose: a fault test must see the exact bytes and the exact moment a
+stream breaks, which the SDKs hide behind retries and exceptions. Money is always
+checked the same way afterwards: the audit is ok, nothing is held, and the usage rows
+add up to the balance change.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from typing import Callable
+
+import httpx
+
+from tests.live import BIN, unique_email
+
+PAID = 10_000_000_000  # $10 in nano-dollars, what Admin.account pays by default
+
+
+def chat_body(text: str, *, stream: bool = True, model: str = "gpt-4.1-mini", **extra) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": text}], "stream": stream, **extra}
+
+
+def messages_body(text: str, *, stream: bool = True, model: str = "claude-haiku-4-5", **extra) -> dict:
+    return {"model": model, "max_tokens": 256, "messages": [{"role": "user", "content": text}], "stream": stream,
+            **extra}
+
+
+def headers(secret: str) -> dict:
+    return {"authorization": f"Bearer {secret}", "anthropic-version": "2023-06-01"}
+
+
+def new_account(daemon, *, paid_usd: str | None = "10", **key_fields) -> tuple[dict, dict, str]:
+    account = daemon.admin.account(unique_email("fault"), paid_usd=paid_usd)
+    key = daemon.admin.key(account["id"], **key_fields)
+    return account, key, key["secret"]
+
+
+def sse_events(raw: bytes) -> list[tuple[str | None, str]]:
+    """(event name, data) of each SSE event in ``raw``."""
+    out = []
+    for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+        name, data = None, []
+        for line in block.decode().split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+        if data:
+            out.append((name, "\n".join(data)))
+    return out
+
+
+def stream_all(url: str, path: str, secret: str, body: dict, timeout: float = 15) -> tuple[int, dict, bytes]:
+    with httpx.Client(timeout=timeout) as http:
+        with http.stream("POST", url + path, json=body, headers=headers(secret)) as response:
+            raw = response.read()
+            return response.status_code, dict(response.headers), raw
+
+
+def wait_until(check: Callable[[], object], timeout: float = 5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def settled_row(daemon, account_id: str, request_id: str | None = None, timeout: float = 5) -> dict:
+    """The usage row of a request, waiting for it (settlement of a cut stream is asynchronous to the client)."""
+
+    def find():
+        rows = daemon.admin.usage(account_id)
+        if request_id is None:
+            return rows[0] if rows else None
+        return next((r for r in rows if r["request_id"] == request_id), None)
+
+    return wait_until(find, timeout, f"usage row {request_id or ''}")
+
+
+def assert_money_consistent(daemon, account_id: str, paid_nano: int = PAID) -> dict:
+    """Audit ok, nothing held, and the account's usage rows add up to what left the balance."""
+    audit = daemon.admin.audit()
+    assert audit["ok"] is True, json.dumps(audit, indent=1)
+    balance = daemon.admin.balance(account_id)
+    assert balance["held_nano"] == 0, balance
+    rows = daemon.admin.usage(account_id, limit=1000)
+    assert paid_nano - sum(r["cost_nano"] for r in rows) == balance["balance_nano"], (balance, rows)
+    return balance
+
+
+def gatewayctl_audit(socket_path: str) -> tuple[int, dict]:
+    done = subprocess.run([str(BIN / "gatewayctl"), "audit", "--json", "--socket", socket_path],
+                          capture_output=True, text=True, timeout=30)
+    return done.returncode, json.loads(done.stdout)
+
+
+def sim_entry(sim, marker: str) -> dict:
+    found = sim.requests(marker)
+    assert len(found) == 1, f"expected one upstream request containing {marker!r}, got {len(found)}"
+    return found[0]

@@ -1,0 +1,220 @@
+"""Streams under faults: idle timeout, client disconnect, upstream errors mid-stream.
+
+Each test injects one fault with a ``[[sim:fault=...]]`` marker and then checks the
+money: the usage row (status, tokens, cost to the nano-dollar), nothing left held, and
+the audit ok. A unique nonce in each prompt finds the request in the simulator's log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+import pytest
+
+from tests.faults import (
+    assert_money_consistent, chat_body, headers, messages_body, new_account, settled_row, sim_entry, sse_events,
+    stream_all, wait_until,
+)
+from tests.live import Daemon
+
+# per-token prices in nano-dollars (catalogue: USD per 1M tokens x 1000)
+MINI = (400, 1600)  # gpt-4.1-mini
+HAIKU = (1000, 5000)  # claude-haiku-4-5
+
+
+def nonce() -> str:
+    return "n" + uuid.uuid4().hex[:12]
+
+
+def cost(row: dict, prices: tuple[int, int]) -> int:
+    return row["input_tokens"] * prices[0] + row["output_tokens"] * prices[1]
+
+
+def content_of_chat(events) -> str:
+    text = ""
+    for _, data in events:
+        if data == "[DONE]":
+            continue
+        for choice in json.loads(data).get("choices") or ():
+            text += choice.get("delta", {}).get("content") or ""
+    return text
+
+
+@pytest.fixture(scope="module")
+def idle_daemon(sim, tmp_path_factory):
+    d = Daemon(tmp_path_factory.mktemp("idle"), sim.url, server="stream_idle_timeout_s = 1\n")
+    yield d
+    d.stop()
+
+
+# -- 1. idle timeout --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_idle_timeout_chat_gets_error_event_and_pays_for_what_came(idle_daemon, sim):
+    account, _, secret = new_account(idle_daemon)
+    n = nonce()
+    started = time.monotonic()
+    status, hdrs, raw = stream_all(idle_daemon.url, "/v1/chat/completions", secret,
+                                   chat_body(f"{n} [[sim:words=20]] [[sim:fault=stall_after:3]]"))
+    assert status == 200
+    assert time.monotonic() - started < 5, "the idle cut-off did not fire after 1 s"
+    events = sse_events(raw)
+    assert events[-1][1] != "[DONE]", "a timed-out stream must not look complete"
+    error = json.loads(events[-1][1])["error"]
+    assert error["type"] == "timeout_error" and "incomplete" in error["message"]
+    assert len(content_of_chat(events[:-1]).split()) == 3
+    row = settled_row(idle_daemon, account["id"], hdrs["x-request-id"])
+    assert row["status"] == "idle_timeout"
+    assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+    assert row["cost_nano"] == cost(row, MINI)
+    assert_money_consistent(idle_daemon, account["id"])
+    wait_until(lambda: sim_entry(sim, n)["cancelled"], 3, "the upstream to see the gateway hang up")
+
+
+@pytest.mark.slow
+def test_idle_timeout_messages_gets_error_event(idle_daemon):
+    account, _, secret = new_account(idle_daemon)
+    status, hdrs, raw = stream_all(idle_daemon.url, "/v1/messages", secret,
+                                   messages_body(f"{nonce()} [[sim:words=20]] [[sim:fault=stall_after:4]]"))
+    assert status == 200
+    events = sse_events(raw)
+    name, data = events[-1]
+    assert name == "error" and json.loads(data)["error"]["type"] == "timeout_error"
+    assert "message_stop" not in [e[0] for e in events]
+    row = settled_row(idle_daemon, account["id"], hdrs["x-request-id"])
+    assert row["status"] == "idle_timeout"
+    # message_start reports output_tokens 1; the four words streamed are more than that
+    assert row["output_tokens"] >= 4
+    assert row["cost_nano"] == cost(row, HAIKU)
+    assert_money_consistent(idle_daemon, account["id"])
+
+
+@pytest.mark.slow
+def test_non_streaming_request_has_no_idle_cutoff(idle_daemon):
+    account, _, secret = new_account(idle_daemon)
+    with httpx.Client(timeout=15) as http:
+        response = http.post(idle_daemon.url + "/v1/chat/completions", headers=headers(secret),
+                             json=chat_body(f"{nonce()} [[sim:fault=delay_ms:2500]]", stream=False))
+    assert response.status_code == 200, response.text
+    row = settled_row(idle_daemon, account["id"], response.headers["x-request-id"])
+    assert row["status"] == "ok" and row["cost_nano"] == cost(row, MINI)
+    assert_money_consistent(idle_daemon, account["id"])
+
+
+# -- 2. client disconnect ---------------------------------------------------------------
+
+
+def _read_then_hang_up(url: str, path: str, secret: str, body: dict, events_wanted: int) -> tuple[str, bytes]:
+    got = b""
+    with httpx.Client(timeout=15) as http:
+        with http.stream("POST", url + path, json=body, headers=headers(secret)) as response:
+            assert response.status_code == 200
+            request_id = response.headers["x-request-id"]
+            for chunk in response.iter_raw():
+                got += chunk
+                if got.count(b"\n\n") >= events_wanted:
+                    break
+    return request_id, got  # leaving both blocks closes the connection
+
+
+@pytest.mark.parametrize("path,make_body,prices", [
+    ("/v1/chat/completions", chat_body, MINI),
+    ("/v1/messages", messages_body, HAIKU),
+], ids=["chat", "messages"])
+def test_client_disconnect_cancels_upstream_and_charges_what_was_streamed(gateway, sim, path, make_body, prices):
+    account, _, secret = new_account(gateway)
+    n = nonce()
+    body = make_body(f"{n} [[sim:words=200]] [[sim:fault=chunk_delay_ms:30]]")
+    request_id, got = _read_then_hang_up(gateway.url, path, secret, body, events_wanted=8)
+    hung_up = time.monotonic()
+    entry = wait_until(lambda: (e := sim_entry(sim, n))["cancelled"] and e, 3, "the upstream call to be cancelled")
+    assert time.monotonic() - hung_up < 1.0, "the upstream call outlived the client by more than a second"
+    row = settled_row(gateway, account["id"], request_id)
+    assert row["status"] == "client_disconnected"
+    assert row["input_tokens"] > 0
+    # what reached us plus what was in flight: a few words, far fewer than the 200 asked for
+    assert 3 <= row["output_tokens"] < 100, row
+    assert row["cost_nano"] == cost(row, prices)
+    assert entry["stream"] is True
+    assert_money_consistent(gateway, account["id"])
+
+
+# -- 3. upstream failures mid-stream ----------------------------------------------------
+
+
+def test_upstream_error_event_mid_stream_chat(gateway, sim):
+    account, _, secret = new_account(gateway)
+    status, hdrs, raw = stream_all(gateway.url, "/v1/chat/completions", secret,
+                                   chat_body(f"{nonce()} [[sim:words=30]] [[sim:fault=error_after:5]]"))
+    assert status == 200
+    events = sse_events(raw)
+    assert "error" in json.loads(events[-1][1])
+    assert all(data != "[DONE]" for _, data in events)
+    assert len(content_of_chat(events[:-1]).split()) == 5
+    row = settled_row(gateway, account["id"], hdrs["x-request-id"])
+    assert row["status"] == "upstream_error"
+    assert row["output_tokens"] >= 5 and row["cost_nano"] == cost(row, MINI)
+    rows = gateway.admin.usage(account["id"])
+    assert len(rows) == 1, "charged more than once"
+    assert_money_consistent(gateway, account["id"])
+
+
+def test_upstream_error_event_mid_stream_messages(gateway):
+    account, _, secret = new_account(gateway)
+    status, hdrs, raw = stream_all(gateway.url, "/v1/messages", secret,
+                                   messages_body(f"{nonce()} [[sim:words=30]] [[sim:fault=error_after:5]]"))
+    assert status == 200
+    events = sse_events(raw)
+    assert events[-1][0] == "error"
+    assert "message_stop" not in [e[0] for e in events]
+    row = settled_row(gateway, account["id"], hdrs["x-request-id"])
+    assert row["status"] == "upstream_error" and row["output_tokens"] >= 5
+    assert row["cost_nano"] == cost(row, HAIKU)
+    assert len(gateway.admin.usage(account["id"])) == 1
+    assert_money_consistent(gateway, account["id"])
+
+
+def test_upstream_error_mid_stream_translated_chat_to_messages(gateway):
+    """chat client, Anthropic upstream: the messages error event becomes a chat error chunk."""
+    account, _, secret = new_account(gateway)
+    status, hdrs, raw = stream_all(gateway.url, "/v1/chat/completions", secret,
+                                   chat_body(f"{nonce()} [[sim:words=30]] [[sim:fault=error_after:5]]",
+                                             model="claude-haiku-4-5"))
+    assert status == 200
+    events = sse_events(raw)
+    assert "error" in json.loads(events[-1][1]), events[-3:]
+    assert all(data != "[DONE]" for _, data in events)
+    row = settled_row(gateway, account["id"], hdrs["x-request-id"])
+    assert row["status"] != "ok" and row["output_tokens"] >= 5
+    assert row["cost_nano"] == cost(row, HAIKU)
+    assert_money_consistent(gateway, account["id"])
+
+
+@pytest.mark.parametrize("path,make_body", [
+    ("/v1/chat/completions", chat_body), ("/v1/messages", messages_body)], ids=["chat", "messages"])
+def test_upstream_drops_connection_mid_stream(gateway, path, make_body):
+    account, _, secret = new_account(gateway)
+    status, hdrs, raw = stream_all(gateway.url, path, secret,
+                                   make_body(f"{nonce()} [[sim:words=30]] [[sim:fault=drop_after:4]]"))
+    assert status == 200
+    name, data = sse_events(raw)[-1]
+    assert "incomplete" in data
+    if path == "/v1/messages":
+        assert name == "error"
+    row = settled_row(gateway, account["id"], hdrs["x-request-id"])
+    assert row["status"] == "upstream_broken" and row["output_tokens"] >= 4
+    assert_money_consistent(gateway, account["id"])
+
+
+def test_upstream_without_final_usage_is_billed_from_the_stream(gateway):
+    account, _, secret = new_account(gateway)
+    status, hdrs, raw = stream_all(gateway.url, "/v1/chat/completions", secret,
+                                   chat_body(f"{nonce()} [[sim:words=25]] [[sim:fault=no_usage]]"))
+    assert status == 200 and sse_events(raw)[-1][1] == "[DONE]"
+    row = settled_row(gateway, account["id"], hdrs["x-request-id"])
+    assert row["status"] == "ok" and row["output_tokens"] >= 25
+    assert_money_consistent(gateway, account["id"])
