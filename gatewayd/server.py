@@ -26,6 +26,7 @@ from gatewayd.admin.api import create_admin_app
 from gatewayd.app import Listener, create_app
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, ConfigError, parse_host_port
+from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.money import usd_to_nano
 from gatewayd.providers.upstream import Upstream
@@ -161,12 +162,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             )
             relay = Relay(config, directory, Ledger(store), upstream)
             public_app = create_app(relay)
-            try:
-                from gatewayd.console import mount_console
-
-                mount_console(public_app, directory, store, config)
-            except ImportError:
-                pass
+            mount_console(public_app, directory, store, config)
             admin_app = create_admin_app(directory, store, time.time)
             shutdown = trio.Event()
             admin_path = config.server.admin_socket

@@ -1,0 +1,31 @@
+"""The web console for account holders, served by gatewayd under ``/console``.
+
+Server-rendered pages (Quart templates), one vendored stylesheet and a few lines of
+script for the copy button; no build step and nothing loaded from elsewhere. The
+admin CLI stays the operator's tool; the console is where an account holder manages
+keys and reads the balance and the usage log.
+"""
+
+from __future__ import annotations
+
+from quart import Quart
+
+from gatewayd.config import Config
+from gatewayd.directory import Directory
+from gatewayd.store.sqlite import SQLiteStore
+
+
+def mount_console(app: Quart, directory: Directory, store: SQLiteStore, config: Config) -> None:
+    """Register the console blueprint on the public app."""
+    from gatewayd.console.session import Sessions, SignInThrottle, load_secret
+    from gatewayd.console.views import create_blueprint
+    from gatewayd.console.web import Console
+
+    console = Console(
+        directory=directory, store=store, config=config, sessions=Sessions(load_secret(config)),
+        throttle=SignInThrottle(),
+    )
+    app.register_blueprint(create_blueprint(console))
+
+
+__all__ = ["mount_console"]

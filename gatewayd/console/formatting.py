@@ -1,0 +1,71 @@
+"""How the console writes money, times and counts for people.
+
+Money goes through ``format_usd`` (exact, no floats) and only loses trailing zeros
+past the cents, so $10.500000 reads $10.50 while a $0.000052 request keeps every
+digit. Times are stored as UTC ISO strings and shown in the account's time zone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from functools import lru_cache
+from zoneinfo import ZoneInfo
+
+from gatewayd.money import format_usd
+
+
+def usd(nano: int | None) -> str:
+    text = format_usd(nano)
+    if nano is None or "." not in text:
+        return text
+    whole, frac = text.split(".")
+    return f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
+
+
+@lru_cache(maxsize=256)
+def zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def parse_utc(iso: str) -> dt.datetime:
+    """'2026-11-21T20:59:04.123Z' -> an aware UTC datetime."""
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+def to_utc_iso(moment: dt.datetime) -> str:
+    """The store's own format, so string comparison in SQL orders instants correctly."""
+    return moment.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def local_time(iso: str | None, timezone: str, with_seconds: bool = True) -> str:
+    if not iso:
+        return ""
+    moment = parse_utc(iso).astimezone(zone(timezone))
+    return moment.strftime("%Y-%m-%d %H:%M:%S" if with_seconds else "%Y-%m-%d %H:%M")
+
+
+def local_iso(iso: str, timezone: str) -> str:
+    """For CSV: the local time with its UTC offset, unambiguous for spreadsheets and scripts."""
+    return parse_utc(iso).astimezone(zone(timezone)).isoformat(timespec="seconds")
+
+
+def local_today(timezone: str, now: dt.datetime | None = None) -> dt.date:
+    return (now or dt.datetime.now(dt.timezone.utc)).astimezone(zone(timezone)).date()
+
+
+def day_start_utc(day: dt.date, timezone: str) -> str:
+    """Midnight at the start of ``day`` in the account's zone, as a stored-format UTC string."""
+    return to_utc_iso(dt.datetime.combine(day, dt.time(0), tzinfo=zone(timezone)))
+
+
+def zone_label(timezone: str) -> str:
+    """'Europe/Paris (UTC+01:00)' for page footers and column headers."""
+    offset = dt.datetime.now(zone(timezone)).strftime("%z")
+    return f"{timezone} (UTC{offset[:3]}:{offset[3:]})" if offset else timezone
+
+
+def tokens(count: int | None) -> str:
+    return "" if count is None else f"{count:,}"
+
+
+FILTERS = {"usd": usd, "local_time": local_time, "tokens": tokens}

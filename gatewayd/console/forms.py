@@ -1,0 +1,139 @@
+"""The key form: what a person types, to the fields ``Directory.create_key/update_key`` take.
+
+Only the shape is checked here (dollars to nano-dollars, lines to a list); the rules
+themselves (50 characters, 1,000 keys, known models and groups, valid addresses) stay
+in the directory, whose message the page shows. The form keeps the text as typed, so
+a refused form comes back with everything the person entered.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+import attrs
+
+from gatewayd.money import NANO_PER_USD, MoneyError, usd_to_nano
+from gatewayd.records import Key
+
+_IP_SEPARATORS = re.compile(r"[\s,]+")
+MAX_SPEND_LIMIT_NANO = 10**9 * NANO_PER_USD  # far below SQLite's 64-bit integers
+
+
+class FormError(Exception):
+    """Input that cannot even be handed to the directory; ``field`` names the input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def nano_to_plain_usd(nano: int | None) -> str:
+    """10_500_000_000 -> '10.50' for an input box (exact: trailing zeros trimmed to cents)."""
+    if nano is None:
+        return ""
+    text = format(Decimal(nano) / NANO_PER_USD, "f")
+    whole, _, frac = text.partition(".")
+    frac = frac.rstrip("0").ljust(2, "0")
+    return f"{whole}.{frac}"
+
+
+# Which input a directory message is about, from the words it starts with.
+_FIELD_OF_MESSAGE = (
+    ("key name", "name"),
+    ("spend_limit", "spend_limit"),
+    ("expires_on", "expires_on"),
+    ("models", "models"),
+    ("no model", "models"),
+    ("allow_ips", "allow_ips"),
+    ("no group", "group"),
+)
+
+
+def field_of(message: str) -> str | None:
+    for prefix, field in _FIELD_OF_MESSAGE:
+        if message.startswith(prefix):
+            return field
+    return None
+
+
+def friendly(message: str) -> str:
+    """The directory speaks the admin API's field names; say them as the form labels them."""
+    return (
+        message.replace("spend_limit_nano must be a non-negative integer number of nano-dollars",
+                        "spend limit must be a dollar amount of zero or more")
+        .replace("expires_on must be a date YYYY-MM-DD", "expiry date must be a date YYYY-MM-DD")
+        .replace("allow_ips: ", "IP allowlist: ")
+        .replace("allow_ips must be", "IP allowlist must be")
+        .replace("models must be a non-empty list of model ids (or null for every model)",
+                 "choose at least one model, or allow every model")
+    )
+
+
+@attrs.define
+class KeyForm:
+    name: str = ""
+    spend_limit: str = ""
+    expires_on: str = ""
+    model_scope: str = "all"  # "all" | "selected"
+    models: list[str] = attrs.Factory(list)
+    allow_ips: str = ""
+    group: str = ""
+
+    @classmethod
+    def from_key(cls, key: Key) -> "KeyForm":
+        return cls(
+            name=key.name,
+            spend_limit=nano_to_plain_usd(key.spend_limit_nano),
+            expires_on=key.expires_on.isoformat() if key.expires_on else "",
+            model_scope="all" if key.models is None else "selected",
+            models=sorted(key.models or ()),
+            allow_ips="\n".join(str(n) for n in key.allow_ips or ()),
+            group=key.group or "",
+        )
+
+    @classmethod
+    def from_form(cls, form: Any) -> "KeyForm":
+        return cls(
+            name=form.get("name", ""),
+            spend_limit=form.get("spend_limit", "").strip(),
+            expires_on=form.get("expires_on", "").strip(),
+            model_scope="selected" if form.get("model_scope") == "selected" else "all",
+            models=[m for m in form.getlist("models") if m],
+            allow_ips=form.get("allow_ips", ""),
+            group=form.get("group", "").strip(),
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The directory's keyword arguments; raises FormError for input of the wrong shape."""
+        return {
+            "name": self.name.strip(),
+            "spend_limit_nano": self._spend_limit(),
+            "expires_on": self.expires_on or None,
+            "models": self._models(),
+            "allow_ips": [e for e in _IP_SEPARATORS.split(self.allow_ips) if e] or None,
+            "group": self.group or None,
+        }
+
+    def _spend_limit(self) -> int | None:
+        text = self.spend_limit.removeprefix("$").replace(",", "").strip()
+        if not text:
+            return None
+        try:
+            nano = usd_to_nano(text)
+        except MoneyError:
+            raise FormError("spend_limit", f"spend limit must be a dollar amount such as 25 or 12.50 (got {text!r})")
+        if nano < 0:
+            raise FormError("spend_limit", "spend limit must not be negative")
+        if nano > MAX_SPEND_LIMIT_NANO:
+            raise FormError("spend_limit", "spend limit must be at most $1,000,000,000")
+        return nano
+
+    def _models(self) -> list[str] | None:
+        if self.model_scope != "selected":
+            return None
+        if not self.models:
+            raise FormError("models", "choose at least one model, or allow every model")
+        return list(dict.fromkeys(self.models))

@@ -1,0 +1,135 @@
+"""The console's plumbing shared by every page: the session per request, CSRF, errors.
+
+``before_request`` reads the session cookie into ``g.session`` (and the signed-in
+account into ``g.account``); ``after_request`` writes the cookie back when it changed
+and adds the security headers. A page that needs an account calls ``signed_in()``;
+every POST handler calls ``await checked_form()``, which refuses a missing CSRF token
+with 400 and a wrong one with 403 before the handler sees any field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from quart import Response, g, redirect, render_template, request, url_for
+
+from gatewayd.access import client_address
+from gatewayd.config import Config
+from gatewayd.console.formatting import zone_label
+from gatewayd.console.session import COOKIE, MAX_AGE_S, Session, Sessions, SignInThrottle, password_fingerprint
+from gatewayd.directory import Directory
+from gatewayd.records import Account
+from gatewayd.store.sqlite import SQLiteStore
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+@attrs.define
+class Console:
+    """Everything a console page needs, built once by ``mount_console``."""
+
+    directory: Directory
+    store: SQLiteStore
+    config: Config
+    sessions: Sessions
+    throttle: SignInThrottle
+    # key secrets waiting to be shown once: session id -> (key id, secret); popped when shown
+    reveals: dict[str, tuple[str, str]] = attrs.Factory(dict)
+
+
+class ConsoleError(Exception):
+    """A page-level refusal rendered as the console's error page."""
+
+    def __init__(self, status: int, title: str, message: str, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.title = title
+        self.message = message
+        self.headers = headers or {}
+
+
+class SignInRequired(Exception):
+    """No signed-in account: the page redirects to the sign-in form."""
+
+
+def not_found(what: str = "This page") -> ConsoleError:
+    return ConsoleError(404, "Not found", f"{what} does not exist, or it belongs to another account.")
+
+
+def load_session(console: Console) -> None:
+    session = console.sessions.read(request.cookies.get(COOKIE))
+    account = None
+    if session.account_id:
+        account = console.directory.accounts.get(session.account_id)
+        if account is None or password_fingerprint(account.password_hash) != session.fingerprint:
+            session = console.sessions.new()  # password changed (or account gone): signed out
+            account = None
+    g.session = session
+    g.account = account
+
+
+def finish_response(console: Console, response: Response) -> Response:
+    session: Session | None = getattr(g, "session", None)
+    if session is not None and session.dirty:
+        response.set_cookie(
+            COOKIE, console.sessions.dump(session), max_age=MAX_AGE_S, path="/console", httponly=True,
+            samesite="Lax", secure=is_tls(console),
+        )
+    response.headers.setdefault("Content-Security-Policy", CSP)
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    if not request.path.startswith("/console/static/"):
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def is_tls(console: Console) -> bool:
+    return request.scheme == "https" or console.config.server.tls_cert is not None
+
+
+def caller_address(console: Console) -> str:
+    client = request.scope.get("client")
+    peer = client[0] if client else None
+    return client_address(peer, request.headers.get("x-forwarded-for"), console.config.server.trusted_proxies) or ""
+
+
+def signed_in() -> Account:
+    if g.account is None:
+        raise SignInRequired()
+    return g.account
+
+
+async def checked_form(console: Console) -> Any:
+    """The POSTed form, after its CSRF token matched this session's."""
+    form = await request.form
+    token = form.get("csrf_token")
+    if not token:
+        raise ConsoleError(400, "Form refused", "This form arrived without its security token. "
+                           "Reload the page and try again.")
+    if not console.sessions.csrf_valid(g.session, token):
+        raise ConsoleError(403, "Form refused", "This form's security token does not match your session. "
+                           "Reload the page and try again.")
+    return form
+
+
+async def page(console: Console, template: str, status: int = 200, **context: Any) -> Response:
+    """Render a console template with what every page shows (account, zone, nav, CSRF token)."""
+    account: Account | None = g.account
+    html = await render_template(
+        template,
+        account=account,
+        timezone=account.timezone if account else "UTC",
+        zone_label=zone_label(account.timezone) if account else "",
+        csrf_token=console.sessions.csrf_token(g.session),
+        **context,
+    )
+    return Response(html, status=status, content_type="text/html; charset=utf-8")
+
+
+def to_signin() -> Response:
+    return redirect(url_for("console.signin"))
