@@ -10,6 +10,7 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 NANO_PER_USD = 1_000_000_000
+MAX_USD = 10**12  # far above any real balance; keeps nonsense like 1e400000 out
 
 
 class MoneyError(ValueError):
@@ -22,7 +23,7 @@ def usd_to_nano(value: str | int | Decimal) -> int:
         amount = Decimal(str(value).strip())
     except InvalidOperation:
         raise MoneyError(f"not a dollar amount: {value!r}") from None
-    if not amount.is_finite():
+    if not amount.is_finite() or abs(amount) > MAX_USD:
         raise MoneyError(f"not a dollar amount: {value!r}")
     nano = amount * NANO_PER_USD
     if nano != nano.to_integral_value():

@@ -106,6 +106,9 @@ class Daemon:
         workdir.mkdir(parents=True, exist_ok=True)
         self.socket = str(workdir / "admin.sock")
         self.config = workdir / "gatewayd.toml"
+        if "shutdown_grace_s" not in server:
+            # hypercorn keeps idle keep-alive connections until the grace period ends: keep teardown quick
+            server += "\nshutdown_grace_s = 2\n"
         self.config.write_text(
             f'[server]\nlisten = "127.0.0.1:0"\ndata_dir = "{workdir / "data"}"\n'
             f'admin_socket = "{self.socket}"\n{server}\n' + catalogue_pointed_at(sim_url, extra)

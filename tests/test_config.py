@@ -1,0 +1,124 @@
+"""Config validation: every mistake is one line naming the key, and exit status 2 from the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from gatewayd.config import ConfigError, load_config
+
+BIN = Path(sys.executable).parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gatewayd.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_a_file():
+    config = load_config(None, environ={})
+    assert config.server.listen == ("127.0.0.1:8080",)
+    assert config.server.max_body_bytes == 134_217_728
+    assert config.server.stream_idle_timeout_s == 300
+    assert config.server.models_visible_after_paid_nano == 3_000_000_000
+    assert config.database_url == "sqlite:///var/gateway.db"
+    chat = [m for m in config.models.values() if m.kind == "chat"]
+    assert len(chat) == 11
+    assert len([m for m in chat if m.dual_format]) == 4
+    assert [m.id for m in chat if not m.priced] == ["o3-pro"]
+    priced = [m for m in chat if m.priced]
+    assert min(m.input_price for m in priced) == 240 and max(m.input_price for m in priced) == 5500
+    assert min(m.output_price for m in priced) == 960 and max(m.output_price for m in priced) == 33000
+    assert config.models["o4-mini"].cached_input_price == 275  # $0.275/M, exact
+
+
+def test_environment_overrides(tmp_path):
+    config = load_config(None, environ={
+        "GATEWAY_DATABASE_URL": f"sqlite:///{tmp_path}/x.db",
+        "GATEWAY_ADMIN_SOCKET": str(tmp_path / "a.sock"),
+        "GATEWAY_REDIS_URL": "redis://127.0.0.1:6379/0",
+    })
+    assert config.database_url == f"sqlite:///{tmp_path}/x.db"
+    assert config.server.admin_socket == str(tmp_path / "a.sock")
+    assert config.redis_url == "redis://127.0.0.1:6379/0"
+
+
+def test_own_catalogue_and_groups(tmp_path):
+    path = write(tmp_path, """
+[server]
+listen = ["127.0.0.1:9000", "[::1]:9000"]
+trusted_proxies = ["10.0.0.0/8"]
+models_visible_after_paid = 0
+
+[[providers]]
+name = "local"
+protocol = "openai"
+base_url = "http://127.0.0.1:1234/v1/"
+api_key = "k"
+
+[[models]]
+id = "m1"
+provider = "local"
+input_price = 1.5
+output_price = 2
+rate_limit = { requests = 5, minutes = 2 }
+
+[[groups]]
+name = "vip"
+price_ratio = 0.75
+""")
+    config = load_config(path, environ={})
+    assert list(config.models) == ["m1"]
+    m1 = config.models["m1"]
+    assert (m1.input_price, m1.output_price, m1.rate_limit.requests, m1.rate_limit.minutes) == (1500, 2000, 5, 2)
+    assert m1.provider.base_url == "http://127.0.0.1:1234/v1"
+    assert config.groups["vip"].price_ratio == Fraction(3, 4)
+    assert "default" in config.groups
+    assert config.server.models_visible_after_paid_nano == 0
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[server]\nlisten = 8080\n", "server.listen: must be HOST:PORT"),
+    ("[server]\nstream_idle_timeout_s = 'long'\n", "server.stream_idle_timeout_s: must be a number"),
+    ("[server]\nmax_body_bytes = -1\n", "server.max_body_bytes: must be at least 1"),
+    ("[server]\ntrusted_proxies = ['not-an-ip']\n", "server.trusted_proxies: not an IP network"),
+    ("[server]\ncolour = 'blue'\n", "server.colour: unknown key"),
+    ("[server]\ntls_cert = 'a.pem'\n", "give both or neither"),
+    ("colour = 1\n", "colour: unknown top-level key"),
+    ("[database]\nurl = 'mysql://x'\n", "database.url: must start with"),
+    ("[[providers]]\nname='p'\nprotocol='grpc'\nbase_url='http://x'\n[[models]]\nid='m'\nprovider='p'\n",
+     "providers[0].protocol: must be one of openai, anthropic"),
+    ("[[providers]]\nname='p'\nprotocol='openai'\nbase_url='http://x'\n[[models]]\nid='m'\nprovider='q'\n",
+     "models[0].provider: no provider named 'q'"),
+    ("[[providers]]\nname='p'\nprotocol='openai'\nbase_url='http://x'\n"
+     "[[models]]\nid='m'\nprovider='p'\ninput_price=0.0001\n",
+     "models[0].input_price: price 0.0001 has more than three decimals"),
+    ("[[providers]]\nname='p'\nprotocol='openai'\nbase_url='http://x'\n"
+     "[[models]]\nid='m'\nprovider='p'\n[[models]]\nid='m'\nprovider='p'\n", "models[1].id: duplicate model"),
+    ("[server\n", "not valid TOML"),
+])
+def test_bad_config_names_the_key(tmp_path, text, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ={})
+    assert message in str(info.value)
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path):
+    path = write(tmp_path, "[server]\nlisten = 8080\n")
+    result = subprocess.run([str(BIN / "gatewayd"), "serve", "--config", str(path)], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "gatewayd: config error: server.listen: must be HOST:PORT or a list of them"]
+
+
+def test_cli_missing_file(tmp_path):
+    result = subprocess.run([str(BIN / "gatewayd"), "serve", "--config", str(tmp_path / "nope.toml")],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "file not found" in result.stderr and "Traceback" not in result.stderr
