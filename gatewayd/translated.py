@@ -69,6 +69,16 @@ class MessagesToChatPipe(Pipe):
         return self.translator.output_text
 
 
+def _tell_cache_writes(chat: dict, usage: usage_mod.Usage | None) -> dict:
+    """Chat usage has no place for cache writes, but the Responses usage does
+    (``input_tokens_details.cache_write_tokens``) and they are billed at their own rate:
+    carry them across from the messages usage so a responses client sees what it paid for."""
+    if usage is not None and usage.cache_write_tokens and isinstance(chat.get("usage"), dict):
+        details = chat["usage"].get("prompt_tokens_details") or {}
+        chat["usage"]["prompt_tokens_details"] = {**details, "cache_write_tokens": usage.cache_write_tokens}
+    return chat
+
+
 class ToResponsesPipe(Pipe):
     """Chat chunks (from a chat upstream, or translated from a messages upstream) -> responses events."""
 
@@ -87,7 +97,8 @@ class ToResponsesPipe(Pipe):
             if self.messages is not None:
                 if ev.event is None:
                     continue
-                yield from self.messages.feed(ev.event, orjson.loads(ev.data))
+                for chunk in self.messages.feed(ev.event, orjson.loads(ev.data)):
+                    yield _tell_cache_writes(chunk, self.messages.usage)
                 if self.messages.finished:
                     self.complete = True
             elif ev.data == b"[DONE]":
@@ -104,7 +115,9 @@ class ToResponsesPipe(Pipe):
                 out.extend(self._encode(self.responses.fail(chunk["error"])))
                 continue
             if chunk.get("usage"):
-                self.usage = usage_mod.from_chat(chunk["usage"])
+                # from a messages upstream, bill from its own usage: chat usage drops cache writes
+                from_messages = self.messages is not None
+                self.usage = self.messages.usage if from_messages else usage_mod.from_chat(chunk["usage"])
             out.extend(self._encode(self.responses.feed(chunk)))
         return b"".join(out)
 
@@ -163,10 +176,11 @@ def responses_via_chat(relay: Relay, ctx: Ctx, body: dict, model: Model, stream:
 
         def finish(raw: bytes):
             message = orjson.loads(raw)
-            chat = messages_response_to_chat(message, model=model.id, created=created)
+            usage = usage_mod.from_messages(message.get("usage"))
+            chat = _tell_cache_writes(messages_response_to_chat(message, model=model.id, created=created), usage)
             doc = chat_response_to_responses(chat, request=body, response_id="resp_" + os.urandom(12).hex(),
                                              created_at=created)
-            return orjson.dumps(doc), usage_mod.from_messages(message.get("usage"))
+            return orjson.dumps(doc), usage
 
         estimate = estimate_input_tokens(upstream_body)
     else:
