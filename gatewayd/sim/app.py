@@ -1,0 +1,440 @@
+"""The simulator's HTTP application: routes, the request log, faults and the stream driver.
+
+Each endpoint runs the same steps: record the request, check the vendor's headers, parse
+and validate the body, plan the reply (:mod:`.behaviour`), apply the faults the markers
+asked for, then render the plan through the endpoint's wire module, as one JSON body or as
+a stream driven by :func:`_drive`.
+
+Connection-level faults (``disconnect``, ``drop_after``) need to close the TCP connection
+under the app's feet, which ASGI cannot express. :func:`abort_connection` reaches
+hypercorn's connection through the ASGI ``send`` callable (captured per request by a tiny
+ASGI wrapper) and hands it hypercorn's own ``Closed`` event; see its docstring.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import attrs
+import orjson
+import trio
+from hypercorn.events import Closed
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from . import anthropic, embeddings, openai_chat, openai_responses
+from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, parse_markers, plan
+
+LOG_LIMIT = 1000
+_SEND_KEY = "gatewayd.sim.send"
+_BATCH_BYTES = 64 * 1024
+_JSON = "application/json"
+
+
+class SimulatedConnectionFault(RuntimeError):
+    """Raised to break a response when the connection cannot be closed directly."""
+
+
+# -- the request log -------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class Recorded:
+    """One request as received. Cheap to make: raw bytes now, decoding on GET."""
+
+    seq: int
+    time: float
+    method: str
+    path: str
+    query: bytes
+    headers: list
+    body: bytes
+    status: int | None = None
+    stream: bool = False
+    cancelled: bool = False  #: the client went away before the reply was complete
+    dropped: bool = False  #: the simulator closed the connection on purpose (a fault)
+
+    def to_json(self) -> dict:
+        headers: dict[str, str] = {}
+        for name, value in self.headers:
+            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        try:
+            parsed = orjson.loads(self.body) if self.body else None
+        except orjson.JSONDecodeError:
+            parsed = None
+        return {
+            "seq": self.seq,
+            "time": self.time,
+            "method": self.method,
+            "path": self.path,
+            "query": self.query.decode("latin-1"),
+            "headers": headers,
+            "body": self.body.decode("utf-8", "replace"),
+            "json": parsed,
+            "status": self.status,
+            "stream": self.stream,
+            "cancelled": self.cancelled,
+            "dropped": self.dropped,
+        }
+
+
+class SimState:
+    """Per-app state: the request counter (ids) and the last ``LOG_LIMIT`` requests."""
+
+    def __init__(self, limit: int = LOG_LIMIT) -> None:
+        self.log: deque[Recorded] = deque(maxlen=limit)
+        self._seq = itertools.count(1)
+
+    def record(self, body: bytes) -> Recorded:
+        scope = request.scope
+        entry = Recorded(
+            next(self._seq), time.time(), scope["method"], scope["path"], scope["query_string"], scope["headers"], body
+        )
+        self.log.append(entry)
+        return entry
+
+
+# -- errors in each vendor's shape -----------------------------------------------------
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    429: "requests",
+}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> Response:
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    if status == 429 and code is None:
+        code = "rate_limit_exceeded"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return Response(orjson.dumps(body), status, content_type=_JSON)
+
+
+def anthropic_error(status: int, message: str, **_: object) -> Response:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return Response(orjson.dumps(body), status, content_type=_JSON)
+
+
+def _bearer(headers) -> str:
+    value = headers.get("authorization", "")
+    return value[7:].strip() if value[:7].lower() == "bearer " else ""
+
+
+def _openai_headers(headers) -> Response | None:
+    if not _bearer(headers):
+        return openai_error(
+            401,
+            "You didn't provide an API key. You need to provide your API key in an Authorization "
+            "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+        )
+    return None
+
+
+def _anthropic_headers(headers) -> Response | None:
+    if not _bearer(headers) and not headers.get("x-api-key"):
+        return anthropic_error(401, "x-api-key header is required")
+    if not headers.get("anthropic-version"):
+        return anthropic_error(400, "anthropic-version: header is required")
+    return None
+
+
+# -- one wire protocol, as the handler sees it -----------------------------------------
+
+
+@attrs.frozen
+class Wire:
+    error: Callable[..., Response]
+    check_headers: Callable[..., Response | None]
+    validate: Callable
+    extract: Callable
+    render: Callable
+    events: Callable[..., Iterator[tuple[bytes, int]]]
+    stream_error: Callable[[int], bytes]
+    invalid_json: bytes
+    invalid_stream: bytes
+
+
+def _wire(module, error, check_headers) -> Wire:
+    return Wire(
+        error,
+        check_headers,
+        module.validate,
+        module.extract,
+        module.render,
+        module.events,
+        module.stream_error,
+        module.INVALID_JSON,
+        module.INVALID_STREAM,
+    )
+
+
+CHAT = _wire(openai_chat, openai_error, _openai_headers)
+RESPONSES = _wire(openai_responses, openai_error, _openai_headers)
+MESSAGES = _wire(anthropic, anthropic_error, _anthropic_headers)
+
+
+# -- connection faults -----------------------------------------------------------------
+
+
+async def abort_connection(scope: dict) -> bool:
+    """Close this request's client connection at once; False if the server is not hypercorn.
+
+    The ASGI ``send`` hypercorn gives the app is ``HTTPStream.app_send``; the stream's
+    ``send`` is the HTTP/1 (or HTTP/2) protocol's ``stream_send``; the protocol's ``send``
+    is ``TCPServer.protocol_send``. Handing that a ``hypercorn.events.Closed`` makes the
+    server close the socket (FIN after whatever was already written, no terminating
+    chunk), tell the app ``http.disconnect``, and so cancel this handler. Checked with
+    hypercorn 0.18; anything else falls back to raising (see callers).
+    """
+    stream = getattr(scope.get(_SEND_KEY), "__self__", None)
+    protocol = getattr(getattr(stream, "send", None), "__self__", None)
+    protocol_send = getattr(protocol, "send", None)
+    if protocol_send is None or getattr(protocol_send, "__name__", "") != "protocol_send":
+        return False
+    await protocol_send(Closed())
+    return True
+
+
+async def _close_connection(entry: Recorded, scope: dict) -> None:
+    """Close the connection and wait to be cancelled by the resulting disconnect."""
+    entry.dropped = True
+    if await abort_connection(scope):
+        with trio.move_on_after(10):
+            await trio.sleep_forever()
+    raise SimulatedConnectionFault("simulated connection drop")
+
+
+async def _before_reply(faults: Faults, entry: Recorded, error: Callable[..., Response]) -> Response | None:
+    """Faults that act before the status line: delay, disconnect, status."""
+    if faults is NO_FAULTS:
+        return None
+    try:
+        if faults.delay_ms:
+            await trio.sleep(faults.delay_ms / 1000)
+        if faults.disconnect:
+            await _close_connection(entry, request.scope)
+    except trio.Cancelled:
+        entry.cancelled = not entry.dropped
+        raise
+    if faults.status:
+        response = error(faults.status, f"simulated error {faults.status}")
+        if faults.status == 429:
+            response.headers["retry-after"] = "7"
+        return response
+    return None
+
+
+async def _drive(
+    events: Iterator[tuple[bytes, int]], faults: Faults, entry: Recorded, wire: Wire, scope: dict
+) -> AsyncIterator[bytes]:
+    """Write a stream's events, applying the mid-stream faults.
+
+    Without pacing faults the events are coalesced into few large writes (no latency, little
+    CPU). Otherwise each event is its own write; ``cut`` faults fire just before content
+    event N+1, or before the closing event when the reply has N or fewer content events.
+    Runs outside Quart's request context (hence ``scope`` passed in). A client that goes
+    away shows up here as trio.Cancelled (or GeneratorExit when Quart closes the generator)
+    and is recorded as ``cancelled``.
+    """
+    try:
+        if not faults.paced:
+            buffer: list[bytes] = []
+            size = 0
+            for data, _ in events:
+                buffer.append(data)
+                size += len(data)
+                if size >= _BATCH_BYTES:
+                    yield b"".join(buffer)
+                    buffer, size = [], 0
+            if buffer:
+                yield b"".join(buffer)
+            return
+        cut = faults.cut
+        delay = faults.chunk_delay_ms / 1000
+        sent = content = 0
+        for data, kind in events:
+            if cut is not None and (kind == FINISH or (kind == CONTENT and content >= cut[1])):
+                if cut[0] == "error":
+                    yield wire.stream_error(sent)
+                    return
+                if cut[0] == "stall":
+                    await trio.sleep_forever()
+                await _close_connection(entry, scope)
+            if sent and delay:
+                await trio.sleep(delay)
+            yield data
+            sent += 1
+            if kind == CONTENT:
+                content += 1
+    except (trio.Cancelled, GeneratorExit):
+        entry.cancelled = not entry.dropped
+        raise
+
+
+async def _single(chunk: bytes) -> AsyncIterator[bytes]:
+    yield chunk
+
+
+# -- handlers --------------------------------------------------------------------------
+
+
+def _done(entry: Recorded, response: Response) -> Response:
+    entry.status = response.status_code
+    return response
+
+
+def _load(raw: bytes) -> dict | None:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+_BAD_JSON = (
+    "We could not parse the JSON body of your request. "
+    "(HINT: This likely means you aren't using your HTTP library correctly.)"
+)
+
+
+async def _answer(state: SimState, wire: Wire) -> Response:
+    raw = await request.get_data()
+    entry = state.record(raw)
+    denied = wire.check_headers(request.headers)
+    if denied is not None:
+        return _done(entry, denied)
+    body = _load(raw)
+    if body is None:
+        return _done(entry, wire.error(400, _BAD_JSON))
+    problem = wire.validate(body)
+    if problem is not None:
+        return _done(entry, wire.error(400, problem[0], param=problem[1]))
+
+    reply = plan(wire.extract(body))
+    faults = reply.faults
+    stream = body.get("stream") is True
+    entry.stream = stream
+    early = await _before_reply(faults, entry, wire.error)
+    if early is not None:
+        return _done(entry, early)
+    entry.status = 200
+    if stream:
+        if faults.invalid_json:
+            chunks = _single(wire.invalid_stream)
+        else:
+            chunks = _drive(wire.events(reply, body, entry.seq), faults, entry, wire, request.scope)
+        return Response(chunks, 200, mimetype="text/event-stream", headers={"cache-control": "no-cache"})
+    if faults.invalid_json:
+        return Response(wire.invalid_json, 200, content_type=_JSON)
+    return Response(orjson.dumps(wire.render(reply, body, entry.seq)), 200, content_type=_JSON)
+
+
+async def _embed(state: SimState) -> Response:
+    raw = await request.get_data()
+    entry = state.record(raw)
+    denied = _openai_headers(request.headers)
+    if denied is not None:
+        return _done(entry, denied)
+    body = _load(raw)
+    if body is None:
+        return _done(entry, openai_error(400, _BAD_JSON))
+    problem = embeddings.validate(body)
+    if problem is not None:
+        return _done(entry, openai_error(400, problem[0], param=problem[1]))
+    faults = parse_markers(embeddings.marker_text(body)).faults
+    early = await _before_reply(faults, entry, openai_error)
+    if early is not None:
+        return _done(entry, early)
+    if faults.invalid_json:
+        return _done(entry, Response(embeddings.INVALID_JSON, 200, content_type=_JSON))
+    return _done(entry, Response(orjson.dumps(embeddings.render(body)), 200, content_type=_JSON))
+
+
+def create_sim_app() -> QuartTrio:
+    """A fresh simulator app with its own request log and id counter."""
+    app = QuartTrio(__name__)
+    app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None, MAX_CONTENT_LENGTH=None)
+    state = SimState()
+    app.extensions["gatewayd.sim"] = state
+
+    quart_asgi = app.asgi_app
+
+    async def asgi_app(scope, receive, send):
+        if scope["type"] == "http":
+            scope[_SEND_KEY] = send  # for abort_connection
+        await quart_asgi(scope, receive, send)
+
+    app.asgi_app = asgi_app  # type: ignore[method-assign]
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions() -> Response:
+        return await _answer(state, CHAT)
+
+    @app.post("/v1/responses")
+    async def responses() -> Response:
+        return await _answer(state, RESPONSES)
+
+    @app.post("/v1/messages")
+    async def messages() -> Response:
+        return await _answer(state, MESSAGES)
+
+    @app.post("/v1/embeddings")
+    async def embed() -> Response:
+        return await _embed(state)
+
+    @app.get("/_sim/requests")
+    async def list_requests() -> Response:
+        contains = request.args.get("contains")
+        needle = contains.encode() if contains is not None else None
+        path = request.args.get("path")
+        found = [
+            entry.to_json()
+            for entry in state.log
+            if (needle is None or needle in entry.body) and (path is None or entry.path == path)
+        ]
+        return Response(orjson.dumps(found), 200, content_type=_JSON)
+
+    @app.delete("/_sim/requests")
+    async def clear_requests() -> Response:
+        cleared = len(state.log)
+        state.log.clear()
+        return Response(orjson.dumps({"cleared": cleared}), 200, content_type=_JSON)
+
+    @app.get("/_sim/health")
+    async def health() -> Response:
+        return Response(b'{"ok":true}', 200, content_type=_JSON)
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+    @app.route("/", defaults={"rest": ""}, methods=methods)
+    @app.route("/<path:rest>", methods=methods)
+    async def not_found(rest: str) -> Response:
+        entry = state.record(await request.get_data())
+        message = f"Unknown request URL: {request.method} {request.path}."
+        if request.headers.get("anthropic-version"):
+            return _done(entry, anthropic_error(404, message))
+        return _done(entry, openai_error(404, message))
+
+    return app
+
+
+def sim_state(app: QuartTrio) -> SimState:
+    """The request log and counter of an app made by :func:`create_sim_app`."""
+    return app.extensions["gatewayd.sim"]

@@ -1,0 +1,437 @@
+"""What the simulated model answers: marker parsing, token counting and reply planning.
+
+This is the one place that decides behaviour. Each wire module (``openai_chat``,
+``openai_responses``, ``anthropic``) turns its request body into a protocol-neutral
+:class:`Prompt`, calls :func:`plan`, and renders the resulting :class:`Plan` in its own
+wire format. Because every protocol renders the same plan, a test can rely on the same
+text, tool calls, stop reason and token counts whichever endpoint it talks to, and the
+usage a stream reports always equals what the stream carried.
+
+Everything here is pure: no I/O, no clock, no randomness. The rules are documented for
+test authors in ``docs/simulator.md``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import attrs
+
+THINKING_TEXT = "Let me think about this step by step."
+TEXT_BEFORE_TOOL = "Let me check."
+TOOL_RESULT_PREFIX = "Tool result received: "
+
+#: Stream event kinds, used by the stream driver to place injected faults.
+HEAD = 0  #: framing: role chunk, block starts, pings, [DONE] ...
+CONTENT = 1  #: carries generated output: a text, thinking or argument fragment
+FINISH = 2  #: the first event that closes the reply (finish chunk, message_delta, ...)
+
+MARKER_PREFIX = "[[sim:"
+_MARKER = re.compile(r"\[\[sim:(.*?)\]\]", re.S)
+_PIECE = re.compile(r"\s*\S+\s*")
+
+
+# -- markers -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Faults:
+    """Injected failures, from ``[[sim:fault=...]]`` markers."""
+
+    status: int | None = None  #: answer with this HTTP status, in the vendor's error shape
+    delay_ms: int = 0  #: wait before answering (before the status line)
+    chunk_delay_ms: int = 0  #: wait before each stream event after the first
+    stall_after: int | None = None  #: after N content events, send nothing until cancelled
+    error_after: int | None = None  #: after N content events, send an error event and end
+    drop_after: int | None = None  #: after N content events, close the connection abruptly
+    invalid_json: bool = False  #: 200 with a body (or first stream event) that is not JSON
+    no_usage: bool = False  #: leave usage out (non-stream body, usage chunk, message usage)
+    disconnect: bool = False  #: close the connection before sending any byte
+
+    @property
+    def paced(self) -> bool:
+        """True when stream events must be written one by one (timing matters)."""
+        return bool(
+            self.chunk_delay_ms
+            or self.stall_after is not None
+            or self.error_after is not None
+            or self.drop_after is not None
+        )
+
+    @property
+    def cut(self) -> tuple[str, int] | None:
+        """The mid-stream fault, if any, as ``(kind, after_n_content_events)``."""
+        for kind in ("drop", "error", "stall"):
+            after = getattr(self, f"{kind}_after")
+            if after is not None:
+                return kind, after
+        return None
+
+
+NO_FAULTS = Faults()
+
+_INT_FAULTS = {"status", "delay_ms", "chunk_delay_ms", "stall_after", "error_after", "drop_after"}
+_FLAG_FAULTS = {"invalid_json", "no_usage", "disconnect"}
+
+
+@attrs.frozen
+class Markers:
+    """Everything the ``[[sim:...]]`` markers of one message asked for."""
+
+    text: str | None = None
+    words: int | None = None
+    tools: int | None = None
+    text_then_tool: bool = False
+    thinking: bool = False
+    cache_read: int = 0
+    cache_write: int = 0
+    faults: Faults = NO_FAULTS
+
+
+NO_MARKERS = Markers()
+
+
+def _int(value: str, default: int = 0) -> int:
+    try:
+        return max(0, int(value.strip()))
+    except ValueError:
+        return default
+
+
+def parse_markers(text: str) -> Markers:
+    """Read every ``[[sim:...]]`` marker in ``text``; unknown markers are ignored.
+
+    One directive per marker (``[[sim:text=Hi]] [[sim:fault=status:429]]``); a later marker
+    overrides an earlier one of the same name, fault markers add up.
+    """
+    if MARKER_PREFIX not in text:
+        return NO_MARKERS
+    found: dict = {}
+    faults: dict = {}
+    for match in _MARKER.finditer(text):
+        name, has_value, value = match.group(1).partition("=")
+        name = name.strip()
+        if name == "text":
+            found["text"] = value
+        elif name == "words":
+            found["words"] = _int(value)
+        elif name == "tools":
+            found["tools"] = _int(value, 1) if has_value else 1
+        elif name in ("text_then_tool", "thinking"):
+            found[name] = True
+        elif name in ("cache_read", "cache_write"):
+            found[name] = _int(value)
+        elif name == "fault":
+            kind, _, arg = value.strip().partition(":")
+            if kind in _INT_FAULTS:
+                faults[kind] = _int(arg)
+            elif kind in _FLAG_FAULTS:
+                faults[kind] = True
+    if faults:
+        found["faults"] = Faults(**faults)
+    return Markers(**found)
+
+
+def strip_markers(text: str) -> str:
+    return _MARKER.sub("", text) if MARKER_PREFIX in text else text
+
+
+# -- token counting ----------------------------------------------------------------------
+
+
+def count_words(value) -> int:
+    """Whitespace-separated words (``str.split()``) in every string inside ``value``.
+
+    Dict keys are not counted; numbers, booleans and null count nothing.
+    """
+    if isinstance(value, str):
+        return len(value.split())
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item.split())
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
+
+
+# protocol -> (fields counted, the list of messages, the separate system prompt field)
+_COUNTED = {
+    "chat": (("messages", "tools"), "messages", None),
+    "messages": (("system", "messages", "tools"), "messages", "system"),
+    "responses": (("instructions", "input", "tools"), "input", "instructions"),
+}
+_ALIASES = {"openai": "chat", "chat_completions": "chat", "anthropic": "messages"}
+
+
+def count_input_tokens(body: dict, protocol: str) -> int:
+    """The simulator's prompt token count for a request body (the uncached part).
+
+    ``protocol`` is ``"chat"`` (alias ``"openai"``), ``"responses"`` or ``"messages"``
+    (alias ``"anthropic"``). The count is the number of words (:func:`count_words`) in
+    every string value inside the counted fields (chat: ``messages``, ``tools``;
+    messages: ``system``, ``messages``, ``tools``; responses: ``instructions``,
+    ``input``, ``tools``), plus 3 per message or input item (a string ``input`` is one
+    item), plus 3 when a top-level ``system``/``instructions`` is present; at least 1.
+    """
+    protocol = _ALIASES.get(protocol, protocol)
+    fields, list_field, system_field = _COUNTED[protocol]
+    total = 0
+    for field in fields:
+        value = body.get(field)
+        if value is not None:
+            total += count_words(value)
+    items = body.get(list_field)
+    if isinstance(items, list):
+        total += 3 * len(items)
+    elif items:
+        total += 3
+    if system_field is not None and body.get(system_field):
+        total += 3
+    return max(total, 1)
+
+
+# -- the neutral request and the plan ----------------------------------------------------
+
+
+@attrs.frozen
+class Tool:
+    name: str
+    schema: dict | None = None
+
+
+@attrs.frozen
+class Prompt:
+    """What the planner needs to know about a request, whatever its wire protocol."""
+
+    user_text: str = ""  #: text of the last user message that has text (markers live here)
+    tool_result: str | None = None  #: text of the last tool result, when results end the request
+    ends_with_user: bool = True  #: the last message is a user turn (not a tool result)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"  #: "auto", "none" or "required"
+    forced_tool: str | None = None  #: tool_choice naming one tool
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    thinking: bool = False  #: the request itself asks for thinking / reasoning
+    input_tokens: int = 1
+
+
+@attrs.frozen
+class ToolCall:
+    index: int
+    name: str
+    arguments: str  #: the JSON text, exactly as streamed
+    input: dict
+
+
+@attrs.frozen
+class Plan:
+    """The reply, decided once and rendered by every wire module."""
+
+    thinking: str
+    signature: str
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    stop: str  #: "end_turn", "max_tokens", "tool_use" or "stop_sequence"
+    stop_sequence: str | None
+    input_tokens: int  #: counted prompt, without the cache markers' tokens
+    cache_read: int
+    cache_write: int
+    thinking_tokens: int
+    output_tokens: int
+    faults: Faults
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The whole prompt, chat-format style: counted + cache read + cache write."""
+        return self.input_tokens + self.cache_read + self.cache_write
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def pieces(text: str) -> list[str]:
+    """Stream pieces: one per word, each with its surrounding whitespace; joins back exactly."""
+    found = _PIECE.findall(text)
+    if not found:
+        return [text] if text else []
+    return found
+
+
+def fragments(text: str, parts: int = 3) -> list[str]:
+    """Split a JSON string into about ``parts`` non-empty fragments (for argument deltas)."""
+    size = len(text)
+    if size < parts:
+        return [text] if text else []
+    cuts = [size * i // parts for i in range(parts + 1)]
+    return [text[cuts[i] : cuts[i + 1]] for i in range(parts)]
+
+
+def first_words(text: str, count: int) -> str:
+    """The first ``count`` words of ``text``, with their original spacing."""
+    return "".join(pieces(text)[:count]).rstrip()
+
+
+def default_reply(user_text: str) -> str:
+    head = strip_markers(user_text).split()[:8]
+    if not head:
+        return "This is a simulated reply."
+    return "This is a simulated reply to: " + " ".join(head) + "."
+
+
+def signature_for(thinking: str) -> str:
+    return "sig-" + hashlib.sha256(thinking.encode()).hexdigest()[:32]
+
+
+def arguments_for(schema: dict | None) -> dict:
+    """Deterministic arguments from a JSON schema's top-level properties.
+
+    string -> first enum value or ``"sim-<name>"``; number/integer -> 42; boolean -> true;
+    anything else -> null.
+    """
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        return {}
+    args = {}
+    for name, spec in props.items():
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), None)
+        if kind == "string":
+            enum = spec.get("enum")
+            args[name] = enum[0] if isinstance(enum, list) and enum else f"sim-{name}"
+        elif kind in ("number", "integer"):
+            args[name] = 42
+        elif kind == "boolean":
+            args[name] = True
+        else:
+            args[name] = None
+    return args
+
+
+def _call_count(prompt: Prompt, marks: Markers) -> int:
+    if not prompt.tools or prompt.tool_choice == "none" or prompt.tool_result is not None:
+        return 0
+    forced = prompt.tool_choice == "required" or prompt.forced_tool is not None
+    if marks.tools is not None:
+        return max(marks.tools, 1 if forced else 0)
+    if marks.text_then_tool or forced:
+        return 1
+    if marks.text is not None or marks.words is not None:
+        return 0
+    return 1 if prompt.ends_with_user else 0
+
+
+def _tool_calls(prompt: Prompt, count: int) -> list[ToolCall]:
+    tools = prompt.tools
+    if prompt.forced_tool is not None:
+        named = [t for t in tools if t.name == prompt.forced_tool]
+        tools = tuple(named) or tools
+    calls = []
+    for index in range(count):
+        tool = tools[index % len(tools)]
+        args = arguments_for(tool.schema)
+        calls.append(ToolCall(index, tool.name, json.dumps(args, ensure_ascii=False), args))
+    return calls
+
+
+def plan(prompt: Prompt) -> Plan:
+    """Decide the reply for one request. See docs/simulator.md for the rules."""
+    marks = parse_markers(prompt.user_text)
+    thinking = THINKING_TEXT if (prompt.thinking or marks.thinking) else ""
+
+    explicit = marks.text
+    if explicit is None and marks.words is not None:
+        explicit = " ".join(f"w{i}" for i in range(1, marks.words + 1))
+    count = _call_count(prompt, marks)
+    if prompt.tool_result is not None:
+        text = TOOL_RESULT_PREFIX + prompt.tool_result[:60]
+    elif count:
+        text = explicit if explicit is not None else (TEXT_BEFORE_TOOL if marks.text_then_tool else "")
+    else:
+        text = explicit if explicit is not None else default_reply(prompt.user_text)
+    calls = _tool_calls(prompt, count) if count else []
+    stop = "tool_use" if calls else "end_turn"
+    stop_sequence = None
+
+    # Stop sequences cut the visible text before the first one found; generation ends there.
+    best = -1
+    for candidate in prompt.stop:
+        if candidate:
+            at = text.find(candidate)
+            if at != -1 and (best == -1 or at < best):
+                best, stop_sequence = at, candidate
+    if stop_sequence is not None:
+        text, calls, stop = text[:best], [], "stop_sequence"
+
+    # max_tokens: thinking spends the budget first, then text, then whole tool calls.
+    if prompt.max_tokens is not None:
+        budget = max(prompt.max_tokens, 0)
+        if words(thinking) > budget:
+            thinking, text, calls, stop = first_words(thinking, budget), "", [], "max_tokens"
+        else:
+            budget -= words(thinking)
+            if words(text) > budget:
+                text, calls, stop = first_words(text, budget), [], "max_tokens"
+            else:
+                budget -= words(text)
+                kept = []
+                for call in calls:
+                    cost = 1 + words(call.arguments)
+                    if cost > budget:
+                        stop = "max_tokens"
+                        break
+                    kept.append(call)
+                    budget -= cost
+                calls = kept
+        if stop == "max_tokens":
+            stop_sequence = None
+
+    thinking_tokens = words(thinking)
+    output = thinking_tokens + words(text) + sum(1 + words(c.arguments) for c in calls)
+    return Plan(
+        thinking=thinking,
+        signature=signature_for(thinking) if thinking else "",
+        text=text,
+        tool_calls=tuple(calls),
+        stop=stop,
+        stop_sequence=stop_sequence,
+        input_tokens=prompt.input_tokens,
+        cache_read=marks.cache_read,
+        cache_write=marks.cache_write,
+        thinking_tokens=thinking_tokens,
+        output_tokens=output,
+        faults=marks.faults,
+    )
+
+
+# -- helpers shared by the wire modules --------------------------------------------------
+
+
+def text_of(content, part_types: tuple[str, ...] = ("text", "input_text", "output_text")) -> str:
+    """The text of a message ``content``: a string, or the text parts of a list joined by \\n."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            part.get("text")
+            for part in content
+            if isinstance(part, dict) and part.get("type") in part_types and isinstance(part.get("text"), str)
+        ]
+        return "\n".join(texts)
+    return ""
+
+
+def max_tokens_of(body: dict, *names: str) -> int | None:
+    for name in names:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None

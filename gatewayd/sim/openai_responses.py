@@ -1,0 +1,227 @@
+"""OpenAI Responses (``POST /v1/responses``) on the wire.
+
+The stream follows the order ``client.responses.stream()`` insists on:
+``response.created``, ``response.in_progress``, then per output item
+``output_item.added`` -> (content part / text or argument deltas) -> ``output_item.done``,
+and ``response.completed`` (``response.incomplete`` when cut by ``max_output_tokens``) last.
+Every event carries an ``event:`` line and a ``sequence_number``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from itertools import count
+
+import orjson
+
+from .behaviour import (
+    CONTENT,
+    FINISH,
+    HEAD,
+    Plan,
+    Prompt,
+    Tool,
+    count_input_tokens,
+    fragments,
+    max_tokens_of,
+    pieces,
+    text_of,
+)
+
+INVALID_JSON = b'{"id": "resp_sim", this is not json'
+INVALID_STREAM = b"event: response.created\ndata: {this is not json\n\n"
+_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
+
+
+def validate(body: dict) -> tuple[str, str | None] | None:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return "Missing required parameter: 'model'.", "model"
+    value = body.get("input")
+    if value is not None and not isinstance(value, (str, list)):
+        return "Invalid type for 'input': expected a string or an array of input items.", "input"
+    if isinstance(value, list) and not all(isinstance(item, dict) for item in value):
+        return "Invalid type for 'input': every item must be an object.", "input"
+    return None
+
+
+def _is_user_message(item: dict) -> bool:
+    return item.get("role") == "user" and item.get("type", "message") == "message"
+
+
+def extract(body: dict) -> Prompt:
+    value = body.get("input")
+    user_text, tool_result, ends_with_user = "", None, True
+    if isinstance(value, str):
+        user_text = value
+    elif value:
+        for item in reversed(value):
+            if _is_user_message(item):
+                user_text = text_of(item.get("content"))
+                if user_text:
+                    break
+        last = value[-1]
+        ends_with_user = _is_user_message(last)
+        if last.get("type") in _OUTPUT_TYPES:
+            output = last.get("output")
+            tool_result = text_of(output) if output is not None else ""
+    tools = tuple(
+        Tool(tool["name"], tool.get("parameters"))
+        for tool in body.get("tools") or ()
+        if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("name"), str)
+    )
+    choice = body.get("tool_choice")
+    forced = None
+    if isinstance(choice, dict):
+        forced = choice.get("name")
+        choice = "required" if choice.get("type") == "function" else "auto"
+    reasoning = body.get("reasoning")
+    return Prompt(
+        user_text=user_text,
+        tool_result=tool_result,
+        ends_with_user=ends_with_user,
+        tools=tools,
+        tool_choice=choice if choice in ("none", "required") else "auto",
+        forced_tool=forced if isinstance(forced, str) else None,
+        max_tokens=max_tokens_of(body, "max_output_tokens"),
+        thinking=isinstance(reasoning, dict) and reasoning.get("effort") not in (None, "none"),
+        input_tokens=count_input_tokens(body, "responses"),
+    )
+
+
+def usage(plan: Plan) -> dict:
+    prompt = plan.prompt_tokens
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": plan.cache_read, "cache_write_tokens": plan.cache_write},
+        "output_tokens": plan.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": plan.thinking_tokens},
+        "total_tokens": prompt + plan.output_tokens,
+    }
+
+
+def _items(plan: Plan, body: dict, n: int) -> list[dict]:
+    """The finished output items, in order: reasoning, message, function calls."""
+    status = "incomplete" if plan.stop == "max_tokens" else "completed"
+    items = []
+    if plan.thinking:
+        item = {"id": f"rs_sim_{n}", "type": "reasoning", "summary": []}
+        if "reasoning.encrypted_content" in (body.get("include") or ()):
+            item["encrypted_content"] = plan.signature
+        items.append(item)
+    if plan.text or not plan.tool_calls:
+        part = {"type": "output_text", "text": plan.text, "annotations": [], "logprobs": []}
+        items.append(
+            {"id": f"msg_sim_{n}", "type": "message", "status": status, "role": "assistant", "content": [part]}
+        )
+    for call in plan.tool_calls:
+        items.append(
+            {
+                "id": f"fc_sim_{n}_{call.index}",
+                "type": "function_call",
+                "status": "completed",
+                "arguments": call.arguments,
+                "call_id": f"call_sim_{n}_{call.index}",
+                "name": call.name,
+            }
+        )
+    return items
+
+
+def _response(plan: Plan, body: dict, n: int, created: int, status: str, output: list) -> dict:
+    reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+    return {
+        "id": f"resp_sim_{n}",
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "max_tool_calls": None,
+        "model": body["model"],
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "service_tier": "default",
+        "store": body.get("store", True),
+        "temperature": body.get("temperature", 1.0),
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0),
+        "truncation": "disabled",
+        "usage": None if status == "in_progress" or plan.faults.no_usage else usage(plan),
+        "user": None,
+        "metadata": body.get("metadata") or {},
+    }
+
+
+def _final_status(plan: Plan) -> str:
+    return "incomplete" if plan.stop == "max_tokens" else "completed"
+
+
+def render(plan: Plan, body: dict, n: int) -> dict:
+    reply = _response(plan, body, n, int(time.time()), _final_status(plan), _items(plan, body, n))
+    if plan.faults.no_usage:
+        del reply["usage"]
+    return reply
+
+
+def events(plan: Plan, body: dict, n: int) -> Iterator[tuple[bytes, int]]:
+    seq = count()
+
+    def event(kind: str, payload: dict) -> bytes:
+        data = {"type": kind, "sequence_number": next(seq), **payload}
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+    created = int(time.time())
+    items = _items(plan, body, n)
+    opening = _response(plan, body, n, created, "in_progress", [])
+    yield event("response.created", {"response": opening}), HEAD
+    yield event("response.in_progress", {"response": opening}), HEAD
+    for index, item in enumerate(items):
+        kind = item["type"]
+        where = {"item_id": item["id"], "output_index": index}
+        if kind == "message":
+            part = item["content"][0]
+            added = {**item, "status": "in_progress", "content": []}
+            yield event("response.output_item.added", {"output_index": index, "item": added}), HEAD
+            empty = {**part, "text": ""}
+            yield event("response.content_part.added", {**where, "content_index": 0, "part": empty}), HEAD
+            for piece in pieces(part["text"]):
+                payload = {**where, "content_index": 0, "delta": piece, "logprobs": []}
+                yield event("response.output_text.delta", payload), CONTENT
+            done = {**where, "content_index": 0, "text": part["text"], "logprobs": []}
+            yield event("response.output_text.done", done), HEAD
+            yield event("response.content_part.done", {**where, "content_index": 0, "part": part}), HEAD
+        elif kind == "function_call":
+            added = {**item, "status": "in_progress", "arguments": ""}
+            yield event("response.output_item.added", {"output_index": index, "item": added}), HEAD
+            for fragment in fragments(item["arguments"]):
+                yield event("response.function_call_arguments.delta", {**where, "delta": fragment}), CONTENT
+            done = {**where, "name": item["name"], "arguments": item["arguments"]}
+            yield event("response.function_call_arguments.done", done), HEAD
+        else:
+            yield event("response.output_item.added", {"output_index": index, "item": item}), HEAD
+        yield event("response.output_item.done", {"output_index": index, "item": item}), HEAD
+    status = _final_status(plan)
+    final = _response(plan, body, n, created, status, items)
+    if plan.faults.no_usage:
+        del final["usage"]
+    yield event(f"response.{status}", {"response": final}), FINISH
+
+
+def stream_error(sent: int) -> bytes:
+    data = {
+        "type": "error",
+        "sequence_number": sent,
+        "code": "server_error",
+        "message": "simulated mid-stream error",
+        "param": None,
+    }
+    return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
