@@ -16,7 +16,7 @@ import orjson
 
 from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
 from gatewayd.config import Model
-from gatewayd.errors import GatewayError, UpstreamError
+from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, GatewayError, UpstreamError
 from gatewayd.formats import pipes, usage as usage_mod
 from gatewayd.relay import BodyError, Ctx, Relay, Route, field, parse_body, positive_int
 
@@ -35,6 +35,21 @@ def passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]
     except orjson.JSONDecodeError:
         body = orjson.dumps({"error": {"message": error.message(), "type": "upstream_error", "code": None}})
     return error.status, body, headers
+
+
+def messages_passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
+    """On /v1/messages: the provider's status and body unchanged when the body is already in
+    the messages error shape; otherwise (an HTML page from a proxy, another vendor's shape)
+    its message retold in that shape, so Anthropic clients can still read it."""
+    status, body, headers = passthrough_error(error)
+    try:
+        doc = orjson.loads(error.body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict) and doc.get("type") == "error" and isinstance(doc.get("error"), dict):
+        return status, body, headers
+    kind = MESSAGES_TYPE_BY_STATUS.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return status, orjson.dumps({"type": "error", "error": {"type": kind, "message": error.message()}}), headers
 
 
 def _with_changes(raw: bytes, body: dict, changes: dict[str, Any]) -> bytes:
@@ -132,7 +147,7 @@ async def messages(relay: Relay, ctx: Ctx, raw: bytes):
         input_tokens_estimate=estimate_input_tokens(body),
         make_pipe=pipes.MessagesPassthrough,
         finish=finish,
-        upstream_error=passthrough_error,
+        upstream_error=messages_passthrough_error,
     )
     return await relay.run(ctx, caller, grant, route, output_tokens=requested_output_tokens(body, model))
 
