@@ -136,8 +136,15 @@ class Relay:
                 status, body, headers = route.upstream_error(e)
                 return status, headers, body
             if route.stream:
+                # Read up to the first bytes for the client before answering 200, so a stream
+                # that fails before it starts (invalid, dropped, silent) is a plain 502/504.
+                pump = self._pump(response, route, hold, grant)
+                try:
+                    first = await pump.__anext__()
+                except StopAsyncIteration:
+                    first = b""
                 handed_to_stream = True
-                return 200, {"cache-control": "no-cache"}, self._pump(response, route, hold, grant)
+                return 200, {"cache-control": "no-cache"}, _prepend(first, pump)
             return 200, {}, await self._finish(response, route, hold, grant)
         finally:
             if not handed_to_stream and not hold.settled:
@@ -161,6 +168,10 @@ class Relay:
             await self._release(hold, grant, "upstream_unreachable", 504)
             raise GatewayError(504, "the provider did not accept a connection in time", "upstream_timeout",
                                model_step=True) from None
+        except httpx.ReadTimeout:  # only streams have a read timeout: the idle cut-off
+            await self._release(hold, grant, "idle_timeout", 504)
+            raise GatewayError(504, f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds",
+                               "upstream_timeout", model_step=True) from None
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
             await self._release(hold, grant, "upstream_unreachable", 502)
             raise GatewayError(502, f"the provider could not be reached ({type(e).__name__})", "bad_gateway",
@@ -198,29 +209,47 @@ class Relay:
         return body
 
     async def _pump(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant) -> AsyncIterator[bytes]:
-        """Forward the stream as it arrives; settle before the terminal event is sent."""
+        """Forward the stream as it arrives; settle before the terminal event is sent.
+
+        Until the first bytes are yielded nothing has reached the client (``run`` reads
+        that far before answering 200), so a failure there raises a 502/504 GatewayError
+        and charges nothing; after that, failures become an error event in the client's
+        format and what was streamed is charged.
+        """
         pipe = route.make_pipe()
         splitter = SSESplitter()
         status = "client_disconnected"
+        started = False
         try:
             try:
                 async for chunk in response.aiter_raw():
-                    out = pipe.feed(splitter.feed(chunk))
+                    events = splitter.feed(chunk)
+                    if not started and events and events[0].data != b"[DONE]":
+                        orjson.loads(events[0].data)  # a body that is not SSE JSON fails before any byte
+                    out = pipe.feed(events)
                     if out:
+                        started = True
                         yield out
                     if pipe.complete or pipe.failed:
                         break
                 else:
                     out = pipe.feed(splitter.flush())
                     if out:
+                        started = True
                         yield out
             except httpx.ReadTimeout:
                 status = "idle_timeout"
-                yield pipe.error_event(
-                    f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds; "
-                    "the stream was closed and is incomplete", "timeout_error")
+                idle = f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds"
+                if not started:
+                    raise GatewayError(504, idle, "upstream_timeout", model_step=True) from None
+                yield pipe.error_event(f"{idle}; the stream was closed and is incomplete", "timeout_error")
                 return
-            except (httpx.HTTPError, orjson.JSONDecodeError) as e:
+            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as e:
+                # ValueError covers orjson.JSONDecodeError; the others come from events of the wrong shape
+                if not started:
+                    status = "upstream_invalid"
+                    raise GatewayError(502, f"the provider returned an invalid response ({type(e).__name__})",
+                                       "bad_gateway", model_step=True) from None
                 status = "upstream_broken"
                 yield pipe.error_event(f"the provider stream broke off ({type(e).__name__}); the output is incomplete")
                 return
@@ -235,12 +264,19 @@ class Relay:
                     yield pipe.closing()
                 return
             status = "upstream_broken"
+            if not started:
+                raise GatewayError(502, "the provider ended the stream before sending anything", "bad_gateway",
+                                   model_step=True)
             yield pipe.error_event("the provider ended the stream early; the output is incomplete")
         finally:
             with trio.CancelScope(shield=True):
                 await response.aclose()
                 if not hold.settled:
-                    await self._settle_stream(hold, grant, pipe, route, status)
+                    if started or status == "client_disconnected":
+                        await self._settle_stream(hold, grant, pipe, route, status)
+                    else:  # refused with a 502/504: the client got nothing, nothing is charged
+                        await self._settle(hold, grant, Usage(), status=status,
+                                           http_status=504 if status == "idle_timeout" else 502)
 
     async def _settle_stream(self, hold: Hold, grant: Grant, pipe: Pipe, route: Route, status: str) -> None:
         usage = pipe.usage
@@ -254,3 +290,14 @@ class Relay:
                 usage = attrs.evolve(usage, input_tokens=route.input_tokens_estimate)
         with trio.CancelScope(shield=True):
             await self._settle(hold, grant, usage, status=status, http_status=200)
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The stream as the client gets it: the bytes ``run`` read ahead, then the rest."""
+    try:
+        if first:
+            yield first
+        async for out in rest:
+            yield out
+    finally:
+        await rest.aclose()  # the pump settles in its own shielded finally

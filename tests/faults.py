@@ -105,3 +105,76 @@ def sim_entry(sim, marker: str) -> dict:
     found = sim.requests(marker)
     assert len(found) == 1, f"expected one upstream request containing {marker!r}, got {len(found)}"
     return found[0]
+
+
+class BadUpstream:
+    """A TCP listener that misbehaves where a real HTTP server would answer.
+
+    ``reset``: accepts, reads the request, then closes with RST (SO_LINGER 0).
+    ``garbage``: accepts and answers bytes that are not HTTP.
+    ``blackhole``: never accepts, and its accept queue is kept full, so a new connect
+    hangs in SYN-SENT on loopback (the kernel drops SYNs to a full queue): a connect timeout.
+    ``closed``: a port nobody listens on (connection refused).
+    """
+
+    def __init__(self, mode: str) -> None:
+        import socket
+        import threading
+
+        self.mode = mode
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self._fillers: list = []
+        if mode == "closed":
+            self.sock.close()
+            return
+        self.sock.listen(0 if mode == "blackhole" else 16)
+        if mode == "blackhole":
+            for _ in range(3):
+                filler = socket.socket()
+                filler.setblocking(False)
+                try:
+                    filler.connect(("127.0.0.1", self.port))
+                except BlockingIOError:
+                    pass
+                self._fillers.append(filler)
+            return
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _serve(self) -> None:
+        import socket
+        import struct
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                conn.settimeout(2)
+                conn.recv(65536)
+                if self.mode == "garbage":
+                    conn.sendall(b"\x00\x01 this is not HTTP at all\r\n\r\n")
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        for filler in self._fillers:
+            filler.close()
+        self.sock.close()
+
+
+def provider_and_model(name: str, base_url: str, protocol: str = "openai") -> str:
+    """Config text for one more provider and one chat model served by it (``<name>-model``)."""
+    return (
+        f'[[providers]]\nname = "{name}"\nprotocol = "{protocol}"\nbase_url = "{base_url}"\napi_key = "k"\n\n'
+        f'[[models]]\nid = "{name}-model"\nprovider = "{name}"\ninput_price = 1.0\noutput_price = 2.0\n\n'
+    )
