@@ -91,8 +91,11 @@ def _validate_timezone(name: Any) -> str:
 
 
 def _parse_date(value: Any) -> dt.date:
+    """Only the YYYY-MM-DD text: ``fromisoformat`` alone would also take 20260101 or a JSON number."""
     try:
-        return dt.date.fromisoformat(str(value))
+        if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            raise ValueError(value)
+        return dt.date.fromisoformat(value)
     except ValueError:
         raise DirectoryError(f"expires_on must be a date YYYY-MM-DD (got {value!r})") from None
 
