@@ -18,6 +18,7 @@ from gatewayd.billing.estimate import estimate_input_tokens, requested_output_to
 from gatewayd.config import Model
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, GatewayError, UpstreamError
 from gatewayd.formats import pipes, usage as usage_mod
+from gatewayd.formats.raw_json import replace_top_level_string
 from gatewayd.relay import BodyError, Ctx, Relay, Route, field, parse_body, positive_int
 
 KNOWN_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -53,8 +54,15 @@ def messages_passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[s
 
 
 def _with_changes(raw: bytes, body: dict, changes: dict[str, Any]) -> bytes:
-    """The client's bytes when nothing changes; re-encoded only when a field must change."""
-    return raw if not changes else orjson.dumps({**body, **changes})
+    """The client's bytes when nothing changes; only the model value swapped in the bytes when
+    that is the one change; re-encoded only when other fields must change."""
+    if not changes:
+        return raw
+    if set(changes) == {"model"}:
+        swapped = replace_top_level_string(raw, "model", changes["model"])
+        if swapped is not None:
+            return swapped
+    return orjson.dumps({**body, **changes})
 
 
 def _model_change(model: Model) -> dict[str, Any]:

@@ -249,6 +249,17 @@ def test_body_passes_through_byte_for_byte(gateway, sim, funded):
     assert received["json"]["metadata"]["user_id"] == '{"device_id":"abc","session_id":"s1"}'
 
 
+def test_only_the_model_is_mapped_in_the_bytes(gateway, sim, funded):
+    """claude-3-5-haiku is served upstream as claude-3-5-haiku-latest: that value changes, no other byte."""
+    _, _, secret = funded
+    raw = ('{"max_tokens": 50,  "model" : "claude-3-5-haiku", "temperature": 0.50,\n'
+           ' "messages": [{"role": "user", "content": "mapped-0e5 caf\\u00e9"}], "metadata": {"model": "x"}}')
+    r = httpx.post(gateway.url + "/v1/messages", content=raw, headers={"x-api-key": secret})
+    assert r.status_code == 200, r.text
+    received = sim.last_request("mapped-0e5")
+    assert received["body"] == raw.replace('"claude-3-5-haiku"', '"claude-3-5-haiku-latest"')
+
+
 def test_stream_events_pass_through_with_event_lines(gateway, sim, funded):
     account, _, secret = funded
     request = body("[[sim:thinking]] [[sim:text_then_tool]] events-1d7", stream=True, max_tokens=500,
