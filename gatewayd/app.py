@@ -111,7 +111,8 @@ def create_app(relay: Relay) -> QuartTrio:
         peer = client[0] if client else None
         return Ctx(
             request_id=request.scope["gateway.request_id"],
-            client_ip=client_address(peer, request.headers.get("x-forwarded-for"), trusted),
+            # several X-Forwarded-For lines are one list (RFC 9110 5.3): the last line is the proxy's
+            client_ip=client_address(peer, ", ".join(request.headers.getlist("x-forwarded-for")) or None, trusted),
             headers=request.headers,
             endpoint=endpoint,
         )
