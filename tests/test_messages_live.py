@@ -128,18 +128,27 @@ def test_sdk_tool_round_trip_is_two_billed_requests(gateway, sim, funded):
     account, _, secret = funded
     c = client(gateway, secret)
     messages = [{"role": "user", "content": "What is the weather in Paris? round-trip-9c2"}]
-    first = c.messages.create(model="claude-sonnet-4-5", max_tokens=500, tools=[WEATHER], messages=messages)
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    first = c.messages.create(model="claude-sonnet-4-5", max_tokens=2000, tools=[WEATHER], messages=messages,
+                              thinking=thinking)
     assert first.stop_reason == "tool_use"
+    assert [b.type for b in first.content] == ["thinking", "tool_use"]
     [call] = [b for b in first.content if b.type == "tool_use"]
     assert (call.name, call.input) == ("get_weather", WEATHER_INPUT)
     messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
                                                "content": "sunny, 21 C"}]}]
-    second = c.messages.create(model="claude-sonnet-4-5", max_tokens=500, tools=[WEATHER], messages=messages)
+    second = c.messages.create(model="claude-sonnet-4-5", max_tokens=2000, tools=[WEATHER], messages=messages,
+                               thinking=thinking)
     assert second.stop_reason == "end_turn"
-    assert second.content[0].text == "Tool result received: sunny, 21 C"
-    sent = sim.last_request("sunny, 21 C")["json"]["messages"][-1]["content"][0]
-    assert sent == {"type": "tool_result", "tool_use_id": call.id, "content": "sunny, 21 C"}
+    assert second.content[-1].text == "Tool result received: sunny, 21 C"
+    sent = sim.last_request("sunny, 21 C")["json"]
+    assert sent["thinking"] == thinking
+    # the thinking block goes back with its signature, untouched, as the provider requires
+    assert sent["messages"][1]["content"][0] == {"type": "thinking", "thinking": first.content[0].thinking,
+                                                 "signature": first.content[0].signature}
+    assert sent["messages"][-1]["content"][0] == {"type": "tool_result", "tool_use_id": call.id,
+                                                  "content": "sunny, 21 C"}
     rows = gateway.admin.usage(account["id"])
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert sum(r["cost_nano"] for r in rows) == expected_cost(first.usage) + expected_cost(second.usage)
@@ -151,6 +160,9 @@ def test_sdk_models_list_only_the_keys_models(gateway, funded):
     page = client(gateway, secret).models.list()
     assert [m.id for m in page] == ["gpt-4.1-mini", "claude-sonnet-4-5"]
     assert all(m.type == "model" and m.display_name == m.id for m in page)
+    assert client(gateway, secret).models.retrieve("claude-sonnet-4-5").id == "claude-sonnet-4-5"
+    with pytest.raises(anthropic.NotFoundError):
+        client(gateway, secret).models.retrieve("claude-haiku-4-5")  # not on this key's list
     # the raw shape, with x-api-key (what older clients send) and a version header
     r = httpx.get(gateway.url + "/v1/models", headers={"x-api-key": secret, "anthropic-version": "2023-06-01"})
     assert r.status_code == 200
