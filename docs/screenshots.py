@@ -1,8 +1,8 @@
 """Screenshots of every console page, for the README: ``.venv/bin/python docs/screenshots.py``.
 
-Starts ``gatewayd serve --demo`` in a temporary directory, gives the demo account a
-password, a second payment and a few keys, sends real requests through the built-in
-simulator, then spreads those requests' timestamps over the last 30 days (the daemon
+Starts ``gatewayd serve --demo`` in a temporary directory (``--demo`` gives the demo
+account its console password), adds a payment and a few keys, sends real requests
+through the built-in simulator, then spreads those requests' timestamps over the last 30 days (the daemon
 is stopped for that; amounts are untouched, so balances still add up) so the chart
 has something to show. Chromium is Debian's, driven by Playwright, launched as the
 browser tests launch it. Writes docs/screenshots/*.png.
@@ -27,11 +27,12 @@ sys.path.insert(0, str(ROOT))
 import openai  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
+from gatewayd.server import DEMO_EMAIL, DEMO_PASSWORD  # noqa: E402
 from tests.console_helpers import browser_missing, launch  # noqa: E402
 from tests.live import Admin  # noqa: E402
 
 OUT = ROOT / "docs" / "screenshots"
-EMAIL, PASSWORD = "demo@example.com", "demo password"
+EMAIL, PASSWORD = DEMO_EMAIL, DEMO_PASSWORD
 BIN = Path(sys.executable).parent
 
 
@@ -73,7 +74,6 @@ def populate(demo: DemoDaemon) -> None:
     """Payments, keys and real requests (billed by the daemon as any request is)."""
     admin = demo.admin
     account = admin.call("GET", f"/accounts/{EMAIL}")
-    admin.call("PUT", f"/accounts/{account['id']}/password", {"password": PASSWORD})
     admin.call("PATCH", f"/accounts/{account['id']}", {"name": "Demo", "timezone": "Europe/Paris"})
     admin.call("POST", f"/accounts/{account['id']}/payments", {"amount_nano": 25_000_000_000, "note": "bank transfer"})
     backend = admin.key(account["id"], name="production backend", spend_limit_nano=20_000_000_000,

@@ -37,6 +37,7 @@ from gatewayd.store.sqlite import SQLiteStore
 log = logging.getLogger("gatewayd")
 
 DEMO_EMAIL = "demo@example.com"
+DEMO_PASSWORD = "demo-password"  # the demo account's console password (--demo only)
 
 
 def sqlite_path(database_url: str) -> str:
@@ -106,12 +107,14 @@ def _admin_config(path: str) -> HypercornConfig:
 async def _ensure_demo_account(directory: Directory, data_dir: str) -> str:
     """The first ``--demo`` run: an account with $10 and a key, its secret kept in the data dir."""
     secret_file = Path(data_dir) / "demo-key"
-    if DEMO_EMAIL.lower() in directory.accounts_by_email and secret_file.exists():
-        return secret_file.read_text().strip()
     if DEMO_EMAIL.lower() in directory.accounts_by_email:
         account = directory.account(DEMO_EMAIL)
+        if account.password_hash is None:  # a demo data dir from before the console
+            await directory.set_password(account, DEMO_PASSWORD)
+        if secret_file.exists():
+            return secret_file.read_text().strip()
     else:
-        account = await directory.create_account(DEMO_EMAIL, "Demo", "UTC")
+        account = await directory.create_account(DEMO_EMAIL, "Demo", "UTC", DEMO_PASSWORD)
         await directory.pay(account, usd_to_nano("10"), "demo credit")
     _, secret = await directory.create_key(account, name="demo")
     old = os.umask(0o177)
@@ -128,6 +131,7 @@ def _print_demo_banner(base_url: str, secret: str) -> None:
 gatewayd demo is running at {base_url}  (every model answers from the built-in simulator)
 
   demo key: {secret}
+  console:  {base_url}/console/  (sign in as {DEMO_EMAIL} / {DEMO_PASSWORD})
 
   curl {base_url}/v1/chat/completions \\
     -H "Authorization: Bearer {secret}" -H "Content-Type: application/json" \\
