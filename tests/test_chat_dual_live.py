@@ -262,6 +262,28 @@ def test_reasoning_effort_becomes_thinking_with_a_budget(gateway, sim, funded, e
     assert upstream["max_tokens"] == (4000 if effort == "low" else budget + 4096)
 
 
+def test_tool_round_trip_with_thinking_keeps_the_signed_thinking_block(gateway, sim, funded):
+    """Anthropic needs the thinking block (with its signature) back in front of the tool_use of
+    the turn it came with; the SDK's accumulated message carries it through as thinking_blocks."""
+    _, _, secret = funded
+    c = client(gateway, secret)
+    marker = tag()
+    messages = [{"role": "user", "content": f"weather? {marker}"}]
+    with c.chat.completions.stream(model=MODEL, reasoning_effort="low", tools=[WEATHER], messages=messages) as s:
+        first = s.get_final_completion().choices[0].message
+    assert first.model_extra["reasoning_content"] == "Let me think about this step by step."
+    [call] = first.tool_calls
+    messages += [first.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "rainy"}]
+    second = c.chat.completions.create(model=MODEL, reasoning_effort="low", tools=[WEATHER], messages=messages)
+    assert second.choices[0].message.content == "Tool result received: rainy"
+    upstream = sim.last_request("rainy")["json"]
+    assert upstream["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    thinking, tool_use = upstream["messages"][1]["content"]
+    assert thinking == {"type": "thinking", "thinking": "Let me think about this step by step.",
+                        "signature": first.model_extra["thinking_blocks"][0]["signature"]}
+    assert (tool_use["type"], tool_use["id"]) == ("tool_use", call.id)
+
+
 def test_reasoning_streams_as_reasoning_content(gateway, funded):
     _, _, secret = funded
     chunks = list(client(gateway, secret).chat.completions.create(
