@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import ipaddress
+import math
 import secrets
 import string
 from zoneinfo import ZoneInfo
@@ -50,6 +51,8 @@ def expiry_instant(expires_on: dt.date | None, timezone: str) -> float | None:
     """End of the chosen day in the account's zone, as a Unix timestamp."""
     if expires_on is None:
         return None
+    if expires_on == dt.date.max:
+        return math.inf  # the day after 9999-12-31 has no date: that end is never reached
     next_midnight = dt.datetime.combine(expires_on + dt.timedelta(days=1), dt.time(0), tzinfo=ZoneInfo(timezone))
     return next_midnight.timestamp()
 

@@ -120,3 +120,11 @@ def test_state_is_derived_not_stored():
     assert k.state(now) == "enabled"
     k.spend_limit_nano = None
     assert k.state(now) == "enabled"
+
+
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Pacific/Pago_Pago", "UTC"])
+def test_extreme_dates_do_not_overflow(zone):
+    """9999-12-31 has no next day to take midnight of: its end is never reached (it was an OverflowError)."""
+    assert expiry_instant(dt.date.max, zone) == float("inf")
+    assert key(dt.date.max, zone).state(utc(9999, 12, 31, 23, 59)) == "enabled"
+    assert key(dt.date.min, zone).state(utc(1970, 1, 1)) == "expired"

@@ -444,3 +444,22 @@ def test_bad_ip_entry_is_refused_by_gatewayctl(gateway, entry):
               "--allow-ip", "2001:db8::1", "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["allow_ips"] == ["10.0.0.0/8", "2001:db8::1/128"]
+
+
+@pytest.mark.parametrize("day, state", [("9999-12-31", "enabled"), ("0001-01-01", "expired")])
+def test_extreme_expiry_dates(gateway, day, state):
+    """The last and first dates a key can carry: no 500 (9999-12-31 was an OverflowError after the write)."""
+    admin = gateway.admin
+    account = admin.account(unique_email("extreme"), timezone="Pacific/Kiritimati")
+    key = admin.key(account["id"], expires_on=day)
+    assert (key["expires_on"], key["state"]) == (day, state)
+    other = admin.key(account["id"], name="patched")
+    assert admin.call("PATCH", f"/keys/{other['id']}", {"expires_on": day})["state"] == state
+    admin.call("PATCH", f"/accounts/{account['id']}", {"timezone": "Pacific/Pago_Pago"})
+    for k in (key, other):
+        assert key_state(admin, k["id"]) == state
+        r = post(gateway, k["secret"], max_tokens=20)
+        if state == "enabled":
+            ok(r)
+        else:
+            refused(r, 401, "", "Invalid token")
