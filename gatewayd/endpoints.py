@@ -14,14 +14,17 @@ from typing import Any
 
 import orjson
 
+from gatewayd import tokens
 from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
 from gatewayd.config import Model
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, GatewayError, UpstreamError
-from gatewayd.formats import pipes, usage as usage_mod
+from gatewayd.formats import partial, pipes, usage as usage_mod
 from gatewayd.formats.raw_json import replace_top_level_string
 from gatewayd.relay import BodyError, Ctx, Relay, Route, field, parse_body, positive_int
 
 KNOWN_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# "system" turns inside messages pass through for API betas that accept them; the provider decides
+KNOWN_MESSAGES_ROLES = frozenset({"user", "assistant", "system"})
 
 
 def passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
@@ -51,6 +54,12 @@ def messages_passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[s
         return status, body, headers
     kind = MESSAGES_TYPE_BY_STATUS.get(status, "api_error" if status >= 500 else "invalid_request_error")
     return status, orjson.dumps({"type": "error", "error": {"type": kind, "message": error.message()}}), headers
+
+
+def produced_usage(message: dict, input_estimate: int) -> usage_mod.Usage:
+    """A messages-format reply without usage: the prompt as estimated and the output it
+    carries, counted offline (never free output)."""
+    return usage_mod.Usage(input_tokens=input_estimate, output_tokens=tokens.count(partial.message_text(message)))
 
 
 def _with_changes(raw: bytes, body: dict, changes: dict[str, Any]) -> bytes:
@@ -129,7 +138,13 @@ def validate_messages_body(body: dict) -> tuple[str, bool]:
     positive = positive_int(body, "max_tokens")
     if positive is None:
         raise BodyError("missing required field 'max_tokens'", param="max_tokens")
-    field(body, "messages", list, required=True, what="an array of messages")
+    messages = field(body, "messages", list, required=True, what="an array of messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise BodyError(f"messages[{i}] must be an object", param=f"messages[{i}]")
+        if message.get("role") not in KNOWN_MESSAGES_ROLES:
+            raise BodyError(f"messages[{i}].role must be user or assistant (got {message.get('role')!r})",
+                            param=f"messages[{i}].role")
     stream = field(body, "stream", bool, what="true or false") or False
     return model_id, stream
 
@@ -143,8 +158,11 @@ async def messages(relay: Relay, ctx: Ctx, raw: bytes):
     payload = _with_changes(raw, body, _model_change(model))
     betas = [b.strip() for value in ctx.headers.getlist("anthropic-beta") for b in value.split(",") if b.strip()]
 
+    estimate = estimate_input_tokens(body)
+
     def finish(upstream: bytes):
-        return upstream, usage_mod.from_messages(orjson.loads(upstream).get("usage"))
+        message = orjson.loads(upstream)
+        return upstream, usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
 
     route = Route(
         request=relay.upstream.anthropic_request(
@@ -152,7 +170,7 @@ async def messages(relay: Relay, ctx: Ctx, raw: bytes):
             version=ctx.headers.get("anthropic-version"), betas=betas,
         ),
         stream=stream,
-        input_tokens_estimate=estimate_input_tokens(body),
+        input_tokens_estimate=estimate,
         make_pipe=pipes.MessagesPassthrough,
         finish=finish,
         upstream_error=messages_passthrough_error,

@@ -28,6 +28,7 @@ from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, ConfigError, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
+from gatewayd import protocol_errors
 from gatewayd.money import usd_to_nano
 from gatewayd.providers.upstream import Upstream
 from gatewayd.records import utc_now_iso
@@ -145,6 +146,7 @@ print(c.chat.completions.create(model='claude-sonnet-4-5', messages=[{{'role': '
 
 
 async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
     Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(sqlite_path(config.database_url))
     try:
