@@ -262,3 +262,81 @@ def test_rate_limit_per_account_and_model(custom):
     for _ in range(2):
         ok(post(custom, other["secret"], "limited-mini", max_tokens=20))
     refused(post(custom, other["secret"], "limited-mini", max_tokens=20), 429, "rate_limit_exceeded", LIMIT_MESSAGE)
+
+
+# --- order of checks: price before the rate limit, the rate limit before holds -----------------
+
+
+def test_price_is_checked_before_the_rate_limit(custom):
+    """An unpriced model is refused with model_price_error every time: it never reaches the limiter."""
+    account, key = fresh(custom)
+    with nothing_charged(custom.admin, account["id"]):
+        for _ in range(3):  # its limit is 1 a minute
+            refused(post(custom, key["secret"], "limited-unpriced"), 400, "model_price_error",
+                    "model limited-unpriced is listed but has no price yet")
+
+
+def test_rate_limit_is_checked_before_holds(custom):
+    """Requests refused for the balance still count against the rate: the third one is 429, not 403."""
+    account, key = fresh(custom, paid_usd="3")
+    too_big = dict(max_tokens=10**7)  # 10M output tokens x 1600 nano = $16 > $3
+    with nothing_charged(custom.admin, account["id"]):
+        for _ in range(2):
+            refused(post(custom, key["secret"], "limited-mini", **too_big), 403, "insufficient_user_quota",
+                    "user quota is not enough")
+        refused(post(custom, key["secret"], "limited-mini", **too_big), 429, "rate_limit_exceeded", LIMIT_MESSAGE)
+
+
+def test_model_list_and_group_are_checked_before_the_rate_limit(custom):
+    account, key = fresh(custom)
+    for _ in range(2):
+        ok(post(custom, key["secret"], "limited-mini", max_tokens=20))
+    listed = custom.admin.key(account["id"], name="listed", models=["gpt-4.1-mini"])
+    pinned = custom.admin.key(account["id"], name="pinned", group="vip")
+    with nothing_charged(custom.admin, account["id"]):
+        refused(post(custom, listed["secret"], "limited-mini"), 403, "", "This token has no access to model")
+        refused(post(custom, pinned["secret"], "limited-mini"), 403, "", "This token is pinned to group vip")
+        refused(post(custom, key["secret"], "limited-mini"), 429, "rate_limit_exceeded", LIMIT_MESSAGE)
+
+
+# --- states survive a restart -------------------------------------------------------------------
+
+
+def test_key_states_and_limits_survive_a_restart(sim, tmp_path):
+    """Everything the request path reads from memory is read back the same from SQLite."""
+    daemon = Daemon(tmp_path, sim.url, extra=CUSTOM)
+    try:
+        admin = daemon.admin
+        account = admin.account(unique_email("restart"), timezone="Pacific/Kiritimati")
+        admin.call("PUT", f"/accounts/{account['id']}/groups", {"groups": ["default", "vip"]})
+        spent_key = admin.key(account["id"], name="spent")
+        ok(post(daemon, spent_key["secret"], max_tokens=20))
+        spent = admin.call("GET", f"/keys/{spent_key['id']}")["spent_nano"]
+        admin.call("PATCH", f"/keys/{spent_key['id']}", {"spend_limit_nano": spent})
+        keys = {
+            "used_up": spent_key,
+            "disabled": admin.key(account["id"], name="disabled"),
+            "deleted": admin.key(account["id"], name="deleted"),
+            "expired": admin.key(account["id"], name="expired", expires_on="2020-01-01"),
+            "far": admin.key(account["id"], name="far", expires_on="9999-12-31"),
+            "fenced": admin.key(account["id"], name="fenced", models=["gpt-4.1-nano"], allow_ips=["127.0.0.1"],
+                                group="vip"),
+        }
+        admin.call("POST", f"/keys/{keys['disabled']['id']}/disable")
+        admin.call("POST", f"/keys/{keys['deleted']['id']}/revoke")
+        before = {name: admin.call("GET", f"/keys/{k['id']}") for name, k in keys.items()}
+        daemon.restart()
+        admin = daemon.admin
+        after = {name: admin.call("GET", f"/keys/{k['id']}") for name, k in keys.items()}
+        assert after == before
+        assert [after[n]["state"] for n in ("used_up", "disabled", "deleted", "expired", "far", "fenced")] == \
+            ["used_up", "disabled", "deleted", "expired", "enabled", "enabled"]
+        for name in ("used_up", "disabled", "deleted", "expired"):
+            refused(post(daemon, keys[name]["secret"]), 401, "", "Invalid token")
+        ok(post(daemon, keys["far"]["secret"], max_tokens=20))
+        ok(post(daemon, keys["fenced"]["secret"], "gpt-4.1-nano", max_tokens=20))
+        refused(post(daemon, keys["fenced"]["secret"]), 403, "", "This token has no access to model")
+        assert admin.call("GET", f"/accounts/{account['id']}")["timezone"] == "Pacific/Kiritimati"
+        assert admin.audit()["ok"]
+    finally:
+        daemon.stop()
