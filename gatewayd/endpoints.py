@@ -87,7 +87,7 @@ def validate_chat_body(body: dict) -> tuple[str, bool]:
         if not isinstance(message, dict):
             raise BodyError(f"messages[{i}] must be an object", param=f"messages[{i}]")
         role = message.get("role")
-        if role not in KNOWN_CHAT_ROLES:
+        if not isinstance(role, str) or role not in KNOWN_CHAT_ROLES:
             raise BodyError(
                 f"messages[{i}].role must be one of system, developer, user, assistant, tool (got {role!r})",
                 param=f"messages[{i}].role",
@@ -142,7 +142,7 @@ def validate_messages_body(body: dict) -> tuple[str, bool]:
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise BodyError(f"messages[{i}] must be an object", param=f"messages[{i}]")
-        if message.get("role") not in KNOWN_MESSAGES_ROLES:
+        if not isinstance(message.get("role"), str) or message["role"] not in KNOWN_MESSAGES_ROLES:
             raise BodyError(f"messages[{i}].role must be user or assistant (got {message.get('role')!r})",
                             param=f"messages[{i}].role")
     stream = field(body, "stream", bool, what="true or false") or False
