@@ -12,6 +12,7 @@ import orjson
 
 from gatewayd.billing.estimate import estimate_input_tokens
 from gatewayd.config import Model
+from gatewayd.endpoints import produced_usage
 from gatewayd.errors import UpstreamError
 from gatewayd.formats import partial, usage as usage_mod
 from gatewayd.formats.chat_to_messages import chat_request_to_messages
@@ -144,16 +145,18 @@ def chat_via_messages(relay: Relay, ctx: Ctx, body: dict, model: Model, stream: 
                                default_max_tokens=default_max)
     wants_usage = stream and (body.get("stream_options") or {}).get("include_usage") is True
 
+    estimate = estimate_input_tokens(upstream_body)
+
     def finish(raw: bytes):
         message = orjson.loads(raw)
         chat = messages_response_to_chat(message, model=model.id, created=int(time.time()))
-        return orjson.dumps(chat), usage_mod.from_messages(message.get("usage"))
+        return orjson.dumps(chat), usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
 
     route = Route(
         request=relay.upstream.anthropic_request(model.provider, "/v1/messages", orjson.dumps(upstream_body),
                                                  stream=stream, version=None, betas=[]),
         stream=stream,
-        input_tokens_estimate=estimate_input_tokens(upstream_body),
+        input_tokens_estimate=estimate,
         make_pipe=lambda: MessagesToChatPipe(model.id, wants_usage),
         finish=finish,
         upstream_error=converted_error,

@@ -326,3 +326,19 @@ def test_billing_identical_to_the_messages_endpoint(gateway, funded, stream):
     assert (via_chat["cached_tokens"], via_chat["cache_write_tokens"], via_chat["output_tokens"]) == (900, 333, 15)
     assert via_chat["cost_nano"] == row_cost(via_chat)
     assert gateway.admin.balance(account["id"])["balance_nano"] == PAID - 2 * via_chat["cost_nano"]
+
+
+def test_reply_without_usage_is_charged_for_what_it_carries(gateway, sim, funded):
+    from gatewayd import tokens
+    from gatewayd.billing.estimate import estimate_input_tokens
+
+    account, _, secret = funded
+    marker = tag()
+    reply = client(gateway, secret).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": f"[[sim:fault=no_usage]] [[sim:words=9]] {marker}"}])
+    assert reply.choices[0].message.content == "w1 w2 w3 w4 w5 w6 w7 w8 w9"
+    [row] = gateway.admin.usage(account["id"])
+    upstream = sim.last_request(marker)["json"]
+    assert (row["input_tokens"], row["output_tokens"]) == (estimate_input_tokens(upstream),
+                                                           tokens.count("w1 w2 w3 w4 w5 w6 w7 w8 w9"))
+    assert row["cost_nano"] == row_cost(row)

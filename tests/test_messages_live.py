@@ -380,3 +380,18 @@ def test_exact_charge_with_cache_tokens_when_streamed(gateway, funded):
     assert (row["input_tokens"], row["cached_tokens"], row["cache_write_tokens"], row["output_tokens"]) == (
         final.usage.input_tokens + 4077, 4000, 77, 9)
     assert row["cost_nano"] == final.usage.input_tokens * 3000 + 4000 * 300 + 77 * 3750 + 9 * 15000
+
+
+def test_reply_without_usage_is_charged_for_what_it_carries(gateway, funded):
+    """A provider reply with no usage is never free output: the prompt as estimated, the output counted."""
+    from gatewayd import tokens
+    from gatewayd.billing.estimate import estimate_input_tokens
+
+    account, _, secret = funded
+    request = body("[[sim:fault=no_usage]] [[sim:words=12]] no usage here")
+    r = post(gateway, request, {"x-api-key": secret})
+    assert r.status_code == 200 and "usage" not in r.json()
+    text = r.json()["content"][0]["text"]
+    [row] = gateway.admin.usage(account["id"])
+    assert (row["input_tokens"], row["output_tokens"]) == (estimate_input_tokens(request), tokens.count(text))
+    assert row["output_tokens"] > 0 and row["cost_nano"] == row["input_tokens"] * 3000 + row["output_tokens"] * 15000

@@ -48,6 +48,22 @@ def messages_stream_text(datas: list[bytes]) -> str:
     return "".join(parts)
 
 
+def message_text(message) -> str:
+    """Text, thinking and tool input (as JSON) of a whole messages-format reply: what a
+    provider produced, to count when its reply carries no usage."""
+    parts: list[str] = []
+    content = message.get("content") if isinstance(message, dict) else None
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        for field in ("text", "thinking"):
+            if isinstance(block.get(field), str):
+                parts.append(block[field])
+        if block.get("type") == "tool_use":
+            parts.append(orjson.dumps(block.get("input")).decode())
+    return "".join(parts)
+
+
 def responses_stream_text(datas: list[bytes]) -> str:
     """Output text and function-call argument deltas of responses-format events."""
     parts: list[str] = []
