@@ -23,6 +23,8 @@ from gatewayd.formats.raw_json import replace_top_level_string
 from gatewayd.relay import BodyError, Ctx, Relay, Route, field, parse_body, positive_int
 
 KNOWN_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# "system" turns inside messages pass through for API betas that accept them; the provider decides
+KNOWN_MESSAGES_ROLES = frozenset({"user", "assistant", "system"})
 
 
 def passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
@@ -85,7 +87,7 @@ def validate_chat_body(body: dict) -> tuple[str, bool]:
         if not isinstance(message, dict):
             raise BodyError(f"messages[{i}] must be an object", param=f"messages[{i}]")
         role = message.get("role")
-        if role not in KNOWN_CHAT_ROLES:
+        if not isinstance(role, str) or role not in KNOWN_CHAT_ROLES:
             raise BodyError(
                 f"messages[{i}].role must be one of system, developer, user, assistant, tool (got {role!r})",
                 param=f"messages[{i}].role",
@@ -136,7 +138,13 @@ def validate_messages_body(body: dict) -> tuple[str, bool]:
     positive = positive_int(body, "max_tokens")
     if positive is None:
         raise BodyError("missing required field 'max_tokens'", param="max_tokens")
-    field(body, "messages", list, required=True, what="an array of messages")
+    messages = field(body, "messages", list, required=True, what="an array of messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise BodyError(f"messages[{i}] must be an object", param=f"messages[{i}]")
+        if not isinstance(message.get("role"), str) or message["role"] not in KNOWN_MESSAGES_ROLES:
+            raise BodyError(f"messages[{i}].role must be user or assistant (got {message.get('role')!r})",
+                            param=f"messages[{i}].role")
     stream = field(body, "stream", bool, what="true or false") or False
     return model_id, stream
 
