@@ -27,22 +27,32 @@ pytestmark = pytest.mark.slow
 
 PREFIX = ROOT / ".venv" / "npm"
 CLAUDE = PREFIX / "node_modules" / ".bin" / "claude"
+PACKAGE_JSON = PREFIX / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json"
+# Pinned: the test relies on the CLI's flags (--tools) and tool names (Glob); bump deliberately.
+VERSION = "2.1.197"
+
+
+def _installed_version() -> str | None:
+    try:
+        return json.loads(PACKAGE_JSON.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 @pytest.fixture(scope="session")
 def claude_cli() -> Path:
-    if not CLAUDE.exists():
+    if not CLAUDE.exists() or _installed_version() != VERSION:
         if shutil.which("npm") is None:
             pytest.skip("npm is not installed: cannot install @anthropic-ai/claude-code")
         try:
             done = subprocess.run(
                 ["npm", "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund", "--fetch-retries=1",
-                 "@anthropic-ai/claude-code"],
+                 f"@anthropic-ai/claude-code@{VERSION}"],
                 capture_output=True, text=True, timeout=300,
             )
         except subprocess.TimeoutExpired:
             pytest.skip("npm install @anthropic-ai/claude-code timed out (registry unreachable?)")
-        if done.returncode != 0 or not CLAUDE.exists():
+        if done.returncode != 0 or not CLAUDE.exists() or _installed_version() != VERSION:
             pytest.skip(f"npm install @anthropic-ai/claude-code failed (registry unreachable?): "
                         f"{(done.stderr or done.stdout).strip()[-500:]}")
     probe = subprocess.run([str(CLAUDE), "--version"], capture_output=True, text=True, timeout=60,
