@@ -342,3 +342,32 @@ def test_reply_without_usage_is_charged_for_what_it_carries(gateway, sim, funded
     assert (row["input_tokens"], row["output_tokens"]) == (estimate_input_tokens(upstream),
                                                            tokens.count("w1 w2 w3 w4 w5 w6 w7 w8 w9"))
     assert row["cost_nano"] == row_cost(row)
+
+
+def test_response_format_and_cache_control_are_not_carried(gateway, sim, funded):
+    """The spec: translation does not carry response_format or cache_control (use /v1/messages for those)."""
+    _, _, secret = funded
+    marker = tag()
+    reply = client(gateway, secret).chat.completions.create(
+        model=MODEL, response_format={"type": "json_object"},
+        messages=[{"role": "user", "content": [{"type": "text", "text": f"json please {marker}",
+                                                "cache_control": {"type": "ephemeral"}}]}])
+    assert reply.choices[0].message.content
+    upstream = sim.last_request(marker)["json"]
+    assert "response_format" not in upstream and "output_config" not in upstream
+    assert "cache_control" not in json.dumps(upstream)
+
+
+@pytest.mark.parametrize("part,fragment", [
+    ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "audio"),
+    ({"type": "file", "file": {"filename": "a.txt", "file_data": "data:text/plain;base64,aGk="}}, "PDF"),
+    ({"type": "image_url", "image_url": {"url": "ftp://example.com/cat.png"}}, "image"),
+])
+def test_unsupported_parts_are_a_clear_400_and_nothing_charged(gateway, funded, part, fragment):
+    account, _, secret = funded
+    with pytest.raises(openai.BadRequestError) as info:
+        client(gateway, secret).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": [{"type": "text", "text": "x"}, part]}])
+    assert fragment in info.value.body["message"]
+    assert gateway.admin.usage(account["id"]) == []
+    assert gateway.admin.balance(account["id"])["balance_nano"] == PAID
