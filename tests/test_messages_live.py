@@ -395,3 +395,20 @@ def test_reply_without_usage_is_charged_for_what_it_carries(gateway, funded):
     [row] = gateway.admin.usage(account["id"])
     assert (row["input_tokens"], row["output_tokens"]) == (estimate_input_tokens(request), tokens.count(text))
     assert row["output_tokens"] > 0 and row["cost_nano"] == row["input_tokens"] * 3000 + row["output_tokens"] * 15000
+
+
+async def test_async_sdk_stream(gateway, funded):
+    account, _, secret = funded
+    c = anthropic.AsyncAnthropic(base_url=gateway.url, api_key=secret, max_retries=0)
+    stream = await c.messages.create(model="claude-sonnet-4-5", max_tokens=100, stream=True,
+                                     messages=[{"role": "user", "content": "[[sim:text=Hello from async]]"}])
+    kinds, text = [], ""
+    async for event in stream:
+        kinds.append(event.type)
+        if event.type == "content_block_delta":
+            text += event.delta.text
+    await c.close()
+    assert text == "Hello from async"
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    [row] = gateway.admin.usage(account["id"])
+    assert (row["stream"], row["status"], row["output_tokens"]) == (True, "ok", 3)
