@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 import orjson
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
@@ -47,6 +48,15 @@ class Listener:
             if message["type"] == "http.response.start":
                 started = True
                 message = {**message, "headers": [*message.get("headers", []), id_header]}
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                # The last body message makes hypercorn recycle or close the connection inside
+                # this call. quart-trio cancels the handler's nursery as soon as it sees the
+                # disconnect that hypercorn posts on the way, so unshielded the close is cut
+                # short when a handler answered before the request body arrived: the socket stays
+                # open, unanswered, and the client's next keep-alive request hangs.
+                with trio.CancelScope(shield=True):
+                    await send(message)
+                return
             await send(message)
 
         for name, value in scope.get("headers", ()):
@@ -177,7 +187,7 @@ def create_app(relay: Relay) -> QuartTrio:
     async def delete_model(model_id: str):
         return error_response(not_implemented("deleting models"), "models")
 
-    @app.route("/v1/responses/<path:response_id>", methods=["GET", "DELETE", "POST"])
+    @app.route("/v1/responses/<path:response_id>", methods=["GET", "DELETE", "POST", "PUT", "PATCH"])
     async def stored_response(response_id: str):
         return error_response(not_implemented("stored responses (responses are not stored)"), "responses")
 
