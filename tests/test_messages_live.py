@@ -412,3 +412,24 @@ async def test_async_sdk_stream(gateway, funded):
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     [row] = gateway.admin.usage(account["id"])
     assert (row["stream"], row["status"], row["output_tokens"]) == (True, "ok", 3)
+
+
+def test_cache_writes_at_the_input_rate_when_the_catalogue_has_no_cache_write_price(sim, tmp_path):
+    from tests.live import Daemon, unique_email
+
+    extra = ('[[models]]\nid = "claude-no-write-price"\nprovider = "anthropic"\nfamily = "claude"\n'
+             'input_price = 2.00\noutput_price = 10.00\ncached_input_price = 0.20\nmax_output_tokens = 4096\n')
+    daemon = Daemon(tmp_path, sim.url, extra=extra)
+    try:
+        account = daemon.admin.account(unique_email())
+        secret = daemon.admin.key(account["id"])["secret"]
+        r = post(daemon, {"model": "claude-no-write-price", "max_tokens": 100, "messages": [
+            {"role": "user", "content": "[[sim:cache_read=100]] [[sim:cache_write=40]] [[sim:words=5]]"}]},
+            {"x-api-key": secret})
+        assert r.status_code == 200, r.text
+        usage = r.json()["usage"]
+        [row] = daemon.admin.usage(account["id"])
+        assert (row["cached_tokens"], row["cache_write_tokens"], row["output_tokens"]) == (100, 40, 5)
+        assert row["cost_nano"] == (usage["input_tokens"] + 40) * 2000 + 100 * 200 + 5 * 10000
+    finally:
+        daemon.stop()
