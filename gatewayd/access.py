@@ -52,20 +52,25 @@ def authenticate(directory: Directory, headers, *, accepts_x_api_key: bool, now:
     return Caller(key=key, account=directory.accounts[key.account_id])
 
 
+def _unmapped(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """``::ffff:10.0.0.1`` (an IPv4 peer on a dual-stack socket) is 10.0.0.1 for every rule."""
+    return ip.ipv4_mapped or ip if ip.version == 6 else ip
+
+
 def client_address(peer: str | None, forwarded_for: str | None, trusted: tuple) -> str | None:
     """The socket peer, unless the peer is a trusted proxy: then the right-most
     ``X-Forwarded-For`` address that is not itself a trusted proxy."""
     if peer is None:
         return None
     try:
-        peer_ip = ipaddress.ip_address(peer)
+        peer_ip = _unmapped(ipaddress.ip_address(peer))
     except ValueError:
         return peer
     if not trusted or not forwarded_for or not any(peer_ip in net for net in trusted):
         return str(peer_ip)
     for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
         try:
-            hop_ip = ipaddress.ip_address(hop.strip("[]"))
+            hop_ip = _unmapped(ipaddress.ip_address(hop.strip("[]")))
         except ValueError:
             return str(peer_ip)  # a malformed hop: trust nothing left of it
         if not any(hop_ip in net for net in trusted):
@@ -163,6 +168,10 @@ def visible_models(config: Config, caller: Caller) -> list[Model]:
     account, key = caller.account, caller.key
     if account.total_paid_nano < config.server.models_visible_after_paid_nano:
         return []
+    if key.group is not None:
+        group = config.groups.get(key.group)
+        if key.group not in account.groups or group is None or group.retired:
+            return []  # pinned to a group it cannot use: every model request is refused, so none is listed
     out = []
     for model in config.models.values():
         if key.models is not None and model.id not in key.models:

@@ -38,6 +38,11 @@ PROXIES = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("fd00::/8"))
         ("10.1.1.1", "203.0.113.7, garbage", PROXIES, "10.1.1.1"),  # a malformed hop: trust nothing left of it
         ("10.1.1.1", "10.2.2.2", PROXIES, "10.1.1.1"),  # only trusted hops
         ("::1", None, (), "::1"),
+        # an IPv4 peer on a dual-stack socket arrives IPv4-mapped: it is the IPv4 address for every rule
+        ("::ffff:198.51.100.9", None, (), "198.51.100.9"),
+        ("::ffff:10.1.1.1", "203.0.113.7", PROXIES, "203.0.113.7"),
+        ("10.1.1.1", "203.0.113.7, ::ffff:10.2.2.2", PROXIES, "203.0.113.7"),
+        ("10.1.1.1", "::ffff:203.0.113.7", PROXIES, "203.0.113.7"),
     ],
 )
 def test_client_address(peer, xff, trusted, seen):

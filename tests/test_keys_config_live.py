@@ -74,6 +74,16 @@ def ipv6(sim, tmp_path_factory):
     d.stop()
 
 
+@pytest.fixture(scope="module")
+def dual_stack(sim, tmp_path_factory):
+    """An IPv6 socket that IPv4 clients reach too: their peer address arrives as ::ffff:127.0.0.1."""
+    d = Daemon(tmp_path_factory.mktemp("dual"), sim.url, args=["--listen", "[::ffff:127.0.0.1]:0"],
+               server='trusted_proxies = ["127.0.0.1/32"]\n')
+    d.url = "http://127.0.0.1:" + d.url.rsplit(":", 1)[1]
+    yield d
+    d.stop()
+
+
 def fresh(daemon, paid_usd: str | None = "10", **key_fields) -> tuple[dict, dict]:
     account = daemon.admin.account(unique_email("cfg"), paid_usd=paid_usd)
     return account, daemon.admin.key(account["id"], **key_fields)
@@ -130,6 +140,16 @@ def test_untrusted_peer_cannot_spoof_forwarded_for(gateway):
             refused(response, 403, "access_denied", "Your IP 127.0.0.1 is not allowed")
 
 
+def test_dual_stack_peer_is_its_ipv4_address(dual_stack):
+    """The trusted proxy 127.0.0.1 is recognised when it arrives as ::ffff:127.0.0.1 (it was not)."""
+    account, key = fresh(dual_stack, allow_ips=[CLIENT])
+    ok(post(dual_stack, key["secret"], max_tokens=20, headers={"x-forwarded-for": CLIENT}))
+    with nothing_charged(dual_stack.admin, account["id"]):
+        refused(post(dual_stack, key["secret"]), 403, "access_denied", "Your IP 127.0.0.1 is not allowed")
+    _, local = fresh(dual_stack, allow_ips=["127.0.0.1"])
+    ok(post(dual_stack, local["secret"], max_tokens=20))
+
+
 # --- IPv6 peer -----------------------------------------------------------------------------
 
 IPV6_ROWS = [
@@ -172,9 +192,12 @@ GROUP_ROWS = [
 def test_group_pinning(custom, groups, pinned, refusal):
     account, key = fresh(custom, group=pinned)
     assert custom.admin.call("PUT", f"/accounts/{account['id']}/groups", {"groups": groups})["groups"] == groups
+    listed = httpx.get(custom.url + "/v1/models", headers={"authorization": f"Bearer {key['secret']}"}).json()
     if refusal is None:
+        assert "gpt-4.1-mini" in {m["id"] for m in listed["data"]}
         ok(post(custom, key["secret"], max_tokens=20))
         return
+    assert listed["data"] == []  # /v1/models lists what the key may call: nothing
     with nothing_charged(custom.admin, account["id"]):
         refused(post(custom, key["secret"]), 403, "", refusal)
         refused(post(custom, None, "claude-haiku-4-5", path="/v1/messages", headers={"x-api-key": key["secret"]}),
