@@ -209,7 +209,7 @@ def test_chat_model_on_embeddings_is_a_clear_400(gateway, sim, embedder):
     account, _, secret = embedder
     with pytest.raises(openai.BadRequestError) as caught:
         client(gateway, secret).embeddings.create(model="gpt-4.1-mini", input="chat-on-embeddings-0c")
-    assert caught.value.body["param"] == "model"
+    assert (caught.value.body["param"], caught.value.body["code"]) == ("model", "invalid_model")
     assert "chat model" in caught.value.body["message"] and "/v1/embeddings" in caught.value.body["message"]
     assert sim.requests("chat-on-embeddings-0c") == []
     assert spent(gateway, account) == 0 and gateway.admin.usage(account["id"]) == []
