@@ -351,3 +351,72 @@ def test_bad_bodies_are_clear_400s(gateway, funded, body, param):
     assert error["type"] == "invalid_request_error" and error["param"] == param
     assert error["message"].endswith(f"(request id: {r.headers['x-request-id']})")
     assert gateway.admin.usage(account["id"]) == []
+
+
+# -- what Codex CLI sends, and provider errors ---------------------------------------------
+
+
+CODEX_TOOLS = [{"type": "function", "name": "shell", "description": "Run a command", "strict": False,
+                "parameters": {"type": "object", "properties": {"command": {"type": "array",
+                                                                            "items": {"type": "string"}}}}}]
+
+
+@pytest.mark.parametrize("model", ALL)
+def test_codex_style_turn(gateway, sim, funded, model):
+    """A later Codex turn: developer message, the earlier reasoning (sealed), assistant message and
+    function call items with their ids and statuses, the call's output, and the fields Codex
+    always sends (store false, include, prompt_cache_key, parallel_tool_calls, reasoning)."""
+    account, _, secret = funded
+    marker = f"codex-{model}"
+    items = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]},
+        {"type": "message", "role": "user", "id": "msg_u1", "content": [{"type": "input_text", "text": marker}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAsealed"},
+        {"type": "message", "role": "assistant", "id": "msg_a1", "status": "completed",
+         "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "shell", "status": "completed",
+         "arguments": '{"command": ["ls"]}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "README.md"},
+    ]
+    response = client(gateway, secret).responses.create(
+        model=model, input=items, tools=CODEX_TOOLS, tool_choice="auto", parallel_tool_calls=False, store=False,
+        include=["reasoning.encrypted_content"], prompt_cache_key="codex-session-1",
+        reasoning={"effort": "medium", "summary": "auto"}, instructions="Follow the user.")
+    assert response.status == "completed"
+    assert response.output_text == "Tool result received: README.md"
+    assert_billed(gateway, account, response, model, stream=False)
+    upstream = sim.last_request(marker)["json"]
+    if model == "gpt-4.1-mini":
+        assert upstream["input"] == items  # passed through, ids, sealed reasoning and all
+    else:
+        assert "gAAAAsealed" not in json.dumps(upstream)  # sealed for OpenAI's models: dropped
+
+
+@pytest.mark.parametrize("model", ALL)
+def test_provider_error_keeps_status_and_is_not_charged(gateway, funded, model):
+    account, _, secret = funded
+    with pytest.raises(openai.RateLimitError) as caught:
+        client(gateway, secret).responses.create(model=model, input="busy [[sim:fault=status:429]]")
+    error = caught.value
+    assert error.status_code == 429
+    assert error.response.headers.get("retry-after")
+    assert "simulated error 429" in error.body["message"]
+    assert spent(gateway, account) == 0
+    assert gateway.admin.usage(account["id"], limit=1)[0]["status"] == "upstream_error"
+
+
+@pytest.mark.parametrize("model", TRANSLATED)
+def test_broken_translated_stream_ends_failed(gateway, funded, model):
+    """The provider's error mid-stream becomes an ``error`` event and ``response.failed``;
+    the SDK refuses to hand out the partial response as final."""
+    account, _, secret = funded
+    with client(gateway, secret).responses.stream(
+        model=model, input="x [[sim:words=10]] [[sim:fault=error_after:3]]"
+    ) as stream:
+        names = [event.type for event in stream]
+        with pytest.raises(RuntimeError):
+            stream.get_final_response()
+    assert names[:2] == ["response.created", "response.in_progress"]
+    assert names[-2:] == ["error", "response.failed"]
+    assert "response.completed" not in names
+    assert gateway.admin.balance(account["id"])["held_nano"] == 0
