@@ -62,6 +62,8 @@ def sdk(gateway, secret: str) -> openai.OpenAI:
 
 
 def test_key_lifecycle_seen_from_the_console_and_the_sdk(page, gateway):
+    from playwright.sync_api import expect
+
     tz = "Asia/Kathmandu"  # UTC+05:45: times must really be converted, to the quarter hour
     email = unique_email("console")
     account = account_with_password(gateway.admin, email, timezone=tz)
@@ -97,7 +99,9 @@ def test_key_lifecycle_seen_from_the_console_and_the_sdk(page, gateway):
 
     # the request is in the usage log: key name, model, tokens, exact cost, local time
     page.click("nav >> text=Usage")
+    page.wait_for_url("**/console/usage")
     row = page.locator(f"tr[data-request-id='{request_id}']")
+    row.wait_for()
     cells = [c.strip() for c in row.locator("td").all_text_contents()]
     usage = raw.parse().usage
     [stored] = [r for r in gateway.admin.usage(account["id"]) if r["request_id"] == request_id]
@@ -110,20 +114,19 @@ def test_key_lifecycle_seen_from_the_console_and_the_sdk(page, gateway):
 
     # the key list shows what was spent against the limit, the list of models, last use
     page.click("nav >> text=Keys")
+    page.wait_for_url("**/console/keys")
     key_row = page.locator("#keys-table tr", has_text="browser key")
     text = key_row.text_content()
     assert usd(cost) in text and "$2.50" in text and "gpt-4.1-mini" in text and "Never" not in text
-    assert "enabled" in key_row.locator(".badge").text_content().lower()
+    assert key_row.locator(".badge").text_content().strip() == "enabled"
 
     # disable: the SDK gets 401; enable: it works again
     key_row.locator("button:has-text('Disable')").click()
-    page.wait_for_url("**/console/keys")
-    assert page.locator("#keys-table tr", has_text="browser key").locator(".badge").text_content().strip() \
-        .lower() == "disabled"
+    expect(page.locator("#keys-table tr", has_text="browser key").locator(".badge")).to_have_text("disabled")
     with pytest.raises(openai.AuthenticationError):
         sdk(gateway, secret).chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": "x"}])
     page.locator("#keys-table tr", has_text="browser key").locator("button:has-text('Enable')").click()
-    page.wait_for_url("**/console/keys")
+    expect(page.locator("#keys-table tr", has_text="browser key").locator(".badge")).to_have_text("enabled")
     sdk(gateway, secret).chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": "x"}])
 
     # edit: a 51-character name is refused with the rule in the form, the input kept
@@ -142,7 +145,7 @@ def test_key_lifecycle_seen_from_the_console_and_the_sdk(page, gateway):
     page.locator("#keys-table tr", has_text="renamed key").locator("a:has-text('Revoke')").click()
     page.fill("#confirm", "wrong name")
     page.click("#revoke")
-    assert "Type the key's name exactly" in page.text_content("main")
+    expect(page.locator(".alert-error")).to_contain_text("Type the key's name exactly")
     page.fill("#confirm", "renamed key")
     page.click("#revoke")
     page.wait_for_url("**/console/keys")
