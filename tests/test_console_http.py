@@ -61,6 +61,9 @@ def test_password_set_by_gatewayctl_signs_in_and_cookie_is_safe(gateway, console
     cookie = response.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/console" in cookie
     assert "Secure" not in cookie  # plain HTTP here; the TLS test checks the other side
+    spoofed = ConsoleClient(gateway.url, headers={"X-Forwarded-Proto": "https"})  # not from a trusted proxy
+    assert "Secure" not in spoofed.get("/console/signin").headers["set-cookie"]
+    spoofed.close()
     page = console.get("/console/keys")
     assert page.status_code == 200 and email in page.text
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
@@ -128,12 +131,17 @@ def test_sessions_survive_a_restart_and_the_secret_file_is_private(tmp_path, sim
         client.close()
     finally:
         daemon.stop()
-    configured = Daemon(tmp_path / "c", sim.url, server='console_secret = "a configured secret for the console"')
+    configured = Daemon(tmp_path / "c", sim.url, server='console_secret = "a configured secret for the console"\n'
+                                                      'trusted_proxies = ["127.0.0.1/32"]')
     try:
         email = unique_email("configured")
         account_with_password(configured.admin, email)
         client = ConsoleClient(configured.url)
-        assert client.sign_in(email).status_code == 302
+        signed = client.sign_in(email)
+        assert signed.status_code == 302 and "Secure" not in signed.headers["set-cookie"]
+        behind_tls_proxy = ConsoleClient(configured.url, headers={"X-Forwarded-Proto": "https"})
+        assert "Secure" in behind_tls_proxy.get("/console/signin").headers["set-cookie"]
+        behind_tls_proxy.close()
         assert not (tmp_path / "c" / "data" / "console-secret").exists()
         configured.restart()
         client.http.base_url = configured.url

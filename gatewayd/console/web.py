@@ -9,6 +9,7 @@ with 400 and a wrong one with 403 before the handler sees any field.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import attrs
@@ -89,7 +90,20 @@ def finish_response(console: Console, response: Response) -> Response:
 
 
 def is_tls(console: Console) -> bool:
-    return request.scheme == "https" or console.config.server.tls_cert is not None
+    """HTTPS here, or HTTPS at a trusted proxy in front (``X-Forwarded-Proto: https``)."""
+    if request.scheme == "https" or console.config.server.tls_cert is not None:
+        return True
+    proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return proto == "https" and _from_trusted_proxy(console)
+
+
+def _from_trusted_proxy(console: Console) -> bool:
+    client = request.scope.get("client")
+    try:
+        peer = ipaddress.ip_address(client[0]) if client else None
+    except ValueError:
+        return False
+    return peer is not None and any(peer in net for net in console.config.server.trusted_proxies)
 
 
 def caller_address(console: Console) -> str:
