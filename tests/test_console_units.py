@@ -75,6 +75,18 @@ def test_throttle_counts_per_email_and_address_within_the_window():
     assert throttle.retry_after("a@example.com", "10.0.0.1") is None
 
 
+def test_throttle_caps_one_address_trying_many_emails():
+    clock = Clock(0)
+    throttle = SignInThrottle(limit=5, window_s=900, address_limit=20, clock=clock)
+    for i in range(20):
+        assert throttle.retry_after(f"user{i}@example.com", "10.0.0.9") is None
+        throttle.failed(f"user{i}@example.com", "10.0.0.9")
+    assert throttle.retry_after("someone-else@example.com", "10.0.0.9") == 901
+    assert throttle.retry_after("someone-else@example.com", "10.0.0.10") is None
+    clock.now = 900.5
+    assert throttle.retry_after("someone-else@example.com", "10.0.0.9") is None
+
+
 class FakeForm(dict):
     def getlist(self, name):
         value = self.get(name, [])

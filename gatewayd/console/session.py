@@ -119,16 +119,19 @@ class Sessions:
 
 
 class SignInThrottle:
-    """At most ``limit`` failed sign-ins per (email, client address) in any ``window_s``."""
+    """At most ``limit`` failed sign-ins per (email, client address) in any ``window_s``, and at
+    most ``address_limit`` per client address whatever the emails (one address trying many
+    accounts, each attempt costing a slow password hash)."""
 
-    def __init__(self, limit: int = 5, window_s: float = 15 * 60, clock=time.monotonic) -> None:
+    def __init__(self, limit: int = 5, window_s: float = 15 * 60, address_limit: int = 50,
+                 clock=time.monotonic) -> None:
         self.limit = limit
+        self.address_limit = address_limit
         self.window_s = window_s
         self._clock = clock
-        self._failures: dict[tuple[str, str], collections.deque[float]] = {}
+        self._failures: dict[tuple[str | None, str], collections.deque[float]] = {}
 
-    def _recent(self, email: str, address: str) -> collections.deque[float] | None:
-        key = (email.strip().lower(), address)
+    def _recent(self, key: tuple[str | None, str]) -> collections.deque[float] | None:
         seen = self._failures.get(key)
         if seen is None:
             return None
@@ -142,17 +145,19 @@ class SignInThrottle:
 
     def retry_after(self, email: str, address: str) -> int | None:
         """Seconds until another attempt is allowed, or None when it is allowed now."""
-        seen = self._recent(email, address)
-        if seen is None or len(seen) < self.limit:
-            return None
-        return max(1, int(seen[0] + self.window_s - self._clock()) + 1)
+        waits = []
+        for key, limit in (((email.strip().lower(), address), self.limit), ((None, address), self.address_limit)):
+            seen = self._recent(key)
+            if seen is not None and len(seen) >= limit:
+                waits.append(max(1, int(seen[-limit] + self.window_s - self._clock()) + 1))
+        return max(waits) if waits else None
 
     def failed(self, email: str, address: str) -> None:
         if len(self._failures) > 100_000:  # many distinct emails: drop whatever has aged out
             for key in list(self._failures):
-                self._recent(*key)
-        key = (email.strip().lower(), address)
-        self._failures.setdefault(key, collections.deque()).append(self._clock())
+                self._recent(key)
+        for key in ((email.strip().lower(), address), (None, address)):
+            self._failures.setdefault(key, collections.deque()).append(self._clock())
 
     def succeeded(self, email: str, address: str) -> None:
         self._failures.pop((email.strip().lower(), address), None)

@@ -33,6 +33,7 @@ from gatewayd.directory import DirectoryError, check_password, hash_password
 
 HERE = Path(__file__).resolve().parent
 _DECOY_HASH = hash_password("a password nobody has")  # compared against when the email is unknown
+_HASHING = trio.CapacityLimiter(2)  # scrypt is CPU-bound: a burst of sign-ins waits, the API does not
 
 
 def create_blueprint(console: Console) -> Blueprint:
@@ -94,7 +95,7 @@ def create_blueprint(console: Console) -> Blueprint:
             )
         account = console.directory.accounts_by_email.get(email.lower()) if email else None
         stored = account.password_hash if account is not None and account.password_hash else _DECOY_HASH
-        ok = await trio.to_thread.run_sync(check_password, password, stored)
+        ok = await trio.to_thread.run_sync(check_password, password, stored, limiter=_HASHING)
         if not ok or account is None or not account.password_hash:
             console.throttle.failed(email, address)
             return await page(console, "signin.html", 400, email=email,
