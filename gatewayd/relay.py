@@ -26,6 +26,7 @@ from gatewayd.billing.estimate import charge, estimate_cost
 from gatewayd.billing.ledger import Hold, Ledger
 from gatewayd.config import Config
 from gatewayd.directory import Directory
+from gatewayd.drain import Drain
 from gatewayd.errors import GatewayError, UpstreamError
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.sse import SSESplitter
@@ -104,6 +105,7 @@ class Relay:
         self.ledger = ledger
         self.upstream = upstream
         self.limiter = RateLimiter()
+        self.drain = Drain()  # cuts upstream reads when a shutdown's grace period ends
 
     # -- the checks ------------------------------------------------------------------
 
@@ -161,9 +163,17 @@ class Relay:
         with trio.CancelScope(shield=True):
             await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
 
+    async def _cut_by_shutdown(self, hold: Hold, grant: Grant) -> GatewayError:
+        await self._release(hold, grant, "shutdown", 503)
+        return GatewayError(503, "the gateway is shutting down; the provider did not answer in time",
+                            "shutting_down", model_step=True)
+
     async def _call(self, route: Route, hold: Hold, grant: Grant) -> httpx.Response:
         try:
-            response = await self.upstream.send(route.request)
+            with self.drain.read() as reading:
+                response = await self.upstream.send(route.request)
+            if reading.cancelled_caught:
+                raise await self._cut_by_shutdown(hold, grant)
         except httpx.ConnectTimeout:
             await self._release(hold, grant, "upstream_unreachable", 504)
             raise GatewayError(504, "the provider did not accept a connection in time", "upstream_timeout",
@@ -189,7 +199,10 @@ class Relay:
 
     async def _finish(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant) -> bytes:
         try:
-            raw = await response.aread()
+            with self.drain.read() as reading:
+                raw = await response.aread()
+            if reading.cancelled_caught:
+                raise await self._cut_by_shutdown(hold, grant)
         except httpx.HTTPError as e:
             await self._release(hold, grant, "upstream_broken", 502)
             raise GatewayError(502, f"the provider dropped the connection ({type(e).__name__})", "bad_gateway",
@@ -220,9 +233,25 @@ class Relay:
         splitter = SSESplitter()
         status = "client_disconnected"
         started = False
+        chunks = response.aiter_raw()
         try:
             try:
-                async for chunk in response.aiter_raw():
+                while True:
+                    with self.drain.read() as reading:
+                        chunk = await anext(chunks, None)
+                    if reading.cancelled_caught:
+                        status = "shutdown"
+                        if not started:
+                            raise GatewayError(503, "the gateway is shutting down", "shutting_down",
+                                               model_step=True)
+                        yield pipe.error_event("the gateway is shutting down; the stream was cut and is incomplete")
+                        return
+                    if chunk is None:
+                        out = pipe.feed(splitter.flush())
+                        if out:
+                            started = True
+                            yield out
+                        break
                     events = splitter.feed(chunk)
                     if not started and events and events[0].data != b"[DONE]":
                         orjson.loads(events[0].data)  # a body that is not SSE JSON fails before any byte
@@ -232,11 +261,6 @@ class Relay:
                         yield out
                     if pipe.complete or pipe.failed:
                         break
-                else:
-                    out = pipe.feed(splitter.flush())
-                    if out:
-                        started = True
-                        yield out
             except httpx.ReadTimeout:
                 status = "idle_timeout"
                 idle = f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds"
@@ -270,13 +294,14 @@ class Relay:
             yield pipe.error_event("the provider ended the stream early; the output is incomplete")
         finally:
             with trio.CancelScope(shield=True):
+                await chunks.aclose()
                 await response.aclose()
                 if not hold.settled:
                     if started or status == "client_disconnected":
                         await self._settle_stream(hold, grant, pipe, route, status)
-                    else:  # refused with a 502/504: the client got nothing, nothing is charged
-                        await self._settle(hold, grant, Usage(), status=status,
-                                           http_status=504 if status == "idle_timeout" else 502)
+                    else:  # refused with a 502/503/504: the client got nothing, nothing is charged
+                        http_status = {"idle_timeout": 504, "shutdown": 503}.get(status, 502)
+                        await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
 
     async def _settle_stream(self, hold: Hold, grant: Grant, pipe: Pipe, route: Route, status: str) -> None:
         usage = pipe.usage

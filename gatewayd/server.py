@@ -28,6 +28,7 @@ from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, ConfigError, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
+from gatewayd.drain import BACKSTOP_S
 from gatewayd import protocol_errors
 from gatewayd.money import usd_to_nano
 from gatewayd.providers.upstream import Upstream
@@ -85,7 +86,8 @@ def _public_config(config: Config) -> HypercornConfig:
     for listen in config.server.listen:
         host, port = parse_host_port(listen)
         binds.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-    hc = _hypercorn_config(graceful_timeout=config.server.shutdown_grace_s)
+    # the relay cuts streams at the grace period's end (gatewayd.drain); hypercorn's cut is the backstop
+    hc = _hypercorn_config(graceful_timeout=config.server.shutdown_grace_s + BACKSTOP_S)
     if config.server.tls_cert:
         hc.certfile = config.server.tls_cert
         hc.keyfile = config.server.tls_key
@@ -174,6 +176,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             admin_path = config.server.admin_socket
             async with trio.open_nursery() as servers:
                 servers.start_soon(_watch_signals, shutdown)
+                servers.start_soon(_drain_on_shutdown, shutdown, relay, config.server.shutdown_grace_s)
                 await servers.start(
                     lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path),
                                                         shutdown_trigger=shutdown.wait, task_status=task_status)
@@ -194,6 +197,11 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None
         await upstream.aclose()
     finally:
         store.close()
+
+
+async def _drain_on_shutdown(shutdown: trio.Event, relay: Relay, grace_s: float) -> None:
+    await shutdown.wait()
+    relay.drain.begin(grace_s)
 
 
 async def _watch_signals(shutdown: trio.Event) -> None:
