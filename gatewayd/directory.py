@@ -115,6 +115,7 @@ class Directory:
         self.keys: dict[str, Key] = {}
         self.keys_by_hash: dict[str, Key] = {}
         self.keys_by_account: dict[str, list[Key]] = {}
+        self.keys_being_created: dict[str, int] = {}  # per account: inserts not yet committed
 
     # -- loading ------------------------------------------------------------------
 
@@ -371,7 +372,8 @@ class Directory:
         """Returns the key and its secret; the secret is never stored, only its hash."""
         name = self._check_key_name(name)
         live = [k for k in self.keys_by_account[account.id] if k.status != "deleted"]
-        if len(live) >= MAX_KEYS_PER_ACCOUNT:
+        # creations still waiting for their commit count too, or concurrent calls could pass 1,000 together
+        if len(live) + self.keys_being_created.get(account.id, 0) >= MAX_KEYS_PER_ACCOUNT:
             raise DirectoryError(
                 f"this account has {MAX_KEYS_PER_ACCOUNT} keys, the most allowed; revoke one first", status=409,
                 code="too_many_keys",
@@ -405,7 +407,11 @@ class Directory:
                 row,
             )
 
-        await self.store.write(insert)
+        self.keys_being_created[account.id] = self.keys_being_created.get(account.id, 0) + 1
+        try:
+            await self.store.write(insert)
+        finally:
+            self.keys_being_created[account.id] -= 1
         self._remember_key(key)
         return key, secret
 

@@ -9,6 +9,7 @@ a rate-limited model are in test_keys_config_live.py.
 from __future__ import annotations
 
 import json
+import threading
 
 import anthropic
 import httpx
@@ -77,15 +78,33 @@ def test_models_hidden_until_three_dollars_paid(gateway, paid):
 TOO_MANY = "this account has 1000 keys, the most allowed; revoke one first"
 
 
+@pytest.mark.slow
 def test_one_thousand_keys_per_account(gateway):
     admin = gateway.admin
     account = admin.account(unique_email("many"), paid_usd=None)
     path = f"/admin/v1/accounts/{account['id']}/keys"
     ids = []
-    for i in range(1000):
+    for i in range(980):
         response = admin.http.post(path, json={"name": f"k{i}"})
         assert response.status_code == 201, response.text
         ids.append(response.json()["id"])
+    # the last 20 places, raced for by 40 concurrent creations: exactly 20 win (it was 21 or 22)
+    statuses = []
+
+    def create(n: int) -> None:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.socket), base_url="http://gatewayd") as c:
+            answer = c.post(path, json={"name": f"race{n}"})
+            statuses.append(answer.status_code)
+            if answer.status_code == 201:
+                ids.append(answer.json()["id"])
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [201] * 20 + [409] * 20
+    assert len(admin.call("GET", f"/accounts/{account['id']}/keys")["data"]) == 1000
     response = admin.http.post(path, json={"name": "one too many"})
     assert response.status_code == 409
     assert response.json()["error"] == {"message": TOO_MANY, "code": "too_many_keys"}
