@@ -121,10 +121,21 @@ def _read_then_hang_up(url: str, path: str, secret: str, body: dict, events_want
     return request_id, got  # leaving both blocks closes the connection
 
 
+def responses_body(text: str, *, stream: bool = True, model: str = "gpt-4.1-mini") -> dict:
+    return {"model": model, "input": text, "stream": stream}
+
+
+def chat_via_claude(text: str, **kw) -> dict:
+    return chat_body(text, model="claude-haiku-4-5", **kw)
+
+
 @pytest.mark.parametrize("path,make_body,prices", [
     ("/v1/chat/completions", chat_body, MINI),
     ("/v1/messages", messages_body, HAIKU),
-], ids=["chat", "messages"])
+    ("/v1/chat/completions", chat_via_claude, HAIKU),
+    ("/v1/responses", responses_body, MINI),
+    ("/v1/responses", lambda text, **kw: responses_body(text, model="claude-haiku-4-5", **kw), HAIKU),
+], ids=["chat", "messages", "chat-via-messages", "responses", "responses-via-messages"])
 def test_client_disconnect_cancels_upstream_and_charges_what_was_streamed(gateway, sim, path, make_body, prices):
     account, _, secret = new_account(gateway)
     n = nonce()
@@ -218,3 +229,41 @@ def test_upstream_without_final_usage_is_billed_from_the_stream(gateway):
     row = settled_row(gateway, account["id"], hdrs["x-request-id"])
     assert row["status"] == "ok" and row["output_tokens"] >= 25
     assert_money_consistent(gateway, account["id"])
+
+
+def test_client_giving_up_on_a_non_streaming_request_cancels_upstream_and_pays_the_input(gateway, sim):
+    account, _, secret = new_account(gateway)
+    n = nonce()
+    with httpx.Client(timeout=httpx.Timeout(10, read=0.5)) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            http.post(gateway.url + "/v1/chat/completions", headers=headers(secret),
+                      json=chat_body(f"{n} [[sim:fault=delay_ms:5000]]", stream=False))
+    gave_up = time.monotonic()
+    wait_until(lambda: sim_entry(sim, n)["cancelled"], 3, "the upstream call to be cancelled")
+    assert time.monotonic() - gave_up < 1.0
+    row = settled_row(gateway, account["id"])
+    assert row["status"] == "client_disconnected" and row["stream"] is False
+    assert row["input_tokens"] > 0 and row["output_tokens"] == 0
+    assert row["cost_nano"] == cost(row, MINI)
+    assert_money_consistent(gateway, account["id"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path,make_body", [
+    ("/v1/chat/completions", chat_via_claude),
+    ("/v1/responses", responses_body),
+], ids=["chat-via-messages", "responses"])
+def test_idle_timeout_on_other_routes_ends_with_the_clients_error_event(idle_daemon, path, make_body):
+    account, _, secret = new_account(idle_daemon)
+    status, hdrs, raw = stream_all(idle_daemon.url, path, secret,
+                                   make_body(f"{nonce()} [[sim:words=20]] [[sim:fault=stall_after:3]]"))
+    assert status == 200
+    name, data = sse_events(raw)[-1]
+    doc = json.loads(data)
+    if path == "/v1/responses":
+        assert name == "error" and doc["type"] == "error" and "incomplete" in doc["message"]
+    else:
+        assert doc["error"]["type"] == "timeout_error"
+    row = settled_row(idle_daemon, account["id"], hdrs["x-request-id"])
+    assert row["status"] == "idle_timeout" and row["output_tokens"] >= 3
+    assert_money_consistent(idle_daemon, account["id"])
