@@ -483,8 +483,15 @@ class Directory:
             if status == "deleted":
                 return key
             raise DirectoryError("this key was revoked; revoking is permanent", status=409, code="key_deleted")
+        # a revoke committed while this call waited wins, in the database and in memory
         await self.store.write(
-            lambda conn: conn.execute("UPDATE keys SET status = ? WHERE id = ?", (status, key.id))
+            lambda conn: conn.execute(
+                "UPDATE keys SET status = ? WHERE id = ? AND status != 'deleted'", (status, key.id)
+            )
         )
+        if key.status == "deleted":
+            if status == "deleted":
+                return key
+            raise DirectoryError("this key was revoked; revoking is permanent", status=409, code="key_deleted")
         key.status = status
         return key

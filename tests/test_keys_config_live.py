@@ -12,6 +12,7 @@ Every refusal asserts status, ``error.code``, message and that nothing was charg
 from __future__ import annotations
 
 import math
+import threading
 from fractions import Fraction
 
 import httpx
@@ -325,6 +326,19 @@ def test_model_list_and_group_are_checked_before_the_rate_limit(custom):
 # --- states survive a restart -------------------------------------------------------------------
 
 
+def race_revoke(daemon, key_id: str) -> None:
+    """One revoke and eleven enables of the same key, all at once."""
+    def act(action: str) -> None:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=daemon.socket), base_url="http://gatewayd") as c:
+            c.post(f"/admin/v1/keys/{key_id}/{action}")
+
+    threads = [threading.Thread(target=act, args=("revoke" if i == 5 else "enable",)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_key_states_and_limits_survive_a_restart(sim, tmp_path):
     """Everything the request path reads from memory is read back the same from SQLite."""
     daemon = Daemon(tmp_path, sim.url, extra=CUSTOM)
@@ -347,6 +361,9 @@ def test_key_states_and_limits_survive_a_restart(sim, tmp_path):
         }
         admin.call("POST", f"/keys/{keys['disabled']['id']}/disable")
         admin.call("POST", f"/keys/{keys['deleted']['id']}/revoke")
+        for n in range(5):  # a revoke racing eleven enables stays revoked (it came back in 2-4 of 10)
+            keys[f"raced{n}"] = admin.key(account["id"], name=f"raced{n}")
+            race_revoke(daemon, keys[f"raced{n}"]["id"])
         before = {name: admin.call("GET", f"/keys/{k['id']}") for name, k in keys.items()}
         daemon.restart()
         admin = daemon.admin
@@ -354,7 +371,9 @@ def test_key_states_and_limits_survive_a_restart(sim, tmp_path):
         assert after == before
         assert [after[n]["state"] for n in ("used_up", "disabled", "deleted", "expired", "far", "fenced")] == \
             ["used_up", "disabled", "deleted", "expired", "enabled", "enabled"]
-        for name in ("used_up", "disabled", "deleted", "expired"):
+        raced = [n for n in keys if n.startswith("raced")]
+        assert {after[n]["state"] for n in raced} == {"deleted"}
+        for name in ("used_up", "disabled", "deleted", "expired", *raced):
             refused(post(daemon, keys[name]["secret"]), 401, "", "Invalid token")
         ok(post(daemon, keys["far"]["secret"], max_tokens=20))
         ok(post(daemon, keys["fenced"]["secret"], "gpt-4.1-nano", max_tokens=20))
