@@ -14,6 +14,7 @@ import json
 from zoneinfo import ZoneInfo
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -35,6 +36,14 @@ from tests.keys_helpers import (
 from tests.live import unique_email
 
 INVALID_TOKEN = b'{"error":{"message":"Invalid token (request id: <id>)","type":"invalid_request_error","code":""}}'
+
+
+def gateway_get_models(gateway, secret: str, headers: dict | None = None) -> httpx.Response:
+    return httpx.get(gateway.url + "/v1/models", headers={"authorization": f"Bearer {secret}", **(headers or {})})
+
+
+def gateway_get_models_one(gateway, secret: str, model: str) -> httpx.Response:
+    return httpx.get(f"{gateway.url}/v1/models/{model}", headers={"authorization": f"Bearer {secret}"})
 
 
 def new_key(gateway, **fields) -> tuple[dict, dict]:
@@ -149,12 +158,6 @@ def test_every_cause_of_401_has_the_same_body(gateway):
     # the key itself works, with or without its sk- prefix, in either header where read
     ok(post(gateway, key["secret"][3:], max_tokens=20))
     ok(post(gateway, None, "claude-haiku-4-5", path=MESSAGES, headers={"x-api-key": key["secret"]}))
-
-
-def gateway_get_models(gateway, secret: str, headers: dict | None = None):
-    import httpx
-
-    return httpx.get(gateway.url + "/v1/models", headers={"authorization": f"Bearer {secret}", **(headers or {})})
 
 
 @pytest.mark.slow  # a dozen gatewayctl processes
@@ -350,12 +353,6 @@ def test_model_list_refuses_other_models_and_lists_only_its_own(gateway):
     admin.call("PATCH", f"/keys/{key['id']}", {"models": None})
     ok(post(gateway, key["secret"], "gpt-4.1-mini", max_tokens=20))
     assert len(sdk.models.list().data) > 2
-
-
-def gateway_get_models_one(gateway, secret: str, model: str):
-    import httpx
-
-    return httpx.get(f"{gateway.url}/v1/models/{model}", headers={"authorization": f"Bearer {secret}"})
 
 
 @pytest.mark.parametrize("models, message", [
