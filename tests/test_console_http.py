@@ -211,6 +211,11 @@ def test_key_form_rules_come_back_as_form_errors(gateway):
     assert edited.status_code == 302
     shown = gateway.admin.call("GET", f"/keys/{key['id']}")
     assert [shown[f] for f in ("spend_limit_nano", "expires_on", "models", "allow_ips", "group")] == [None] * 5
+    # what people type is shown as text, never as markup
+    hostile = gateway.admin.key(account["id"], name="<img src=x onerror=alert(1)>")
+    listing = client.get("/console/keys").text
+    assert "<img src=x" not in listing and "&lt;img src=x onerror=alert(1)&gt;" in listing
+    assert client.post(f"/console/keys/{hostile['id']}/revoke", {"confirm": hostile["name"]}).status_code == 302
     # revoked keys cannot be enabled again
     assert client.post(f"/console/keys/{key['id']}/revoke", {"confirm": "full key"}).status_code == 302
     assert client.post(f"/console/keys/{key['id']}/enable", {}).status_code == 409
