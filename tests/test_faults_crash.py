@@ -193,3 +193,27 @@ def test_gatewayctl_audit_ok_on_a_healthy_daemon(gateway, funded):
     code, report = gatewayctl_audit(gateway.socket)
     assert code == 0 and report["ok"] is True
     assert any(a["account_id"] == account["id"] and a["ok"] for a in report["accounts"])
+
+
+@pytest.mark.slow
+def test_gatewayctl_audit_fails_when_the_ledger_was_tampered_with(sim, tmp_path):
+    """The audit is a real check: money changed behind the ledger's back makes it exit 1."""
+    import sqlite3
+
+    d = Daemon(tmp_path, sim.url)
+    try:
+        account, _, secret = new_account(d)
+        assert stream_all(d.url, "/v1/chat/completions", secret, chat_body("before"))[0] == 200
+        assert gatewayctl_audit(d.socket)[0] == 0
+        d.stop()
+        conn = sqlite3.connect(tmp_path / "data" / "gateway.db")
+        with conn:
+            conn.execute("UPDATE accounts SET credit_nano = credit_nano + 1 WHERE id = ?", (account["id"],))
+        conn.close()
+        d.start()
+        code, report = gatewayctl_audit(d.socket)
+        assert code == 1 and report["ok"] is False
+        [bad] = [a for a in report["accounts"] if not a["ok"]]
+        assert bad["account_id"] == account["id"] and "payments - charges" in bad["problems"][0]
+    finally:
+        d.stop(signal.SIGKILL)

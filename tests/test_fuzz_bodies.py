@@ -67,6 +67,7 @@ def http():
         yield client
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(path=st.sampled_from(ENDPOINTS), body=bodies)
