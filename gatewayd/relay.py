@@ -244,6 +244,7 @@ class Relay:
                         if not started:
                             raise GatewayError(503, "the gateway is shutting down", "shutting_down",
                                                model_step=True)
+                        await self._settle_stream(hold, grant, pipe, route, status)
                         yield pipe.error_event("the gateway is shutting down; the stream was cut and is incomplete")
                         return
                     if chunk is None:
@@ -256,6 +257,9 @@ class Relay:
                     if not started and events and events[0].data != b"[DONE]":
                         orjson.loads(events[0].data)  # a body that is not SSE JSON fails before any byte
                     out = pipe.feed(events)
+                    if pipe.failed and out:  # the provider's error event ends the stream: settle first
+                        status = "upstream_error"
+                        await self._settle_stream(hold, grant, pipe, route, status)
                     if out:
                         started = True
                         yield out
@@ -266,6 +270,7 @@ class Relay:
                 idle = f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds"
                 if not started:
                     raise GatewayError(504, idle, "upstream_timeout", model_step=True) from None
+                await self._settle_stream(hold, grant, pipe, route, status)
                 yield pipe.error_event(f"{idle}; the stream was closed and is incomplete", "timeout_error")
                 return
             except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -275,6 +280,7 @@ class Relay:
                     raise GatewayError(502, f"the provider returned an invalid response ({type(e).__name__})",
                                        "bad_gateway", model_step=True) from None
                 status = "upstream_broken"
+                await self._settle_stream(hold, grant, pipe, route, status)
                 yield pipe.error_event(f"the provider stream broke off ({type(e).__name__}); the output is incomplete")
                 return
             if pipe.complete and not pipe.failed:
@@ -291,6 +297,7 @@ class Relay:
             if not started:
                 raise GatewayError(502, "the provider ended the stream before sending anything", "bad_gateway",
                                    model_step=True)
+            await self._settle_stream(hold, grant, pipe, route, status)
             yield pipe.error_event("the provider ended the stream early; the output is incomplete")
         finally:
             with trio.CancelScope(shield=True):
