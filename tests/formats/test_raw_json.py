@@ -54,6 +54,6 @@ def test_same_document_as_re_encoding_but_the_other_bytes_kept(doc, model, new, 
     doc = {**doc, "model": model}
     raw = json.dumps(doc, ensure_ascii=ascii_only, indent=indent).encode()
     out = replace_top_level_string(raw, "model", new)
-    assert orjson.loads(out) == {**doc, "model": new}
+    assert json.loads(out) == {**doc, "model": new}  # json, not orjson: big ints stay ints
     prefix = raw[: raw.index(b'"model"')]
     assert out.startswith(prefix)
