@@ -114,6 +114,9 @@ class Directory:
         self.accounts_by_email: dict[str, Account] = {}
         self.keys: dict[str, Key] = {}
         self.keys_by_hash: dict[str, Key] = {}
+        # presented secret -> key, filled only on hits: bounded by the keys that exist (at most
+        # two spellings each, with and without ``sk-``), so random secrets cannot grow it
+        self._keys_by_presented: dict[str, Key] = {}
         self.keys_by_account: dict[str, list[Key]] = {}
         self.keys_being_created: dict[str, int] = {}  # per account: inserts not yet committed
 
@@ -195,7 +198,12 @@ class Directory:
         return key
 
     def key_for_secret(self, presented: str) -> Key | None:
-        return self.keys_by_hash.get(secret_hash(presented))
+        key = self._keys_by_presented.get(presented)
+        if key is None:
+            key = self.keys_by_hash.get(secret_hash(presented))
+            if key is not None:
+                self._keys_by_presented[presented] = key
+        return key
 
     # -- accounts -----------------------------------------------------------------
 

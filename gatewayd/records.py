@@ -13,6 +13,7 @@ import ipaddress
 import math
 import secrets
 import string
+import time
 from zoneinfo import ZoneInfo
 
 import attrs
@@ -43,8 +44,17 @@ def secret_hint(secret: str) -> str:
     return f"{secret[:7]}...{secret[-4:]}"
 
 
+_second_cache: tuple[int, str] = (-1, "")
+
+
 def utc_now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """``2026-11-21T20:48:00.123Z``. Called twice a request: the date part is formatted once a second."""
+    global _second_cache
+    now = time.time()
+    second = int(now)
+    if _second_cache[0] != second:
+        _second_cache = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{_second_cache[1]}.{int((now - second) * 1000):03d}Z"
 
 
 def expiry_instant(expires_on: dt.date | None, timezone: str) -> float | None:

@@ -168,10 +168,12 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None
                 connect_timeout_s=config.server.upstream_connect_timeout_s,
                 stream_idle_timeout_s=config.server.stream_idle_timeout_s,
             )
-            relay = Relay(config, directory, Ledger(store), upstream)
+            ledger = Ledger(store)
+            relay = Relay(config, directory, ledger, upstream)
+            nursery.start_soon(ledger.persist_holds)
             public_app = create_app(relay)
             mount_console(public_app, directory, store, config)
-            admin_app = create_admin_app(directory, store, time.time)
+            admin_app = create_admin_app(directory, store, time.time, ledger)
             shutdown = trio.Event()
             admin_path = config.server.admin_socket
             async with trio.open_nursery() as servers:

@@ -3,15 +3,23 @@
 Trio runs one task at a time, so a check-and-hold with no ``await`` in between is
 atomic: concurrent requests can never together hold more than the balance (or a key's
 remaining limit). Memory changes first, synchronously; the rows follow through the
-store's batched writer. A hold row is queued without waiting (losing it in a crash
-only loses a hold, which restart releases anyway); settlement waits for its commit, so
-the usage row is durable before the client gets the last byte.
+store's batched writer. Settlement waits for its commit, so the usage row is durable
+before the client gets the last byte.
+
+Hold rows exist only so that a restart after a crash can release and record the
+requests that were in flight. They are written lazily: ``persist_holds`` flushes the
+holds that have lived longer than ``HOLD_FLUSH_INTERVAL_S`` in one batch, and a request
+that settles before that (most non-streaming requests) never writes or deletes a hold
+row at all. Losing an unflushed hold in a crash loses nothing: balances are stored net
+of charges only, so an unrecorded hold is simply released.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+
+import trio
 
 import attrs
 
@@ -60,9 +68,32 @@ def account_refusal(account: Account, amount_nano: int) -> GatewayError | None:
     )
 
 
+HOLD_FLUSH_INTERVAL_S = 0.2
+
+
 class Ledger:
     def __init__(self, store: SQLiteStore) -> None:
         self.store = store
+        self._unflushed: dict[str, tuple] = {}  # request_id -> hold row not yet queued for the database
+
+    async def persist_holds(self, interval_s: float = HOLD_FLUSH_INTERVAL_S) -> None:
+        """Forever: queue the rows of holds still open after ``interval_s`` (one job a round)."""
+        while True:
+            await trio.sleep(interval_s)
+            self.flush_holds()
+
+    def flush_holds(self) -> None:
+        if not self._unflushed:
+            return
+        rows = list(self._unflushed.values())
+        self._unflushed.clear()
+        self.store.write_nowait(
+            lambda conn: conn.executemany(
+                "INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        )
 
     def reserve(
         self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: str, endpoint: str,
@@ -75,14 +106,7 @@ class Ledger:
         account.held_nano += amount_nano
         key.held_nano += amount_nano
         hold = Hold(request_id, account, key, amount_nano, model, endpoint, stream, time.monotonic())
-        row = (request_id, account.id, key.id, model, endpoint, amount_nano, utc_now_iso())
-        self.store.write_nowait(
-            lambda conn: conn.execute(
-                "INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
-        )
+        self._unflushed[request_id] = (request_id, account.id, key.id, model, endpoint, amount_nano, utc_now_iso())
         return hold
 
     async def settle(self, hold: Hold, usage: Usage, cost_nano: int, *, status: str, http_status: int) -> None:
@@ -94,6 +118,7 @@ class Ledger:
         if hold.settled:
             return
         hold.settled = True
+        hold_row_queued = self._unflushed.pop(hold.request_id, None) is None
         account, key = hold.account, hold.key
         now = utc_now_iso()
         account.held_nano -= hold.amount_nano
@@ -121,6 +146,7 @@ class Ledger:
                 "UPDATE keys SET spent_nano = spent_nano + ?, last_used_at = ? WHERE id = ?",
                 (cost_nano, now, key.id),
             )
-            conn.execute("DELETE FROM holds WHERE request_id = ?", (hold.request_id,))
+            if hold_row_queued:  # queued earlier, so the writer (FIFO) inserted it before this job
+                conn.execute("DELETE FROM holds WHERE request_id = ?", (hold.request_id,))
 
         await self.store.write(write)

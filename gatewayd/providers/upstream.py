@@ -1,4 +1,9 @@
-"""Talking to providers over HTTP: one pooled httpx client, one request builder per protocol.
+"""Talking to providers over HTTP: one pooled httpx transport, one request builder per protocol.
+
+The relay calls the transport directly (``AsyncHTTPTransport.handle_async_request``, httpx's
+public transport interface) rather than ``AsyncClient.send``: we use none of the client's
+redirects, cookies, auth or event hooks, and skipping them saves about 0.1 ms of CPU a
+request here, a tenth of the hot path's budget.
 
 HTTP/1.1 on purpose: closing an HTTP/1.1 response closes its connection, which stops
 the provider generating (httpcore sends no RST_STREAM on HTTP/2). A streaming read
@@ -19,14 +24,14 @@ class Upstream:
     def __init__(self, *, connect_timeout_s: float, stream_idle_timeout_s: float, max_connections: int = 1000) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
-        self.client = httpx.AsyncClient(
+        self.transport = httpx.AsyncHTTPTransport(
             http1=True,
             http2=False,
+            retries=0,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
                                 keepalive_expiry=30),
-            timeout=httpx.Timeout(connect=connect_timeout_s, read=None, write=60, pool=connect_timeout_s),
-            follow_redirects=False,
         )
+        self._timeouts = {stream: self.timeout(stream).as_dict() for stream in (False, True)}
 
     def timeout(self, stream: bool) -> httpx.Timeout:
         return httpx.Timeout(
@@ -40,9 +45,8 @@ class Upstream:
         headers = {"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json"}
         if provider.api_key:
             headers["authorization"] = f"Bearer {provider.api_key}"
-        return self.client.build_request(
-            "POST", provider.base_url + path, content=body, headers=headers, timeout=self.timeout(stream)
-        )
+        return httpx.Request("POST", provider.base_url + path, content=body, headers=headers,
+                             extensions={"timeout": self._timeouts[stream]})
 
     def anthropic_request(
         self, provider: Provider, path: str, body: bytes, *, stream: bool, version: str | None, betas: list[str]
@@ -56,12 +60,12 @@ class Upstream:
             headers["anthropic-beta"] = ",".join(betas)
         if provider.api_key:
             headers["x-api-key"] = provider.api_key
-        return self.client.build_request(
-            "POST", provider.base_url + path, content=body, headers=headers, timeout=self.timeout(stream)
-        )
+        return httpx.Request("POST", provider.base_url + path, content=body, headers=headers,
+                             extensions={"timeout": self._timeouts[stream]})
 
     async def send(self, request: httpx.Request) -> httpx.Response:
-        return await self.client.send(request, stream=True)
+        """The response with its body still to read (``aread`` or ``aiter_raw``, then ``aclose``)."""
+        return await self.transport.handle_async_request(request)
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.transport.aclose()
