@@ -119,7 +119,9 @@ def main() -> None:
         print(f"gatewayd bench: rate {args.rate:g} req/s for {args.seconds:g} s; throughput at concurrency "
               f"{args.concurrency}; CPU {os.cpu_count()} cores; gateway RSS at start {rss_mb(pid):.1f} MB")
         for name, body, stream in (("non-streaming", BODY, False), ("streaming", STREAM_BODY, True)):
+            sim_cpu_before = cpu_seconds(sim.proc.pid)
             d = trio.run(at_rate, direct, body, direct_headers, stream, args.rate, args.seconds)
+            sim_cpu_ms = (cpu_seconds(sim.proc.pid) - sim_cpu_before) / (len(d) + 20) * 1000
             cpu_before = cpu_seconds(pid)
             g = trio.run(at_rate, through, body, gateway_headers, stream, args.rate, args.seconds)
             cpu_per_request_ms = (cpu_seconds(pid) - cpu_before) / (len(g) + 20) * 1000
@@ -128,7 +130,8 @@ def main() -> None:
             print(f"  latency gateway   p50 {pct(g, .5):7.2f} ms   p99 {pct(g, .99):7.2f} ms   (n={len(g)})")
             print(f"  added by gateway  p50 {pct(g, .5) - pct(d, .5):7.2f} ms   "
                   f"p99 {pct(g, .99) - pct(d, .99):7.2f} ms   mean {statistics.mean(g) * 1000 - statistics.mean(d) * 1000:.2f} ms")
-            print(f"  gateway CPU per request {cpu_per_request_ms:.3f} ms (user+sys of the gatewayd process)")
+            print(f"  gateway CPU per request {cpu_per_request_ms:.3f} ms (user+sys of the gatewayd process); "
+                  f"for scale, the simulator (a quart-trio server with no upstream) spends {sim_cpu_ms:.3f} ms")
             rd = trio.run(throughput, direct, body, direct_headers, stream, args.concurrency, args.seconds / 2)
             rg = trio.run(throughput, through, body, gateway_headers, stream, args.concurrency, args.seconds / 2)
             print(f"  throughput direct {rd:8.0f} req/s   gateway {rg:8.0f} req/s  (client, simulator and gateway "
