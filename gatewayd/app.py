@@ -111,6 +111,14 @@ NOT_OFFERED = (
 )
 
 
+def not_offered(path: str) -> GatewayError | None:
+    """The 501 for a path under an API the spec does not offer, else None."""
+    for prefix, what in NOT_OFFERED:
+        if path == prefix or path.startswith(prefix + "/"):
+            return not_implemented(what)
+    return None
+
+
 def create_app(relay: Relay) -> QuartTrio:
     app = QuartTrio(__name__)
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None, MAX_CONTENT_LENGTH=None)
@@ -197,18 +205,15 @@ def create_app(relay: Relay) -> QuartTrio:
 
     @app.errorhandler(404)
     async def not_found(_error):
-        path = request.path
-        for prefix, what in NOT_OFFERED:
-            if path == prefix or path.startswith(prefix + "/"):
-                return error_response(not_implemented(what), "other")
-        return error_response(not_found_path(path), "other")
+        offered = not_offered(request.path)
+        return error_response(offered or not_found_path(request.path), "other")
 
     @app.errorhandler(405)
     async def method_not_allowed(_error):
         path = request.path
-        for prefix, what in NOT_OFFERED:
-            if path == prefix or path.startswith(prefix + "/"):
-                return error_response(not_implemented(what), "other")
+        offered = not_offered(path)
+        if offered is not None:
+            return error_response(offered, "other")
         return error_response(
             GatewayError(405, f"{request.method} is not allowed on {path}", "method_not_allowed"), "other"
         )

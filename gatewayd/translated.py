@@ -18,9 +18,9 @@ from gatewayd.formats import partial, usage as usage_mod
 from gatewayd.formats.chat_to_messages import chat_request_to_messages
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.messages_to_chat import MessagesToChatStream, messages_response_to_chat
-from gatewayd.formats.pipes import Pipe, chat_error_event, messages_error_event
+from gatewayd.formats.pipes import ChatClientPipe, Pipe
 from gatewayd.formats.responses import ChatToResponsesStream, chat_response_to_responses, responses_request_to_chat
-from gatewayd.formats.sse import DONE, SSEEvent, encode
+from gatewayd.formats.sse import SSEEvent, encode
 from gatewayd.relay import BodyError, Ctx, Relay, Route
 
 # Without a client cap, a translated request asks for at most this many tokens (and the
@@ -44,7 +44,7 @@ def _translate(fn, *args, **kwargs):
         raise BodyError(e.message, param=e.param) from None
 
 
-class MessagesToChatPipe(Pipe):
+class MessagesToChatPipe(ChatClientPipe):
     def __init__(self, model: str, include_usage: bool) -> None:
         self.translator = MessagesToChatStream(model=model, created=int(time.time()), include_usage=include_usage)
 
@@ -59,12 +59,6 @@ class MessagesToChatPipe(Pipe):
         self.complete = self.translator.finished
         self.failed = self.translator.failed
         return b"".join(out)
-
-    def closing(self) -> bytes:
-        return DONE
-
-    def error_event(self, message: str, kind: str = "api_error") -> bytes:
-        return chat_error_event(message, kind)
 
     def produced_text(self) -> str:
         return self.translator.output_text
@@ -211,4 +205,4 @@ def responses_via_chat(relay: Relay, ctx: Ctx, body: dict, model: Model, stream:
     return route, output_tokens
 
 
-__all__ = ["chat_via_messages", "responses_via_chat", "messages_error_event"]
+__all__ = ["chat_via_messages", "responses_via_chat"]

@@ -2,50 +2,73 @@
 
 Called only after a disconnect, an idle timeout or an upstream failure, never per
 chunk: the relay keeps the raw ``data`` of the events it forwarded and parses them
-here once, at the end.
+here once, at the end. Each format has one small function naming the fields that
+carry generated text; the walking is shared.
 """
 
 from __future__ import annotations
 
+from typing import Callable, Iterable, Iterator
+
 import orjson
 
 
-def chat_stream_text(datas: list[bytes]) -> str:
-    """Content, reasoning and tool-call argument text of chat.completion.chunk events."""
-    parts: list[str] = []
-    for data in datas:
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            for field in ("content", "reasoning_content"):
-                if isinstance(delta.get(field), str):
-                    parts.append(delta[field])
-            for call in delta.get("tool_calls") or ():
-                fn = call.get("function") or {}
-                for field in ("name", "arguments"):
-                    if isinstance(fn.get(field), str):
-                        parts.append(fn[field])
-    return "".join(parts)
+def _strings(holder, fields: tuple[str, ...]) -> Iterator[str]:
+    if isinstance(holder, dict):
+        for field in fields:
+            value = holder.get(field)
+            if isinstance(value, str):
+                yield value
 
 
-def messages_stream_text(datas: list[bytes]) -> str:
-    """Text, thinking and tool-input JSON of messages-format content_block_delta events."""
+def _collect(datas: Iterable[bytes], texts_of: Callable[[dict], Iterable[str]]) -> str:
     parts: list[str] = []
     for data in datas:
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
             continue
-        if event.get("type") != "content_block_delta":
-            continue
-        delta = event.get("delta") or {}
-        for field in ("text", "thinking", "partial_json"):
-            if isinstance(delta.get(field), str):
-                parts.append(delta[field])
+        if isinstance(event, dict):
+            parts.extend(texts_of(event))
     return "".join(parts)
+
+
+def _chat_chunk_texts(chunk: dict) -> Iterator[str]:
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") or {}
+        yield from _strings(delta, ("content", "reasoning_content"))
+        for call in delta.get("tool_calls") or ():
+            yield from _strings(call.get("function"), ("name", "arguments"))
+
+
+def _messages_event_texts(event: dict) -> Iterator[str]:
+    if event.get("type") == "content_block_delta":
+        yield from _strings(event.get("delta"), ("text", "thinking", "partial_json"))
+
+
+_RESPONSES_TEXT_EVENTS = frozenset({
+    "response.output_text.delta", "response.function_call_arguments.delta", "response.reasoning_summary_text.delta",
+})
+
+
+def _responses_event_texts(event: dict) -> Iterator[str]:
+    if event.get("type") in _RESPONSES_TEXT_EVENTS:
+        yield from _strings(event, ("delta",))
+
+
+def chat_stream_text(datas: list[bytes]) -> str:
+    """Content, reasoning and tool-call name/argument text of chat.completion.chunk events."""
+    return _collect(datas, _chat_chunk_texts)
+
+
+def messages_stream_text(datas: list[bytes]) -> str:
+    """Text, thinking and tool-input JSON of messages-format content_block_delta events."""
+    return _collect(datas, _messages_event_texts)
+
+
+def responses_stream_text(datas: list[bytes]) -> str:
+    """Output text, reasoning summary and function-call argument deltas of responses events."""
+    return _collect(datas, _responses_event_texts)
 
 
 def message_text(message) -> str:
@@ -56,24 +79,7 @@ def message_text(message) -> str:
     for block in content if isinstance(content, list) else ():
         if not isinstance(block, dict):
             continue
-        for field in ("text", "thinking"):
-            if isinstance(block.get(field), str):
-                parts.append(block[field])
+        parts.extend(_strings(block, ("text", "thinking")))
         if block.get("type") == "tool_use":
             parts.append(orjson.dumps(block.get("input")).decode())
-    return "".join(parts)
-
-
-def responses_stream_text(datas: list[bytes]) -> str:
-    """Output text and function-call argument deltas of responses-format events."""
-    parts: list[str] = []
-    for data in datas:
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if event.get("type") in ("response.output_text.delta", "response.function_call_arguments.delta",
-                                 "response.reasoning_summary_text.delta"):
-            if isinstance(event.get("delta"), str):
-                parts.append(event["delta"])
     return "".join(parts)

@@ -51,7 +51,17 @@ def messages_error_event(message: str, kind: str = "api_error") -> bytes:
     return encode({"type": "error", "error": {"type": kind, "message": message}}, event="error")
 
 
-class ChatPassthrough(Pipe):
+class ChatClientPipe(Pipe):
+    """Any pipe whose client speaks the chat format: ends with ``[DONE]``, errors as a data chunk."""
+
+    def closing(self) -> bytes:
+        return DONE
+
+    def error_event(self, message: str, kind: str = "api_error") -> bytes:
+        return chat_error_event(message, kind)
+
+
+class ChatPassthrough(ChatClientPipe):
     """Chat upstream -> chat client. The gateway always asks the upstream for usage; the
     usage-only chunk reaches the client only if the client asked for it."""
 
@@ -77,12 +87,6 @@ class ChatPassthrough(Pipe):
             self.datas.append(data)
             out.append(ev.raw)
         return b"".join(out)
-
-    def closing(self) -> bytes:
-        return DONE
-
-    def error_event(self, message: str, kind: str = "api_error") -> bytes:
-        return chat_error_event(message, kind)
 
     def produced_text(self) -> str:
         return partial.chat_stream_text(self.datas)
