@@ -19,6 +19,7 @@ import sqlite3
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import attrs
 import orjson
 
 from gatewayd.config import Config
@@ -466,10 +467,7 @@ class Directory:
             new["group"] = self._check_group(changes["group"])
         if not new:
             return key
-        probe = Key(**{**{f: getattr(key, f) for f in ("id", "account_id", "name", "secret_hash", "secret_hint",
-                                                       "status", "spend_limit_nano", "spent_nano", "expires_on",
-                                                       "models", "allow_ips", "group", "created_at",
-                                                       "last_used_at")}, **new})
+        probe = attrs.evolve(key, **new)  # the key as it will be, to build its row before memory changes
         row = self._key_row(probe)
 
         def update(conn: sqlite3.Connection) -> None:
