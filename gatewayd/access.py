@@ -151,7 +151,7 @@ def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str,
                                "invalid_model", param="model")
         raise GatewayError(400, f"{model_id} is an embedding model; call it through /v1/embeddings",
                            "invalid_model", param="model")
-    if endpoint == "messages" and not model.dual_format:
+    if endpoint == "messages" and "messages" not in model.client_formats:
         raise GatewayError(
             400,
             f"model {model_id} is not available on /v1/messages; call it through /v1/chat/completions",

@@ -30,13 +30,26 @@ class ConfigError(Exception):
 @attrs.frozen
 class Provider:
     name: str
-    protocol: str  # "openai" | "anthropic"
+    protocol: str  # a key of gatewayd.providers.ADAPTERS: "openai" | "anthropic" | ...
     base_url: str
     api_key: str | None
+    api_version: str | None = None  # azure-openai: the api-version query parameter
+
+
+@attrs.frozen
+class ModelRoute:
+    """One way to reach a model: a provider, the provider's id for it, and where it stands
+    among the model's other routes (higher priority first; weight shares equal priorities)."""
+
+    provider: Provider
+    upstream_id: str
+    priority: int = 0
+    weight: int = 1
 
     @property
-    def dual_format(self) -> bool:
-        return self.protocol == "anthropic"
+    def name(self) -> str:
+        """``provider/upstream_id``: how the route is named in logs, health and ``gatewayctl routes``."""
+        return f"{self.provider.name}/{self.upstream_id}"
 
 
 @attrs.frozen
@@ -50,8 +63,7 @@ class Model:
     """A catalogue entry. Prices are nano-dollars per token; None means not priced."""
 
     id: str
-    provider: Provider
-    upstream_id: str
+    routes: tuple[ModelRoute, ...]  # at least one; highest priority first
     kind: str  # "chat" | "embedding"
     family: str  # "gpt" (upstream speaks /v1/responses) | "claude" | "other"
     input_price: int | None
@@ -60,21 +72,30 @@ class Model:
     cache_write_price: int | None
     max_output_tokens: int
     rate_limit: RateLimit | None
+    # client formats ("chat", "messages", "responses", "embeddings") at least one route serves,
+    # from the adapter table (gatewayd.providers); filled in at load time
+    client_formats: frozenset[str] = frozenset()
     created: int = 1_735_689_600  # 2025-01-01: a stable value for model listings
 
     @property
+    def provider(self) -> Provider:
+        """The first route's provider (the one listings name as the owner)."""
+        return self.routes[0].provider
+
+    @property
+    def upstream_id(self) -> str:
+        return self.routes[0].upstream_id
+
+    @property
     def dual_format(self) -> bool:
-        return self.provider.dual_format
+        """The spec's dual-format model: callable on /v1/messages too (some route serves that format)."""
+        return "messages" in self.client_formats
 
     @property
     def priced(self) -> bool:
         if self.kind == "embedding":
             return self.input_price is not None
         return self.input_price is not None and self.output_price is not None
-
-    @property
-    def passes_responses_through(self) -> bool:
-        return self.family == "gpt" and self.provider.protocol == "openai"
 
 
 @attrs.frozen
@@ -110,17 +131,19 @@ class Config:
     groups: dict[str, Group]
     demo: bool = False
 
-    def with_upstream(self, openai_base: str, anthropic_base: str) -> "Config":
-        """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys."""
+    def with_simulator(self, sim_url: str) -> "Config":
+        """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
+        Each protocol's adapter says where under the simulator its API lives."""
+        from gatewayd.providers import ADAPTERS
+
         providers = {
-            name: attrs.evolve(
-                p,
-                base_url=openai_base if p.protocol == "openai" else anthropic_base,
-                api_key="sim-key",
-            )
+            name: attrs.evolve(p, base_url=sim_url + ADAPTERS[p.protocol].SIM_BASE_PATH, api_key="sim-key")
             for name, p in self.providers.items()
         }
-        models = {mid: attrs.evolve(m, provider=providers[m.provider.name]) for mid, m in self.models.items()}
+        models = {
+            mid: attrs.evolve(m, routes=tuple(attrs.evolve(r, provider=providers[r.provider.name]) for r in m.routes))
+            for mid, m in self.models.items()
+        }
         return attrs.evolve(self, providers=providers, models=models, demo=True)
 
 
@@ -260,12 +283,13 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
 
 
 def _providers(raw: Any) -> dict[str, Provider]:
+    from gatewayd.providers import ADAPTERS  # the adapters import this module's value classes
     if not isinstance(raw, list):
         raise ConfigError("providers: must be an array of tables ([[providers]])")
     providers: dict[str, Provider] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"providers[{i}]")
-        s.unknown({"name", "protocol", "base_url", "api_key", "api_key_env"})
+        s.unknown({"name", "protocol", "base_url", "api_key", "api_key_env", "api_version"})
         name = s.str("name")
         if name in providers:
             raise ConfigError(f"providers[{i}].name: duplicate provider {name!r}")
@@ -276,30 +300,75 @@ def _providers(raw: Any) -> dict[str, Provider]:
         key_env = s.str("api_key_env", None)
         if api_key is None and key_env is not None:
             api_key = os.environ.get(key_env) or None
+        protocol = s.str("protocol", choices=tuple(ADAPTERS))
+        api_version = s.str("api_version", None)
+        if protocol == "azure-openai" and api_version is None:
+            raise ConfigError(f"providers[{i}].api_version: required for protocol azure-openai (e.g. \"2024-10-21\")")
         providers[name] = Provider(
-            name=name, protocol=s.str("protocol", choices=("openai", "anthropic")), base_url=base_url, api_key=api_key
+            name=name, protocol=protocol, base_url=base_url, api_key=api_key, api_version=api_version
         )
     return providers
 
 
+def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str) -> ModelRoute:
+    r = _Section(table, where)
+    r.unknown({"provider", "upstream_id", "priority", "weight"})
+    name = r.str("provider")
+    if name not in providers:
+        raise ConfigError(f"{where}.provider: no provider named {name!r}")
+    priority = r.table.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigError(f"{where}.priority: must be an integer")
+    return ModelRoute(
+        provider=providers[name],
+        upstream_id=r.str("upstream_id", default_upstream_id),
+        priority=priority,
+        weight=r.number("weight", 1, minimum=1, integer=True),
+    )
+
+
+def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model_id: str) -> tuple[ModelRoute, ...]:
+    """``[[models.routes]]``, or the one-route short form (``provider`` / ``upstream_id`` on the
+    model itself); never both, so no route is silently ignored."""
+    if "routes" in s.table:
+        if "provider" in s.table or "upstream_id" in s.table:
+            key = "provider" if "provider" in s.table else "upstream_id"
+            raise ConfigError(f"{where}.{key}: give either provider/upstream_id or [[models.routes]], not both")
+        raw = s.table["routes"]
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(f"{where}.routes: must be a non-empty array of tables ([[models.routes]])")
+        routes = [_route(t, f"{where}.routes[{j}]", providers, model_id) for j, t in enumerate(raw)]
+        seen = set()
+        for j, route in enumerate(routes):
+            if route.name in seen:
+                raise ConfigError(f"{where}.routes[{j}]: duplicate route {route.name!r}")
+            seen.add(route.name)
+    else:
+        provider_name = s.str("provider")
+        if provider_name not in providers:
+            raise ConfigError(f"{where}.provider: no provider named {provider_name!r}")
+        routes = [ModelRoute(provider=providers[provider_name], upstream_id=s.str("upstream_id", model_id))]
+    # stable sort: among equal priorities the file's order is kept
+    return tuple(sorted(routes, key=lambda r: -r.priority))
+
+
 def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
+    from gatewayd.providers import client_formats
+
     if not isinstance(raw, list):
         raise ConfigError("models: must be an array of tables ([[models]])")
     models: dict[str, Model] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"models[{i}]")
         s.unknown({
-            "id", "provider", "upstream_id", "kind", "family", "input_price", "output_price",
+            "id", "provider", "upstream_id", "routes", "kind", "family", "input_price", "output_price",
             "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit",
         })
         model_id = s.str("id")
         if model_id in models:
             raise ConfigError(f"models[{i}].id: duplicate model {model_id!r}")
-        provider_name = s.str("provider")
-        if provider_name not in providers:
-            raise ConfigError(f"models[{i}].provider: no provider named {provider_name!r}")
-        provider = providers[provider_name]
-        default_family = "claude" if provider.protocol == "anthropic" else "gpt"
+        routes = _model_routes(s, f"models[{i}]", providers, model_id)
+        default_family = "claude" if routes[0].provider.protocol == "anthropic" else "gpt"
         rate = None
         if "rate_limit" in s.table:
             r = _Section(s.table["rate_limit"], f"models[{i}].rate_limit")
@@ -308,11 +377,17 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 requests=r.number("requests", minimum=1, integer=True),
                 minutes=r.number("minutes", 1, minimum=1, integer=True),
             )
+        kind = s.str("kind", "chat", choices=("chat", "embedding"))
+        formats = frozenset.union(*(client_formats(route.provider.protocol) for route in routes))
+        if kind == "embedding":
+            for j, route in enumerate(routes):
+                if "embeddings" not in client_formats(route.provider.protocol):
+                    where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
+                    raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
         models[model_id] = Model(
             id=model_id,
-            provider=provider,
-            upstream_id=s.str("upstream_id", model_id),
-            kind=s.str("kind", "chat", choices=("chat", "embedding")),
+            routes=routes,
+            kind=kind,
             family=s.str("family", default_family, choices=("gpt", "claude", "other")),
             input_price=s.price("input_price"),
             output_price=s.price("output_price"),
@@ -320,6 +395,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
             cache_write_price=s.price("cache_write_price"),
             max_output_tokens=s.number("max_output_tokens", 8192, minimum=1, integer=True),
             rate_limit=rate,
+            client_formats=formats,
         )
     return models
 

@@ -68,6 +68,13 @@ class GatewayError(Exception):
         )
 
 
+class BodyError(GatewayError):
+    """The client's request body is wrong: 400 ``invalid_request_error`` naming the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(400, message, "invalid_request_error", param=param, model_step=True)
+
+
 def invalid_token() -> GatewayError:
     """The one 401 for every key problem: the cause is not told."""
     return GatewayError(401, "Invalid token", "")

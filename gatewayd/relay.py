@@ -4,16 +4,16 @@
     price) -> rate limit -> reserve (estimate, hold) -> route -> provider call ->
     respond / stream -> settle (charge, release hold, usage row)
 
-Endpoint handlers call ``Relay.admit`` and then one ``Route``; a route knows how to
-build the upstream request and which pipe turns the upstream answer into the client's
-format. Settlement happens exactly once per hold, shielded from cancellation, before
+Endpoint handlers call ``Relay.admit`` and ``authorize``, then ``run`` a ``Call``; the
+adapter table (``gatewayd.providers``) builds the ``Route`` for it: the upstream request
+and the pipe that turns the upstream answer into the client's format. Settlement happens exactly once per hold, shielded from cancellation, before
 the client receives the last byte.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 import attrs
 import httpx
@@ -27,10 +27,12 @@ from gatewayd.billing.ledger import Hold, Ledger
 from gatewayd.config import Config
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
-from gatewayd.errors import GatewayError, UpstreamError
+from gatewayd.errors import BodyError, GatewayError, UpstreamError, model_not_found
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.sse import SSESplitter
 from gatewayd.formats.usage import Usage
+from gatewayd import providers
+from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 
 
@@ -42,24 +44,6 @@ class Ctx:
     client_ip: str | None
     headers: Any  # case-insensitive mapping
     endpoint: str  # "chat" | "messages" | "responses" | "embeddings" | "models"
-
-
-@attrs.define
-class Route:
-    """Where a request goes and how its answer comes back."""
-
-    request: httpx.Request
-    stream: bool
-    input_tokens_estimate: int
-    make_pipe: Callable[[], Pipe]
-    # non-stream: upstream body -> (client body, usage or None when the upstream gave none)
-    finish: Callable[[bytes], tuple[bytes, Usage | None]]
-    upstream_error: Callable[[UpstreamError], tuple[int, bytes, dict[str, str]]]
-
-
-class BodyError(GatewayError):
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(400, message, "invalid_request_error", param=param, model_step=True)
 
 
 def parse_body(raw: bytes) -> dict:
@@ -123,9 +107,18 @@ class Relay:
 
     # -- running a route -------------------------------------------------------------
 
-    async def run(self, ctx: Ctx, caller: Caller, grant: Grant, route: Route, *, output_tokens: int):
+    def build_route(self, call: Call) -> Route:
+        """The upstream request and answer handling for ``call``, from the adapter table."""
+        for target in call.model.routes:
+            build = providers.builder(call.client_format, target.provider.protocol)
+            if build is not None:
+                return build(call, target, self.upstream)
+        raise model_not_found(call.model.id)  # authorize() checked the model serves this format
+
+    async def run(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
         """Hold, call, answer, settle. Returns (status, headers, body-or-async-iterator)."""
-        estimate = estimate_cost(grant.model, route.input_tokens_estimate, output_tokens, grant.price_ratio)
+        route = self.build_route(call)
+        estimate = estimate_cost(grant.model, route.input_tokens_estimate, route.output_tokens, grant.price_ratio)
         hold = self.ledger.reserve(
             caller.account, caller.key, estimate, request_id=ctx.request_id, model=grant.model.id,
             endpoint=ctx.endpoint, stream=route.stream,

@@ -161,7 +161,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None
 
                 sim_port = await nursery.start(serve_simulator, "127.0.0.1", 0)
                 sim = f"http://127.0.0.1:{sim_port}"
-                config = config.with_upstream(sim + "/v1", sim)
+                config = config.with_simulator(sim)
             directory = Directory(config, store)
             directory.load()
             upstream = Upstream(

@@ -12,7 +12,7 @@ import ipaddress
 import pytest
 
 from gatewayd.access import RateLimiter, check_ip, client_address
-from gatewayd.config import Model, Provider, RateLimit
+from gatewayd.config import Model, ModelRoute, Provider, RateLimit
 from gatewayd.directory import DirectoryError, parse_ip_list
 from gatewayd.errors import GatewayError
 from tests.test_expiry import key
@@ -114,7 +114,7 @@ def test_parse_ip_list_refuses_naming_the_entry(entries, named):
 
 def limited(requests: int, minutes: int, model_id: str = "m") -> Model:
     provider = Provider(name="p", protocol="openai", base_url="http://sim", api_key=None)
-    return Model(id=model_id, provider=provider, upstream_id=model_id, kind="chat", family="gpt", input_price=1,
+    return Model(id=model_id, routes=(ModelRoute(provider=provider, upstream_id=model_id),), kind="chat", family="gpt", input_price=1,
                  output_price=1, cached_input_price=None, cache_write_price=None, max_output_tokens=10,
                  rate_limit=RateLimit(requests=requests, minutes=minutes))
 

@@ -18,7 +18,7 @@ import openai
 import orjson
 import pytest
 
-from gatewayd.endpoints import _convert_embeddings
+from gatewayd.formats.embeddings import convert_embeddings as _convert_embeddings
 from gatewayd.sim.embeddings import DEFAULT_DIMENSIONS, encode_base64, sim_embedding
 from tests.live import BIN
 

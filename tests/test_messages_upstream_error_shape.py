@@ -10,7 +10,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gatewayd.endpoints import messages_passthrough_error
+from gatewayd.providers.anthropic import messages_passthrough_error
 from gatewayd.errors import UpstreamError
 
 

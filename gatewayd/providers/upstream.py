@@ -1,4 +1,4 @@
-"""Talking to providers over HTTP: one pooled httpx transport, one request builder per protocol.
+"""Talking to providers over HTTP: one pooled httpx transport for every adapter.
 
 The relay calls the transport directly (``AsyncHTTPTransport.handle_async_request``, httpx's
 public transport interface) rather than ``AsyncClient.send``: we use none of the client's
@@ -14,10 +14,6 @@ a non-streaming request has no read cut-off at all.
 from __future__ import annotations
 
 import httpx
-
-from gatewayd.config import Provider
-
-DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 
 
 class Upstream:
@@ -41,27 +37,9 @@ class Upstream:
             pool=self.connect_timeout_s,
         )
 
-    def openai_request(self, provider: Provider, path: str, body: bytes, *, stream: bool) -> httpx.Request:
-        headers = {"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json"}
-        if provider.api_key:
-            headers["authorization"] = f"Bearer {provider.api_key}"
-        return httpx.Request("POST", provider.base_url + path, content=body, headers=headers,
-                             extensions={"timeout": self._timeouts[stream]})
-
-    def anthropic_request(
-        self, provider: Provider, path: str, body: bytes, *, stream: bool, version: str | None, betas: list[str]
-    ) -> httpx.Request:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if stream else "application/json",
-            "anthropic-version": version or DEFAULT_ANTHROPIC_VERSION,
-        }
-        if betas:
-            headers["anthropic-beta"] = ",".join(betas)
-        if provider.api_key:
-            headers["x-api-key"] = provider.api_key
-        return httpx.Request("POST", provider.base_url + path, content=body, headers=headers,
-                             extensions={"timeout": self._timeouts[stream]})
+    def post(self, url: str, body: bytes, headers: dict[str, str], *, stream: bool) -> httpx.Request:
+        """A POST to a provider with this transport's timeouts; adapters add their own headers."""
+        return httpx.Request("POST", url, content=body, headers=headers, extensions={"timeout": self._timeouts[stream]})
 
     async def send(self, request: httpx.Request) -> httpx.Response:
         """The response with its body still to read (``aread`` or ``aiter_raw``, then ``aclose``)."""

@@ -1,0 +1,159 @@
+"""The Anthropic Messages protocol.
+
+Messages-format clients pass through (the client's bytes, its ``anthropic-version`` and
+``anthropic-beta`` headers forwarded). Chat-format clients are translated to messages and
+back; responses-format clients go responses -> chat -> messages and back.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import orjson
+
+from gatewayd import tokens
+from gatewayd.config import Model, ModelRoute
+from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
+from gatewayd.formats import partial, pipes, usage as usage_mod
+from gatewayd.formats.chat_to_messages import chat_request_to_messages
+from gatewayd.formats.messages_to_chat import messages_response_to_chat
+from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
+from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPipe, tell_cache_writes
+from gatewayd.providers.base import (
+    Call, Route, converted_error, model_change, passthrough_error, translate, with_changes,
+)
+from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
+
+SIM_BASE_PATH = ""  # where the simulator serves this protocol (``--demo``)
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+
+# Without a client cap, a translated request asks for at most this many tokens (and the
+# hold covers this many): Anthropic requires max_tokens, and holding a model's whole
+# 64k allowance would refuse most small balances. Documented in docs/translation.md.
+DEFAULT_TRANSLATED_MAX_TOKENS = 8192
+
+
+def request(upstream, target: ModelRoute, body: bytes, *, stream: bool, version: str | None = None,
+            betas: list[str] | None = None) -> httpx.Request:
+    """``{base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``."""
+    headers = {
+        "content-type": "application/json",
+        "accept": "text/event-stream" if stream else "application/json",
+        "anthropic-version": version or DEFAULT_ANTHROPIC_VERSION,
+    }
+    if betas:
+        headers["anthropic-beta"] = ",".join(betas)
+    if target.provider.api_key:
+        headers["x-api-key"] = target.provider.api_key
+    return upstream.post(target.provider.base_url + "/v1/messages", body, headers, stream=stream)
+
+
+def messages_passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
+    """On /v1/messages: the provider's status and body unchanged when the body is already in
+    the messages error shape; otherwise (an HTML page from a proxy, another vendor's shape)
+    its message retold in that shape, so Anthropic clients can still read it."""
+    status, body, headers = passthrough_error(error)
+    try:
+        doc = orjson.loads(error.body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict) and doc.get("type") == "error" and isinstance(doc.get("error"), dict):
+        return status, body, headers
+    kind = MESSAGES_TYPE_BY_STATUS.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return status, orjson.dumps({"type": "error", "error": {"type": kind, "message": error.message()}}), headers
+
+
+def produced_usage(message: dict, input_estimate: int) -> usage_mod.Usage:
+    """A messages-format reply without usage: the prompt as estimated and the output it
+    carries, counted offline (never free output)."""
+    return usage_mod.Usage(input_tokens=input_estimate, output_tokens=tokens.count(partial.message_text(message)))
+
+
+def _client_betas(headers) -> list[str]:
+    if headers is None:
+        return []
+    return [b.strip() for value in headers.getlist("anthropic-beta") for b in value.split(",") if b.strip()]
+
+
+def messages(call: Call, target: ModelRoute, upstream) -> Route:
+    body = call.body
+    estimate = estimate_input_tokens(body)
+
+    def finish(raw: bytes):
+        message = orjson.loads(raw)
+        return raw, usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
+
+    return Route(
+        request=request(
+            upstream, target, with_changes(call.raw, body, model_change(call, target)), stream=call.stream,
+            version=call.headers.get("anthropic-version") if call.headers is not None else None,
+            betas=_client_betas(call.headers),
+        ),
+        stream=call.stream,
+        input_tokens_estimate=estimate,
+        output_tokens=requested_output_tokens(body, call.model),
+        make_pipe=pipes.MessagesPassthrough,
+        finish=finish,
+        upstream_error=messages_passthrough_error,
+    )
+
+
+def _to_messages(chat_body: dict, model: Model, target: ModelRoute) -> dict:
+    default_max = min(model.max_output_tokens, DEFAULT_TRANSLATED_MAX_TOKENS)
+    return translate(chat_request_to_messages, chat_body, upstream_model=target.upstream_id,
+                     default_max_tokens=default_max)
+
+
+def chat(call: Call, target: ModelRoute, upstream) -> Route:
+    """A chat-format client of a messages upstream: translated both ways."""
+    body, model = call.body, call.model
+    upstream_body = _to_messages(body, model, target)
+    wants_usage = call.stream and (body.get("stream_options") or {}).get("include_usage") is True
+    estimate = estimate_input_tokens(upstream_body)
+    created = int(time.time())
+
+    def finish(raw: bytes):
+        message = orjson.loads(raw)
+        chat_doc = messages_response_to_chat(message, model=model.id, created=created)
+        return orjson.dumps(chat_doc), usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
+
+    return Route(
+        request=request(upstream, target, orjson.dumps(upstream_body), stream=call.stream),
+        stream=call.stream,
+        input_tokens_estimate=estimate,
+        output_tokens=upstream_body["max_tokens"],
+        make_pipe=lambda: MessagesToChatPipe(model.id, wants_usage, created=created),
+        finish=finish,
+        upstream_error=converted_error,
+    )
+
+
+def responses(call: Call, target: ModelRoute, upstream) -> Route:
+    """A responses-format client of a messages upstream: responses -> chat -> messages and back."""
+    body, model = call.body, call.model
+    upstream_body = _to_messages(translate(responses_request_to_chat, body), model, target)
+    created = int(time.time())
+    response_id = "resp_" + os.urandom(12).hex()
+
+    def finish(raw: bytes):
+        message = orjson.loads(raw)
+        usage = usage_mod.from_messages(message.get("usage"))
+        chat_doc = tell_cache_writes(messages_response_to_chat(message, model=model.id, created=created), usage)
+        doc = chat_response_to_responses(chat_doc, request=body, response_id=response_id, created_at=created)
+        return orjson.dumps(doc), usage
+
+    return Route(
+        request=request(upstream, target, orjson.dumps(upstream_body), stream=call.stream),
+        stream=call.stream,
+        input_tokens_estimate=estimate_input_tokens(upstream_body),
+        output_tokens=upstream_body["max_tokens"],
+        make_pipe=lambda: ToResponsesPipe(body, messages_upstream=True, model=model.id, response_id=response_id,
+                                          created=created),
+        finish=finish,
+        upstream_error=converted_error,
+    )
+
+
+ROUTES = {"messages": messages, "chat": chat, "responses": responses}

@@ -1,0 +1,101 @@
+"""What every adapter builds and what the relay runs: a ``Call`` in, a ``Route`` out.
+
+An endpoint validates what the gateway itself needs and describes the request as a
+``Call`` (client format, model, body). For each attempt the relay picks one of the
+model's routes (a provider and its id for the model) and asks the adapter table
+(:mod:`gatewayd.providers`) for the builder of (client format, upstream protocol); the
+builder returns a ``Route``: the upstream request, the stream pipe, the non-stream
+reader and the error mapping. The relay knows nothing of protocols.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+import httpx
+import orjson
+
+from gatewayd.config import Model, ModelRoute
+from gatewayd.errors import BodyError, UpstreamError
+from gatewayd.formats.errors import TranslationError
+from gatewayd.formats.pipes import Pipe
+from gatewayd.formats.raw_json import replace_top_level_string
+from gatewayd.formats.usage import Usage
+
+
+@attrs.frozen
+class Call:
+    """One client request as the route builders see it (validated by its endpoint)."""
+
+    client_format: str  # "chat" | "messages" | "responses" | "embeddings"
+    model: Model
+    body: dict
+    raw: bytes  # the client's bytes: pass-through routes forward them unchanged when they can
+    stream: bool
+    headers: Any = None  # the client's headers (anthropic-version / anthropic-beta are forwarded)
+
+
+@attrs.define
+class Route:
+    """Where one attempt goes and how its answer comes back."""
+
+    request: httpx.Request
+    stream: bool
+    input_tokens_estimate: int
+    output_tokens: int  # the hold's output allowance
+    make_pipe: Callable[[], Pipe]
+    # non-stream: upstream body -> (client body, usage or None when the upstream gave none)
+    finish: Callable[[bytes], tuple[bytes, Usage | None]]
+    upstream_error: Callable[[UpstreamError], tuple[int, bytes, dict[str, str]]]
+
+
+Builder = Callable[[Call, ModelRoute, Any], Route]  # (call, route, upstream transport) -> Route
+
+
+def with_changes(raw: bytes, body: dict, changes: dict[str, Any]) -> bytes:
+    """The client's bytes when nothing changes; only the model value swapped in the bytes when
+    that is the one change; re-encoded only when other fields must change."""
+    if not changes:
+        return raw
+    if set(changes) == {"model"}:
+        swapped = replace_top_level_string(raw, "model", changes["model"])
+        if swapped is not None:
+            return swapped
+    return orjson.dumps({**body, **changes})
+
+
+def model_change(call: Call, target: ModelRoute) -> dict[str, Any]:
+    """The provider's id for the model, when it differs from the id the client sent."""
+    return {"model": target.upstream_id} if target.upstream_id != call.model.id else {}
+
+
+def translate(fn, *args, **kwargs):
+    """Run a pure translation; what it cannot carry is the client's 400."""
+    try:
+        return fn(*args, **kwargs)
+    except TranslationError as e:
+        raise BodyError(e.message, param=e.param) from None
+
+
+def passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
+    """The provider's status and body, unchanged (plus Retry-After when it sent one)."""
+    headers = {}
+    for name in ("retry-after", "x-should-retry"):
+        if name in error.headers:
+            headers[name] = error.headers[name]
+    body = error.body
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        body = orjson.dumps({"error": {"message": error.message(), "type": "upstream_error", "code": None}})
+    return error.status, body, headers
+
+
+def converted_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
+    """A provider error on a translated route, told in the chat (OpenAI) envelope the
+    client reads; the provider's status and message kept."""
+    headers = {k: error.headers[k] for k in ("retry-after",) if k in error.headers}
+    body = orjson.dumps({"error": {"message": error.message(), "type": error.error_type() or "upstream_error",
+                                   "param": None, "code": None}})
+    return error.status, body, headers

@@ -1,0 +1,139 @@
+"""The OpenAI protocol: Chat Completions, Responses and Embeddings.
+
+Chat and embeddings pass through (the client's bytes, the model id swapped when the
+provider calls it otherwise). Responses pass through for the GPT-like family (whose
+upstream has /v1/responses); responses-format clients of other models on this protocol
+are translated to chat completions and back.
+
+:func:`routes` is parametrised by how a request is addressed, so OpenAI-compatible
+protocols that differ only in URLs and headers (``azure_openai``) reuse these builders.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+import httpx
+import orjson
+
+from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
+from gatewayd.config import ModelRoute
+from gatewayd.formats import pipes, usage as usage_mod
+from gatewayd.formats.embeddings import convert_embeddings, embedding_inputs
+from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
+from gatewayd.formats.translating_pipes import ToResponsesPipe
+from gatewayd.providers.base import (
+    Builder, Call, Route, converted_error, model_change, passthrough_error, translate, with_changes,
+)
+
+SIM_BASE_PATH = "/v1"  # where the simulator serves this protocol (``--demo``)
+
+# (upstream, route, operation, body, stream) -> the request; operation is "chat/completions",
+# "responses" or "embeddings"
+Addresser = Callable[..., httpx.Request]
+
+
+def request(upstream, target: ModelRoute, operation: str, body: bytes, *, stream: bool) -> httpx.Request:
+    """``{base_url}/{operation}`` with ``Authorization: Bearer``."""
+    headers = {"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json"}
+    if target.provider.api_key:
+        headers["authorization"] = f"Bearer {target.provider.api_key}"
+    return upstream.post(f"{target.provider.base_url}/{operation}", body, headers, stream=stream)
+
+
+def routes(address: Addresser) -> dict[str, Builder]:
+    """The builders of an OpenAI-shaped protocol, its requests addressed by ``address``."""
+
+    def chat(call: Call, target: ModelRoute, upstream) -> Route:
+        body, stream = call.body, call.stream
+        wants_usage = stream and (body.get("stream_options") or {}).get("include_usage") is True
+        changes = model_change(call, target)
+        if stream and not wants_usage:  # the gateway bills from the provider's usage: always ask for it
+            changes["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        payload = with_changes(call.raw, body, changes)
+
+        def finish(raw: bytes):
+            return raw, usage_mod.from_chat(orjson.loads(raw).get("usage"))
+
+        return Route(
+            request=address(upstream, target, "chat/completions", payload, stream=stream),
+            stream=stream,
+            input_tokens_estimate=estimate_input_tokens(body),
+            output_tokens=requested_output_tokens(body, call.model),
+            make_pipe=lambda: pipes.ChatPassthrough(wants_usage),
+            finish=finish,
+            upstream_error=passthrough_error,
+        )
+
+    def responses(call: Call, target: ModelRoute, upstream) -> Route:
+        if call.model.family != "gpt":
+            return responses_via_chat(call, target, upstream)
+        body = call.body
+
+        def finish(raw: bytes):
+            return raw, usage_mod.from_responses(orjson.loads(raw).get("usage"))
+
+        return Route(
+            request=address(upstream, target, "responses", with_changes(call.raw, body, model_change(call, target)),
+                            stream=call.stream),
+            stream=call.stream,
+            input_tokens_estimate=estimate_input_tokens(body),
+            output_tokens=requested_output_tokens(body, call.model, fields=("max_output_tokens",)),
+            make_pipe=pipes.ResponsesPassthrough,
+            finish=finish,
+            upstream_error=passthrough_error,
+        )
+
+    def responses_via_chat(call: Call, target: ModelRoute, upstream) -> Route:
+        """A responses-format client of a model whose upstream has no /v1/responses."""
+        body = call.body
+        chat_body = {**translate(responses_request_to_chat, body), "model": target.upstream_id}
+        created = int(time.time())
+        response_id = "resp_" + os.urandom(12).hex()
+
+        def finish(raw: bytes):
+            chat = orjson.loads(raw)
+            doc = chat_response_to_responses(chat, request=body, response_id=response_id, created_at=created)
+            return orjson.dumps(doc), usage_mod.from_chat(chat.get("usage"))
+
+        return Route(
+            request=address(upstream, target, "chat/completions", orjson.dumps(chat_body), stream=call.stream),
+            stream=call.stream,
+            input_tokens_estimate=estimate_input_tokens(chat_body),
+            output_tokens=chat_body.get("max_completion_tokens") or call.model.max_output_tokens,
+            make_pipe=lambda: ToResponsesPipe(body, messages_upstream=False, model=call.model.id,
+                                              response_id=response_id, created=created),
+            finish=finish,
+            upstream_error=converted_error,
+        )
+
+    def embeddings(call: Call, target: ModelRoute, upstream) -> Route:
+        body = call.body
+        inputs = embedding_inputs(body["input"]) or []
+        wanted = body.get("encoding_format", "float")
+        token_arrays = sum(len(v) for v in inputs if isinstance(v, list))
+        text_estimate = estimate_input_tokens({"input": [v for v in inputs if isinstance(v, str)]}, fields=("input",))
+
+        def finish(raw: bytes):
+            doc = orjson.loads(raw)
+            if not isinstance(doc.get("data"), list):
+                raise ValueError("no data")
+            return convert_embeddings(raw, wanted), usage_mod.from_chat(doc.get("usage"))
+
+        return Route(
+            request=address(upstream, target, "embeddings", with_changes(call.raw, body, model_change(call, target)),
+                            stream=False),
+            stream=False,
+            input_tokens_estimate=text_estimate + token_arrays,
+            output_tokens=0,
+            make_pipe=lambda: pipes.ChatPassthrough(False),  # never used: embeddings do not stream
+            finish=finish,
+            upstream_error=passthrough_error,
+        )
+
+    return {"chat": chat, "responses": responses, "embeddings": embeddings}
+
+
+ROUTES = routes(request)
