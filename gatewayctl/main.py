@@ -552,5 +552,29 @@ def audit(
         raise typer.Exit(1)
 
 
+@app.command("reload")
+def reload(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """Re-read gatewayd's config file (as SIGHUP does). A bad file is refused with the start-up
+    error line (exit 1) and the config in force stays."""
+    s = session(socket, json_output)
+    try:
+        answer = s.api.post("/admin/v1/reload")
+    except AdminError as exc:
+        message = str(exc)
+        typer.echo(message if message.startswith("gatewayd: ") else f"gatewayctl: {message}", err=True)
+        raise typer.Exit(1) from None
+
+    def human(c: Console) -> None:
+        c.print(f"Config reloaded: {answer.get('providers')} providers, {answer.get('models')} models, "
+                f"{answer.get('groups')} groups.", markup=False)
+        for what in ("added", "removed", "changed"):
+            if answer.get(what):
+                c.print(f"  models {what}: {', '.join(answer[what])}", markup=False)
+        if answer.get("restart_needed"):
+            c.print(f"  not applied until a restart: {', '.join(answer['restart_needed'])}", markup=False)
+
+    s.emit(answer, human)
+
+
 def main() -> None:
     app(prog_name="gatewayctl")

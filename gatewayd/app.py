@@ -8,7 +8,9 @@ whether or not the client sent a Content-Length.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from typing import Any
 
 import orjson
@@ -16,10 +18,12 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from gatewayd import endpoints
+from gatewayd import endpoints, logs, trace
 from gatewayd.access import client_address
-from gatewayd.errors import GatewayError, not_found_path, not_implemented
+from gatewayd.errors import GatewayError, not_found_path, not_implemented, our_fault
+from gatewayd.metrics import Metrics
 from gatewayd.relay import Ctx, Relay
+from gatewayd.trace import Trace
 
 JSON = "application/json"
 
@@ -28,26 +32,81 @@ def new_request_id() -> str:
     return "req_" + os.urandom(12).hex()
 
 
-class Listener:
-    """ASGI middleware: request id on every response, and the request body cap."""
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/messages": "messages",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+    "/v1/models": "models",
+    "/healthz": "ops",
+    "/readyz": "ops",
+    "/metrics": "ops",
+}
 
-    def __init__(self, app: Any, max_body_bytes: int) -> None:
+
+def endpoint_of(path: str) -> str:
+    """A bounded name for the metrics label; the handlers refine it (``Ctx.endpoint``)."""
+    found = ENDPOINTS.get(path)
+    if found:
+        return found
+    if path.startswith("/v1/models/"):
+        return "models"
+    if path.startswith("/console"):
+        return "console"
+    return "other"
+
+
+class Listener:
+    """ASGI middleware: request id on every response, the request body cap, and, once the
+    last byte is sent, the request's log line and metrics (``gatewayd.trace``)."""
+
+    def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         request_id = new_request_id()
         scope["gateway.request_id"] = request_id
+        client = scope.get("client")
+        t = Trace(request_id, scope.get("method", ""), scope.get("path", ""), client[0] if client else None)
+        t.endpoint = endpoint_of(t.path)
+        token = trace.current.set(t)
+        try:
+            await self._serve(scope, receive, send, t)
+        finally:
+            trace.current.reset(token)
+            self._finished(t)
+
+    def _finished(self, t: Trace) -> None:
+        t.duration_s = time.perf_counter() - t.started
+        if not t.status:
+            t.status = 499  # the client went away before any answer (nginx's number for it)
+        logs.request_line(t.fields(), logging.DEBUG if t.endpoint == "ops" else logging.INFO)
+        if self.metrics is not None:
+            self.metrics.observe(t)
+
+    async def _serve(self, scope, receive, send, t: Trace):
+        request_id = t.request_id
         id_header = (b"x-request-id", request_id.encode())
         started = False
+        streaming = False
+        metrics = self.metrics
 
         async def send_with_id(message):
-            nonlocal started
+            nonlocal started, streaming
             if message["type"] == "http.response.start":
                 started = True
-                message = {**message, "headers": [*message.get("headers", []), id_header]}
+                t.status = message["status"]
+                headers = message.get("headers", [])
+                if metrics is not None and t.stream and message["status"] == 200:
+                    streaming = True
+                    metrics.open_streams.inc()
+                message = {**message, "headers": [*headers, id_header]}
+            elif t.first_byte_s is None and message.get("body"):
+                t.first_byte_s = time.perf_counter() - t.started
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 # The last body message makes hypercorn recycle or close the connection inside
                 # this call. quart-trio cancels the handler's nursery as soon as it sees the
@@ -82,9 +141,13 @@ class Listener:
                     return {"type": "http.disconnect"}  # the app stops; we answer 413 below
             return message
 
-        await self.app(scope, capped_receive, send_with_id)
-        if too_large and not started:
-            await self._too_large(send_with_id, request_id)
+        try:
+            await self.app(scope, capped_receive, send_with_id)
+            if too_large and not started:
+                await self._too_large(send_with_id, request_id)
+        finally:
+            if streaming:
+                metrics.open_streams.dec()
 
     async def _too_large(self, send, request_id: str) -> None:
         error = GatewayError(413, f"the request body is larger than {self.max_body_bytes} bytes", "request_too_large")
@@ -119,21 +182,32 @@ def not_offered(path: str) -> GatewayError | None:
     return None
 
 
-def create_app(relay: Relay) -> QuartTrio:
+def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
+    """The public app; ``ops_routes=False`` when ``/metrics``, ``/healthz`` and ``/readyz``
+    have their own listener (``[server] metrics_listen``)."""
     app = QuartTrio(__name__)
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None, MAX_CONTENT_LENGTH=None)
+    if ops_routes:
+        from gatewayd.ops import add_ops_routes
+
+        add_ops_routes(app, relay)
     trusted = relay.config.server.trusted_proxies
 
     def context(endpoint: str) -> Ctx:
         client = request.scope.get("client")
         peer = client[0] if client else None
-        return Ctx(
+        ctx = Ctx(
             request_id=request.scope["gateway.request_id"],
             # several X-Forwarded-For lines are one list (RFC 9110 5.3): the last line is the proxy's
             client_ip=client_address(peer, ", ".join(request.headers.getlist("x-forwarded-for")) or None, trusted),
             headers=request.headers,
             endpoint=endpoint,
         )
+        t = trace.get()
+        if t is not None:
+            t.client = ctx.client_ip
+            t.endpoint = endpoint
+        return ctx
 
     def error_response(error: GatewayError, ctx_endpoint: str) -> Response:
         request_id = request.scope.get("gateway.request_id", "")
@@ -150,6 +224,8 @@ def create_app(relay: Relay) -> QuartTrio:
             status, headers, body = await handler(relay, ctx, raw)
         except GatewayError as error:
             return error_response(error, endpoint)
+        except Exception as e:  # a bug of ours before the relay (a request translator, the estimator)
+            return error_response(our_fault(ctx.request_id, "while handling the request", e), endpoint)
         if isinstance(body, (bytes, bytearray)):
             return Response(body, status=status, content_type=JSON, headers=headers)
         response = Response(body, status=status, content_type="text/event-stream", headers=headers)
@@ -198,10 +274,6 @@ def create_app(relay: Relay) -> QuartTrio:
     @app.route("/v1/responses/<path:response_id>", methods=["GET", "DELETE", "POST", "PUT", "PATCH"])
     async def stored_response(response_id: str):
         return error_response(not_implemented("stored responses (responses are not stored)"), "responses")
-
-    @app.get("/healthz")
-    async def healthz():
-        return Response(b'{"ok":true}', content_type=JSON)
 
     @app.errorhandler(404)
     async def not_found(_error):

@@ -21,19 +21,29 @@ def serve(
     tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="PEM certificate: serve HTTPS."),
     tls_key: Optional[str] = typer.Option(None, "--tls-key", help="PEM private key for --tls-cert."),
     demo: bool = typer.Option(False, "--demo", help="Route every model to the built-in simulator; make a demo key."),
+    log_format: Optional[str] = typer.Option(None, "--log-format", help="json or text (env GATEWAY_LOG_FORMAT; "
+                                             "default: json unless stdout is a terminal)."),
+    log_level: Optional[str] = typer.Option(None, "--log-level", help="debug, info, warning or error "
+                                            "(env GATEWAY_LOG_LEVEL; default info)."),
 ) -> None:
-    """Run the gateway."""
-    from gatewayd.server import run, sqlite_path
+    """Run the gateway. SIGHUP re-reads the config file's catalogue; SIGTERM drains and stops."""
+    from gatewayd.server import run
+
+    overrides = {
+        "listen": listen or None,
+        "admin_socket": admin_socket,
+        "data_dir": data_dir,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "log_format": log_format,
+        "log_level": log_level,
+    }
+
+    def load():
+        return checked_config(config, overrides)
 
     try:
-        cfg = load_config(config, overrides={
-            "listen": listen or None,
-            "admin_socket": admin_socket,
-            "data_dir": data_dir,
-            "tls_cert": tls_cert,
-            "tls_key": tls_key,
-        })
-        sqlite_path(cfg.database_url)
+        cfg = load()
     except ConfigError as e:
         print(f"gatewayd: config error: {e}", file=sys.stderr)
         raise typer.Exit(2)
@@ -42,12 +52,33 @@ def serve(
 
         cfg = attrs.evolve(cfg, demo=True)
     try:
-        run(cfg)
+        run(cfg, load)
     except KeyboardInterrupt:
         pass
     except OSError as e:
         print(f"gatewayd: {e}", file=sys.stderr)
         raise typer.Exit(1)
+
+
+def checked_config(path, overrides=None):
+    """The config as ``serve`` would start with it, or ``ConfigError`` (the one start-up line)."""
+    from gatewayd.server import sqlite_path
+
+    cfg = load_config(path, overrides=overrides)
+    sqlite_path(cfg.database_url)
+    return cfg
+
+
+@app.command("check-config")
+def check_config(path: str = typer.Argument(..., metavar="FILE", help="The TOML config file to check.")) -> None:
+    """Validate a config file as start-up would, without starting: exit 0, or 2 with the error line."""
+    try:
+        cfg = checked_config(path)
+    except ConfigError as e:
+        print(f"gatewayd: config error: {e}", file=sys.stderr)
+        raise typer.Exit(2)
+    print(f"gatewayd: {path}: config ok ({len(cfg.providers)} providers, {len(cfg.models)} models, "
+          f"{len(cfg.groups)} groups)")
 
 
 @app.command()

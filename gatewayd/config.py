@@ -119,6 +119,14 @@ class ServerSettings:
     tls_key: str | None
     upstream_connect_timeout_s: float
     console_secret: str | None
+    metrics_listen: str | None = None  # HOST:PORT: /metrics, /healthz, /readyz there instead of the public listener
+    drain_delay_s: float = 0.0  # on SIGTERM: /readyz answers 503 this long before the listeners stop accepting
+
+
+@attrs.frozen
+class LogSettings:
+    format: str | None  # "json" | "text"; None: JSON unless stdout is a terminal
+    level: str  # "debug" | "info" | "warning" | "error"
 
 
 @attrs.frozen
@@ -130,6 +138,7 @@ class Config:
     models: dict[str, Model]
     groups: dict[str, Group]
     demo: bool = False
+    log: LogSettings = LogSettings(format=None, level="info")
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -242,7 +251,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
     s.unknown({
         "listen", "admin_socket", "data_dir", "stream_idle_timeout_s", "max_body_bytes",
         "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "tls_cert", "tls_key",
-        "upstream_connect_timeout_s", "console_secret",
+        "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -279,7 +288,42 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         tls_key=tls_key,
         upstream_connect_timeout_s=float(s.number("upstream_connect_timeout_s", 10, minimum=0.001)),
         console_secret=s.str("console_secret", None),
+        metrics_listen=_metrics_listen(s.str("metrics_listen", None)),
+        drain_delay_s=float(s.number("drain_delay_s", 0)),
     )
+
+
+def _metrics_listen(value: str | None) -> str | None:
+    if value is not None:
+        parse_host_port(value, "server.metrics_listen")
+    return value
+
+
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _log(raw: Any, env: Any, overrides: dict[str, Any]) -> LogSettings:
+    """``[log]``, then ``GATEWAY_LOG_FORMAT`` / ``GATEWAY_LOG_LEVEL``, then the flags."""
+    s = _Section(raw or {}, "log")
+    s.unknown({"format", "level"})
+    fmt = s.str("format", None, choices=LOG_FORMATS)
+    level = s.str("level", "info", choices=LOG_LEVELS)
+    for key, choices, where in (("format", LOG_FORMATS, "GATEWAY_LOG_FORMAT"), ("level", LOG_LEVELS, "GATEWAY_LOG_LEVEL")):
+        value = overrides.get(f"log_{key}")
+        origin = f"--log-{key}"
+        if value is None and env.get(where):
+            value, origin = env[where], where
+        if value is None:
+            continue
+        value = value.lower()
+        if value not in choices:
+            raise ConfigError(f"{origin}: must be one of {', '.join(choices)} (got {value!r})")
+        if key == "format":
+            fmt = value
+        else:
+            level = value
+    return LogSettings(format=fmt, level=level)
 
 
 def _providers(raw: Any) -> dict[str, Provider]:
@@ -433,7 +477,7 @@ def load_config(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
-    allowed = {"server", "database", "redis", "providers", "models", "groups"}
+    allowed = {"server", "database", "redis", "providers", "models", "groups", "log"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -461,4 +505,5 @@ def load_config(
         providers=providers,
         models=models,
         groups=groups,
+        log=_log(raw.get("log"), env, overrides),
     )

@@ -8,7 +8,11 @@ reaches the model step use the messages shape (``{"type": "error", "error": {...
 
 from __future__ import annotations
 
+import logging
+
 import orjson
+
+log = logging.getLogger("gatewayd.errors")
 
 _CHAT_TYPE_BY_STATUS = {429: "rate_limit_error"}
 
@@ -122,3 +126,15 @@ class UpstreamError(Exception):
             return err.get("type") if isinstance(err, dict) else None
         except (orjson.JSONDecodeError, AttributeError):
             return None
+
+
+def our_fault(request_id: str, where: str, exc: BaseException) -> GatewayError:
+    """gatewayd's own code raised (a translator, a pipe, the estimator, the store): log the
+    traceback with the request id, and answer 500 ``internal_error``, never the provider's 502.
+
+    ``where`` completes "the gateway failed ..." (e.g. "while translating the provider's answer").
+    """
+    log.error("internal error %s: %s", where, type(exc).__name__, exc_info=exc,
+              extra={"fields": {"request_id": request_id}})
+    return GatewayError(500, f"the gateway failed {where} ({type(exc).__name__}); this is a gateway bug, "
+                        "not a provider error", "internal_error", model_step=True)

@@ -20,20 +20,28 @@ import httpx
 import orjson
 import trio
 
-from gatewayd import tokens
+from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, RateLimiter, authenticate, authorize_model, check_ip
 from gatewayd.billing.estimate import charge, estimate_cost
 from gatewayd.billing.ledger import Hold, Ledger
 from gatewayd.config import Config
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
-from gatewayd.errors import BodyError, GatewayError, UpstreamError, model_not_found
+from gatewayd.errors import BodyError, GatewayError, UpstreamError, model_not_found, our_fault
+from gatewayd.formats.errors import InvalidAnswer
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.sse import SSESplitter
 from gatewayd.formats.usage import Usage
+from gatewayd.metrics import Metrics
 from gatewayd import providers
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
+
+# What counts as the provider's bad answer (a 502): JSON that does not parse (or a body that
+# is not SSE, whose first event then does not parse), and the few shape checks made on
+# purpose (InvalidAnswer). Every other exception from a route's callbacks or a pipe is a
+# bug in gatewayd: a 500 ``internal_error``, logged with its traceback.
+PROVIDER_FAULTS = (orjson.JSONDecodeError, InvalidAnswer)
 
 
 @attrs.define
@@ -90,18 +98,41 @@ class Relay:
         self.upstream = upstream
         self.limiter = RateLimiter()
         self.drain = Drain()  # cuts upstream reads when a shutdown's grace period ends
+        self.draining = False  # set when shutdown starts: /readyz answers 503 from then on
+        self.metrics = Metrics()
+        self.metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
+        self._provider_up: dict[str, bool] = {}
+
+    def provider_seen(self, name: str, up: bool, reason: str = "") -> None:
+        """Passive provider health: down when it cannot be reached, up when it answers.
+        Logged on each change; ``gateway_provider_up`` follows it."""
+        if self._provider_up.get(name) == up:
+            return
+        before = self._provider_up.get(name)
+        self._provider_up[name] = up
+        self.metrics.provider_up.labels(name).set(1 if up else 0)
+        if before is not None or not up:
+            logs.event(f"provider {name} is {'up' if up else 'down'}", 20 if up else 30, provider=name,
+                       up=up, reason=reason or None)
 
     # -- the checks ------------------------------------------------------------------
 
     def admit(self, ctx: Ctx, *, accepts_x_api_key: bool = False) -> Caller:
         """Key, then IP."""
         caller = authenticate(self.directory, ctx.headers, accepts_x_api_key=accepts_x_api_key)
+        t = trace.get()
+        if t is not None:
+            t.account_id = caller.account.id
+            t.key_id = caller.key.id
         check_ip(caller.key, ctx.client_ip)
         return caller
 
     def authorize(self, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
         """Model list, group, availability, price, then the per-model rate limit."""
         grant = authorize_model(self.config, caller, model_id, kind=kind, endpoint=endpoint)
+        t = trace.get()
+        if t is not None:
+            t.model = grant.model.id
         self.limiter.check(caller.account.id, grant.model, time.monotonic())
         return grant
 
@@ -112,6 +143,10 @@ class Relay:
         for target in call.model.routes:
             build = providers.builder(call.client_format, target.provider.protocol)
             if build is not None:
+                t = trace.get()
+                if t is not None:
+                    t.provider = target.provider.name
+                    t.route = target.name
                 return build(call, target, self.upstream)
         raise model_not_found(call.model.id)  # authorize() checked the model serves this format
 
@@ -119,6 +154,9 @@ class Relay:
         """Hold, call, answer, settle. Returns (status, headers, body-or-async-iterator)."""
         route = self.build_route(call)
         estimate = estimate_cost(grant.model, route.input_tokens_estimate, route.output_tokens, grant.price_ratio)
+        t = trace.get()
+        if t is not None:
+            t.stream = route.stream
         hold = self.ledger.reserve(
             caller.account, caller.key, estimate, request_id=ctx.request_id, model=grant.model.id,
             endpoint=ctx.endpoint, stream=route.stream,
@@ -141,6 +179,12 @@ class Relay:
                 handed_to_stream = True
                 return 200, {"cache-control": "no-cache"}, _prepend(first, pump)
             return 200, {}, await self._finish(response, route, hold, grant)
+        except GatewayError:
+            raise
+        except Exception as e:  # a route callback or the store failed: ours, not the provider's
+            if not hold.settled:
+                await self._release(hold, grant, "internal_error", 500)
+            raise our_fault(ctx.request_id, "while relaying the request", e) from None
         finally:
             if not handed_to_stream and not hold.settled:
                 # cancelled (client went away) or an unexpected error: input was sent upstream
@@ -149,8 +193,20 @@ class Relay:
                     await self._settle(hold, grant, usage, status="client_disconnected", http_status=499)
 
     async def _settle(self, hold: Hold, grant: Grant, usage: Usage, *, status: str, http_status: int) -> None:
-        await self.ledger.settle(hold, usage, charge(grant.model, usage, grant.price_ratio), status=status,
-                                 http_status=http_status)
+        if hold.settled:
+            return
+        cost = charge(grant.model, usage, grant.price_ratio)
+        started = time.perf_counter()
+        await self.ledger.settle(hold, usage, cost, status=status, http_status=http_status)
+        self.metrics.store_latency.observe(time.perf_counter() - started)
+        t = trace.get()
+        if t is not None:
+            t.usage_status = status
+            t.input_tokens = usage.input_tokens
+            t.output_tokens = usage.output_tokens
+            t.cached_tokens = usage.cached_tokens
+            t.cache_write_tokens = usage.cache_write_tokens
+            t.cost_nano = cost
 
     async def _release(self, hold: Hold, grant: Grant, status: str, http_status: int) -> None:
         with trio.CancelScope(shield=True):
@@ -162,12 +218,19 @@ class Relay:
                             "shutting_down", model_step=True)
 
     async def _call(self, route: Route, hold: Hold, grant: Grant) -> httpx.Response:
+        t = trace.get()
+        provider = t.provider if t is not None and t.provider else grant.model.provider.name
         try:
+            sent = time.perf_counter()
             with self.drain.read() as reading:
                 response = await self.upstream.send(route.request)
             if reading.cancelled_caught:
                 raise await self._cut_by_shutdown(hold, grant)
+            if t is not None:
+                t.upstream_ttfb_s = time.perf_counter() - sent
+            self.provider_seen(provider, True)
         except httpx.ConnectTimeout:
+            self.provider_seen(provider, False, "connect timeout")
             await self._release(hold, grant, "upstream_unreachable", 504)
             raise GatewayError(504, "the provider did not accept a connection in time", "upstream_timeout",
                                model_step=True) from None
@@ -176,6 +239,7 @@ class Relay:
             raise GatewayError(504, f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds",
                                "upstream_timeout", model_step=True) from None
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+            self.provider_seen(provider, False, type(e).__name__)
             await self._release(hold, grant, "upstream_unreachable", 502)
             raise GatewayError(502, f"the provider could not be reached ({type(e).__name__})", "bad_gateway",
                                model_step=True) from None
@@ -204,10 +268,13 @@ class Relay:
             await response.aclose()
         try:
             body, usage = route.finish(raw)
-        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        except PROVIDER_FAULTS:
             await self._release(hold, grant, "upstream_invalid", 502)
             raise GatewayError(502, "the provider returned an invalid response", "bad_gateway",
                                model_step=True) from None
+        except Exception as e:  # our translator failed on an answer it did not expect: nothing is charged
+            await self._release(hold, grant, "internal_error", 500)
+            raise our_fault(hold.request_id, "while translating the provider's answer", e) from None
         if usage is None:
             usage = Usage(input_tokens=route.input_tokens_estimate)
         with trio.CancelScope(shield=True):
@@ -266,8 +333,7 @@ class Relay:
                 await self._settle_stream(hold, grant, pipe, route, status)
                 yield pipe.error_event(f"{idle}; the stream was closed and is incomplete", "timeout_error")
                 return
-            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as e:
-                # ValueError covers orjson.JSONDecodeError; the others come from events of the wrong shape
+            except (httpx.HTTPError, *PROVIDER_FAULTS) as e:
                 if not started:
                     status = "upstream_invalid"
                     raise GatewayError(502, f"the provider returned an invalid response ({type(e).__name__})",
@@ -275,6 +341,14 @@ class Relay:
                 status = "upstream_broken"
                 await self._settle_stream(hold, grant, pipe, route, status)
                 yield pipe.error_event(f"the provider stream broke off ({type(e).__name__}); the output is incomplete")
+                return
+            except Exception as e:  # a pipe or translator of ours failed: the gateway's fault, said so
+                status = "internal_error"
+                error = our_fault(hold.request_id, "while translating the provider's stream", e)
+                if not started:
+                    raise error from None
+                await self._settle_stream(hold, grant, pipe, route, status)
+                yield pipe.error_event(f"{error.message}; the output is incomplete")
                 return
             if pipe.complete and not pipe.failed:
                 status = "ok"
@@ -300,7 +374,7 @@ class Relay:
                     if started or status == "client_disconnected":
                         await self._settle_stream(hold, grant, pipe, route, status)
                     else:  # refused with a 502/503/504: the client got nothing, nothing is charged
-                        http_status = {"idle_timeout": 504, "shutdown": 503}.get(status, 502)
+                        http_status = {"idle_timeout": 504, "shutdown": 503, "internal_error": 500}.get(status, 502)
                         await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
 
     async def _settle_stream(self, hold: Hold, grant: Grant, pipe: Pipe, route: Route, status: str) -> None:

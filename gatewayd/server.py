@@ -29,11 +29,12 @@ from gatewayd.config import Config, ConfigError, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
-from gatewayd import protocol_errors
+from gatewayd import logs, protocol_errors
 from gatewayd.money import usd_to_nano
 from gatewayd.providers.upstream import Upstream
 from gatewayd.records import utc_now_iso
 from gatewayd.relay import Relay
+from gatewayd.reload import Reloader
 from gatewayd.store.sqlite import SQLiteStore
 
 log = logging.getLogger("gatewayd")
@@ -71,7 +72,7 @@ def recover_holds(store: SQLiteStore) -> int:
 def _hypercorn_config(**kwargs) -> HypercornConfig:
     hc = HypercornConfig()
     hc.accesslog = None
-    hc.errorlog = "-"
+    hc.errorlog = logging.getLogger("hypercorn.error")  # through gatewayd's handler (JSON or text)
     hc.loglevel = "WARNING"
     hc.read_timeout = None
     hc.keep_alive_timeout = 75
@@ -147,7 +148,9 @@ print(c.chat.completions.create(model='claude-sonnet-4-5', messages=[{{'role': '
     )
 
 
-async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def serve(config: Config, loader=None, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run until SIGINT/SIGTERM. ``loader`` re-reads the config file for a reload (SIGHUP,
+    ``gatewayctl reload``); without one, a reload re-applies the config in force."""
     protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
     Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(sqlite_path(config.database_url))
@@ -156,12 +159,14 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None
         if recovered:
             log.warning("released %d holds left by a previous process (recorded as interrupted)", recovered)
         async with trio.open_nursery() as nursery:
+            adapt = _keep
             if config.demo:
                 from gatewayd.sim import serve_simulator
 
                 sim_port = await nursery.start(serve_simulator, "127.0.0.1", 0)
                 sim = f"http://127.0.0.1:{sim_port}"
                 config = config.with_simulator(sim)
+                adapt = lambda c: c.with_simulator(sim)  # noqa: E731
             directory = Directory(config, store)
             directory.load()
             upstream = Upstream(
@@ -171,13 +176,19 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             ledger = Ledger(store)
             relay = Relay(config, directory, ledger, upstream)
             nursery.start_soon(ledger.persist_holds)
-            public_app = create_app(relay)
-            mount_console(public_app, directory, store, config)
-            admin_app = create_admin_app(directory, store, time.time, ledger)
+            metrics_listen = config.server.metrics_listen
+            public_app = create_app(relay, ops_routes=metrics_listen is None)
+            console = mount_console(public_app, directory, store, config)
+            first = config
+            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], relay.metrics)
+            admin_app = create_admin_app(directory, store, time.time, ledger, reload=reloader.reload)
             shutdown = trio.Event()
+            ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket
+            if metrics_listen is not None:
+                ops_binds = await nursery.start(_serve_ops, relay, metrics_listen, ops_shutdown)
             async with trio.open_nursery() as servers:
-                servers.start_soon(_watch_signals, shutdown)
+                servers.start_soon(_watch_signals, shutdown, relay, config.server.drain_delay_s, reloader)
                 servers.start_soon(_drain_on_shutdown, shutdown, relay, config.server.shutdown_grace_s)
                 await servers.start(
                     lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path),
@@ -186,19 +197,50 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        Listener(public_app, config.server.max_body_bytes), _public_config(config),
+                        Listener(public_app, config.server.max_body_bytes, relay.metrics), _public_config(config),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
-                print(f"gatewayd listening on {', '.join(binds)}; admin socket {admin_path}", flush=True)
+                fields = {"listen": binds, "admin_socket": admin_path, "models": len(config.models),
+                          "providers": len(config.providers), "database": _database_label(config.database_url)}
+                if metrics_listen is not None:
+                    fields["metrics_listen"] = ops_binds
+                logs.event(f"gatewayd listening on {', '.join(binds)}; admin socket {admin_path}", **fields)
+                if not logging.getLogger("gatewayd").isEnabledFor(logging.INFO):
+                    print(f"gatewayd listening on {', '.join(binds)}; admin socket {admin_path}", flush=True)
                 if config.demo:
                     _print_demo_banner(binds[0], await _ensure_demo_account(directory, config.server.data_dir))
                 task_status.started(binds)
             # both listeners finished (grace period, then cut); the relay settled what was cut.
+            ops_shutdown.set()
             nursery.cancel_scope.cancel()
         await upstream.aclose()
     finally:
         store.close()
+    logs.event("gatewayd stopped")
+
+
+def _keep(config: Config) -> Config:
+    return config
+
+
+def _database_label(url: str) -> str:
+    """The database's kind and place, never a password."""
+    return url.split("://", 1)[0] + "://" + url.rsplit("@", 1)[-1].split("://", 1)[-1]
+
+
+async def _serve_ops(relay: Relay, listen: str, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on their own listener. It stops only after
+    the public listener has drained, so /readyz can answer 503 for the whole drain."""
+    from quart_trio import QuartTrio
+
+    from gatewayd.ops import add_ops_routes
+
+    app = QuartTrio("gatewayd.ops")
+    add_ops_routes(app, relay)
+    host, port = parse_host_port(listen)
+    hc = _hypercorn_config(bind=[f"[{host}]:{port}" if ":" in host else f"{host}:{port}"], graceful_timeout=1)
+    await hypercorn_serve(Listener(app, 1 << 20), hc, shutdown_trigger=stop.wait, task_status=task_status)
 
 
 async def _drain_on_shutdown(shutdown: trio.Event, relay: Relay, grace_s: float) -> None:
@@ -206,17 +248,37 @@ async def _drain_on_shutdown(shutdown: trio.Event, relay: Relay, grace_s: float)
     relay.drain.begin(grace_s)
 
 
-async def _watch_signals(shutdown: trio.Event) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+async def _watch_signals(shutdown: trio.Event, relay: Relay, drain_delay_s: float, reloader: Reloader) -> None:
+    """SIGHUP reloads the config; SIGINT/SIGTERM start the shutdown: /readyz answers 503 at
+    once, the listeners stop accepting ``drain_delay_s`` later, open streams get the grace
+    period. A second SIGINT/SIGTERM skips the rest of the delay."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
-            print(f"gatewayd: {signal.Signals(signum).name} received, shutting down", file=sys.stderr, flush=True)
+            name = signal.Signals(signum).name
+            if signum == signal.SIGHUP:
+                try:
+                    reloader.reload("SIGHUP")
+                except ConfigError:
+                    pass  # logged by the reloader; the old config stays
+                continue
+            if relay.draining:
+                shutdown.set()
+                return
+            relay.draining = True
+            logs.event(f"gatewayd: {name} received, shutting down", logging.WARNING, signal=name,
+                       drain_delay_s=drain_delay_s)
+            if drain_delay_s > 0:
+                with trio.move_on_after(drain_delay_s):
+                    async for signum in signals:
+                        if signum != signal.SIGHUP:
+                            break
             shutdown.set()
             return
 
 
-def run(config: Config) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    trio.run(serve, config)
+def run(config: Config, loader=None) -> None:
+    logs.setup(config.log.format, config.log.level)
+    trio.run(serve, config, loader)
 
 
 __all__ = ["serve", "run", "attrs"]

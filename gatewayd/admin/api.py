@@ -85,7 +85,8 @@ def audit(conn: sqlite3.Connection, directory: Directory) -> dict:
     return {"ok": ok, "accounts": accounts_out, "keys": keys_out}
 
 
-def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Ledger | None = None) -> QuartTrio:
+def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Ledger | None = None,
+                     reload=None) -> QuartTrio:
     app = QuartTrio(__name__ + ".admin")
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None)
 
@@ -232,6 +233,18 @@ def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Le
             args = (account.id, limit)
         rows = await store.read(lambda conn: conn.execute(sql, args).fetchall())
         return _json({"data": [usage_row(r) for r in rows]})
+
+    @app.post("/admin/v1/reload")
+    async def reload_config():
+        """Re-read the config file (as SIGHUP does); a bad file is refused and the old config stays."""
+        from gatewayd.config import ConfigError
+
+        if reload is None:
+            raise DirectoryError("this daemon cannot reload its config", status=501, code="not_implemented")
+        try:
+            return _json(reload("gatewayctl"))
+        except ConfigError as e:
+            raise DirectoryError(f"gatewayd: config error: {e}", status=400, code="config_error") from None
 
     @app.get("/admin/v1/audit")
     async def run_audit():

@@ -75,6 +75,8 @@ class Ledger:
     def __init__(self, store: SQLiteStore) -> None:
         self.store = store
         self._unflushed: dict[str, tuple] = {}  # request_id -> hold row not yet queued for the database
+        self.open_holds = 0  # holds in flight and what they hold (for the metrics)
+        self.held_nano = 0
 
     async def persist_holds(self, interval_s: float = HOLD_FLUSH_INTERVAL_S) -> None:
         """Forever: queue the rows of holds still open after ``interval_s`` (one job a round)."""
@@ -105,6 +107,8 @@ class Ledger:
             raise refusal
         account.held_nano += amount_nano
         key.held_nano += amount_nano
+        self.open_holds += 1
+        self.held_nano += amount_nano
         hold = Hold(request_id, account, key, amount_nano, model, endpoint, stream, time.monotonic())
         self._unflushed[request_id] = (request_id, account.id, key.id, model, endpoint, amount_nano, utc_now_iso())
         return hold
@@ -118,6 +122,8 @@ class Ledger:
         if hold.settled:
             return
         hold.settled = True
+        self.open_holds -= 1
+        self.held_nano -= hold.amount_nano
         hold_row_queued = self._unflushed.pop(hold.request_id, None) is None
         account, key = hold.account, hold.key
         now = utc_now_iso()

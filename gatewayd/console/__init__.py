@@ -15,8 +15,9 @@ from gatewayd.directory import Directory
 from gatewayd.store.sqlite import SQLiteStore
 
 
-def mount_console(app: Quart, directory: Directory, store: SQLiteStore, config: Config) -> None:
-    """Register the console blueprint on the public app."""
+def mount_console(app: Quart, directory: Directory, store: SQLiteStore, config: Config):
+    """Register the console blueprint on the public app; returns the ``Console`` (a config
+    reload replaces its ``config``)."""
     from gatewayd.console.session import Sessions, SignInThrottle, load_secret
     from gatewayd.console.views import create_blueprint
     from gatewayd.console.web import Console
@@ -26,6 +27,7 @@ def mount_console(app: Quart, directory: Directory, store: SQLiteStore, config: 
         throttle=SignInThrottle(),
     )
     app.register_blueprint(create_blueprint(console))
+    return console
 
 
 __all__ = ["mount_console"]

@@ -10,3 +10,21 @@ class TranslationError(ValueError):
         super().__init__(message)
         self.message = message
         self.param = param
+
+
+class InvalidAnswer(Exception):
+    """The provider's answer breaks its protocol in a way the gateway checks on purpose
+    (an embeddings answer without a ``data`` list, say). Like JSON that does not parse, it
+    is the provider's fault: a 502. Anything else a translator raises is the gateway's own
+    bug and must not be blamed on the provider (``relay`` answers those with a 500)."""
+
+
+def answer_object(raw: bytes) -> dict:
+    """A provider's non-streaming answer as a JSON object: the one shape check every finisher
+    makes before reading it (JSON that does not parse raises ``orjson.JSONDecodeError``)."""
+    import orjson
+
+    doc = orjson.loads(raw)
+    if not isinstance(doc, dict):
+        raise InvalidAnswer(f"the provider's answer is a JSON {type(doc).__name__}, not an object")
+    return doc

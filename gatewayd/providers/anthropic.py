@@ -18,6 +18,7 @@ from gatewayd.config import Model, ModelRoute
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
 from gatewayd.formats import partial, pipes, usage as usage_mod
 from gatewayd.formats.chat_to_messages import chat_request_to_messages
+from gatewayd.formats.errors import answer_object
 from gatewayd.formats.messages_to_chat import messages_response_to_chat
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPipe, tell_cache_writes
@@ -82,7 +83,7 @@ def messages(call: Call, target: ModelRoute, upstream) -> Route:
     estimate = estimate_input_tokens(body)
 
     def finish(raw: bytes):
-        message = orjson.loads(raw)
+        message = answer_object(raw)
         return raw, usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
 
     return Route(
@@ -115,7 +116,7 @@ def chat(call: Call, target: ModelRoute, upstream) -> Route:
     created = int(time.time())
 
     def finish(raw: bytes):
-        message = orjson.loads(raw)
+        message = answer_object(raw)
         chat_doc = messages_response_to_chat(message, model=model.id, created=created)
         return orjson.dumps(chat_doc), usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
 
@@ -138,7 +139,7 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     response_id = "resp_" + os.urandom(12).hex()
 
     def finish(raw: bytes):
-        message = orjson.loads(raw)
+        message = answer_object(raw)
         usage = usage_mod.from_messages(message.get("usage"))
         chat_doc = tell_cache_writes(messages_response_to_chat(message, model=model.id, created=created), usage)
         doc = chat_response_to_responses(chat_doc, request=body, response_id=response_id, created_at=created)

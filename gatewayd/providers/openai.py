@@ -21,6 +21,7 @@ import orjson
 from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
 from gatewayd.config import ModelRoute
 from gatewayd.formats import pipes, usage as usage_mod
+from gatewayd.formats.errors import InvalidAnswer, answer_object
 from gatewayd.formats.embeddings import convert_embeddings, embedding_inputs
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.translating_pipes import ToResponsesPipe
@@ -55,7 +56,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
         payload = with_changes(call.raw, body, changes)
 
         def finish(raw: bytes):
-            return raw, usage_mod.from_chat(orjson.loads(raw).get("usage"))
+            return raw, usage_mod.from_chat(answer_object(raw).get("usage"))
 
         return Route(
             request=address(upstream, target, "chat/completions", payload, stream=stream),
@@ -73,7 +74,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
         body = call.body
 
         def finish(raw: bytes):
-            return raw, usage_mod.from_responses(orjson.loads(raw).get("usage"))
+            return raw, usage_mod.from_responses(answer_object(raw).get("usage"))
 
         return Route(
             request=address(upstream, target, "responses", with_changes(call.raw, body, model_change(call, target)),
@@ -94,7 +95,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
         response_id = "resp_" + os.urandom(12).hex()
 
         def finish(raw: bytes):
-            chat = orjson.loads(raw)
+            chat = answer_object(raw)
             doc = chat_response_to_responses(chat, request=body, response_id=response_id, created_at=created)
             return orjson.dumps(doc), usage_mod.from_chat(chat.get("usage"))
 
@@ -117,9 +118,9 @@ def routes(address: Addresser) -> dict[str, Builder]:
         text_estimate = estimate_input_tokens({"input": [v for v in inputs if isinstance(v, str)]}, fields=("input",))
 
         def finish(raw: bytes):
-            doc = orjson.loads(raw)
+            doc = answer_object(raw)
             if not isinstance(doc.get("data"), list):
-                raise ValueError("no data")
+                raise InvalidAnswer("the embeddings answer has no 'data' list")
             return convert_embeddings(raw, wanted), usage_mod.from_chat(doc.get("usage"))
 
         return Route(

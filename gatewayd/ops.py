@@ -1,0 +1,78 @@
+"""The operator's HTTP endpoints: ``/healthz``, ``/readyz`` and ``/metrics``.
+
+``/healthz`` says the process answers. ``/readyz`` says a load balancer may send it
+traffic: the store answers a read within ``READY_TIMEOUT_S`` and the daemon is not
+draining (from the shutdown signal on it is 503, so the balancer stops sending while open
+streams finish). ``/metrics`` is the Prometheus text format. They are served on the public
+listener, or on their own listener when ``[server] metrics_listen`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+import trio
+from quart import Quart, Response
+
+from gatewayd import logs
+from gatewayd.metrics import CONTENT_TYPE
+from gatewayd.relay import Relay
+
+READY_TIMEOUT_S = 2.0
+JSON = "application/json"
+
+
+class Readiness:
+    """The store check, with its health changes logged once each."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.store_up: bool | None = None
+
+    async def store_answers(self) -> tuple[bool, str]:
+        store = self.relay.ledger.store
+        reason = ""
+        with trio.move_on_after(READY_TIMEOUT_S) as scope:
+            try:
+                await store.read(lambda conn: conn.execute("SELECT 1").fetchone())
+            except Exception as e:  # noqa: BLE001 - any failure of the store means not ready; logged below
+                reason = f"{type(e).__name__}: {e}"
+        if scope.cancelled_caught:
+            reason = f"no answer within {READY_TIMEOUT_S:g} s"
+        up = not reason
+        if up != self.store_up:
+            if up and self.store_up is not None:
+                logs.event("store answers again", logging.INFO, store_up=True)
+            elif not up:
+                logs.event("store does not answer", logging.ERROR, store_up=False, reason=reason)
+            self.store_up = up
+            self.relay.metrics.store_up.set(1 if up else 0)
+        return up, reason
+
+    async def check(self) -> tuple[bool, dict]:
+        if self.relay.draining:
+            self.relay.metrics.ready.set(0)
+            return False, {"ready": False, "reason": "draining: the gateway is shutting down"}
+        up, reason = await self.store_answers()
+        self.relay.metrics.ready.set(1 if up else 0)
+        if not up:
+            return False, {"ready": False, "reason": f"the store does not answer ({reason})"}
+        return True, {"ready": True}
+
+
+def add_ops_routes(app: Quart, relay: Relay) -> None:
+    readiness = Readiness(relay)
+
+    @app.get("/healthz")
+    async def healthz():
+        return Response(b'{"ok":true}', content_type=JSON)
+
+    @app.get("/readyz")
+    async def readyz():
+        ready, doc = await readiness.check()
+        return Response(orjson.dumps(doc), status=200 if ready else 503, content_type=JSON)
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(relay.metrics.render(), content_type=CONTENT_TYPE)

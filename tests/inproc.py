@@ -1,0 +1,61 @@
+"""In-process gateway for tests that need to shape the provider's answer byte by byte.
+
+The real pieces (config from the catalogue, a SQLite file, the directory, the ledger, the
+relay and the public app with its listener), with one difference: the provider is an
+``httpx.MockTransport`` whose handler the test writes. Requests go through
+``httpx.ASGITransport``, so the listener (request id, logging, metrics) runs too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from gatewayd.app import Listener, create_app
+from gatewayd.billing.ledger import Ledger
+from gatewayd.config import load_config
+from gatewayd.directory import Directory
+from gatewayd.providers.upstream import Upstream
+from gatewayd.relay import Relay
+from gatewayd.store.sqlite import SQLiteStore
+from tests.live import catalogue_pointed_at
+
+UPSTREAM = "http://provider.test"
+
+
+class Gateway:
+    def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response]) -> None:
+        config_file = tmp / "gatewayd.toml"
+        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n' + catalogue_pointed_at(UPSTREAM))
+        self.config = load_config(config_file)
+        self.store = SQLiteStore(str(tmp / "gateway.db"))
+        self.directory = Directory(self.config, self.store)
+        self.directory.load()
+        upstream = Upstream(connect_timeout_s=5, stream_idle_timeout_s=5)
+        upstream.transport = httpx.MockTransport(handler)
+        self.ledger = Ledger(self.store)
+        self.relay = Relay(self.config, self.directory, self.ledger, upstream)
+        self.app = Listener(create_app(self.relay), self.config.server.max_body_bytes)
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway.test")
+
+    async def funded_key(self, usd: int = 10) -> tuple[str, str]:
+        """A new account with ``usd`` paid, embeddings enabled, and one key: (account id, secret)."""
+        account = await self.directory.create_account(f"u{len(self.directory.accounts)}@example.com")
+        await self.directory.pay(account, usd * 10**9)
+        for model in self.config.models.values():
+            if model.kind == "embedding":
+                await self.directory.set_embedding_model(account, model.id, True)
+        _, secret = await self.directory.create_key(account, name="t")
+        return account.id, secret
+
+    async def usage(self, account_id: str) -> list[dict]:
+        await self.store.flush()
+        rows = await self.store.read(lambda conn: conn.execute(
+            "SELECT * FROM usage WHERE account_id = ? ORDER BY id", (account_id,)).fetchall())
+        return [dict(r) for r in rows]
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        self.store.close()
