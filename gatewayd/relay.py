@@ -379,15 +379,15 @@ class Relay:
 
     async def _settle_stream(self, hold: Hold, grant: Grant, pipe: Pipe, route: Route, status: str) -> None:
         usage = pipe.usage
-        # A cut stream's reported output can be a placeholder (Anthropic's message_start says
-        # output_tokens 1): count what was streamed and charge the larger of the two.
-        if usage is None or status != "ok":
-            produced = tokens.count(pipe.produced_text())
-            base = usage or Usage(input_tokens=route.input_tokens_estimate)
-            usage = attrs.evolve(base, output_tokens=max(base.output_tokens, produced))
-            if not usage.input_tokens:
-                usage = attrs.evolve(usage, input_tokens=route.input_tokens_estimate)
         with trio.CancelScope(shield=True):
+            # A cut stream's reported output can be a placeholder (Anthropic's message_start says
+            # output_tokens 1): count what was streamed and charge the larger of the two.
+            if usage is None or status != "ok":
+                produced = await tokens.count_off_loop(pipe.produced_text())
+                base = usage or Usage(input_tokens=route.input_tokens_estimate)
+                usage = attrs.evolve(base, output_tokens=max(base.output_tokens, produced))
+                if not usage.input_tokens:
+                    usage = attrs.evolve(usage, input_tokens=route.input_tokens_estimate)
             await self._settle(hold, grant, usage, status=status, http_status=200)
 
 

@@ -69,16 +69,16 @@ def test_estimate_scales_with_max_tokens():
     assert requested_output_tokens(body, model) == model.max_output_tokens
     assert requested_output_tokens({**body, "max_tokens": 10}, model) == 10
     assert requested_output_tokens({**body, "max_completion_tokens": 7, "max_tokens": 10}, model) == 7
-    tokens_in = estimate_input_tokens(body)
+    tokens_in = estimate_input_tokens(body, "chat")
     assert 2 <= tokens_in <= 10
     assert estimate_cost(model, tokens_in, 10, Fraction(1)) < estimate_cost(model, tokens_in, 1000, Fraction(1))
 
 
 def test_estimate_counts_images_and_skips_base64():
-    small = estimate_input_tokens({"messages": [{"role": "user", "content": "x"}]})
+    small = estimate_input_tokens({"messages": [{"role": "user", "content": "x"}]}, "chat")
     with_image = estimate_input_tokens({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "x"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100_000}}]}]})
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100_000}}]}]}, "chat")
     assert 1000 < with_image - small < 3000
 
 

@@ -21,9 +21,10 @@ from gatewayd.formats.chat_to_messages import chat_request_to_messages
 from gatewayd.formats.errors import answer_object
 from gatewayd.formats.messages_to_chat import messages_response_to_chat
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
+from gatewayd.formats.responses_output import envelope
 from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPipe, tell_cache_writes
 from gatewayd.providers.base import (
-    Call, Route, converted_error, model_change, passthrough_error, translate, with_changes,
+    Call, Route, converted_error, encode_body, model_change, passthrough_error, translate, with_changes,
 )
 from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
 
@@ -80,7 +81,7 @@ def _client_betas(headers) -> list[str]:
 
 def messages(call: Call, target: ModelRoute, upstream) -> Route:
     body = call.body
-    estimate = estimate_input_tokens(body)
+    estimate = estimate_input_tokens(body, "messages")
 
     def finish(raw: bytes):
         message = answer_object(raw)
@@ -112,7 +113,7 @@ def chat(call: Call, target: ModelRoute, upstream) -> Route:
     body, model = call.body, call.model
     upstream_body = _to_messages(body, model, target)
     wants_usage = call.stream and (body.get("stream_options") or {}).get("include_usage") is True
-    estimate = estimate_input_tokens(upstream_body)
+    estimate = estimate_input_tokens(upstream_body, "messages")
     created = int(time.time())
 
     def finish(raw: bytes):
@@ -121,7 +122,7 @@ def chat(call: Call, target: ModelRoute, upstream) -> Route:
         return orjson.dumps(chat_doc), usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
 
     return Route(
-        request=request(upstream, target, orjson.dumps(upstream_body), stream=call.stream),
+        request=request(upstream, target, encode_body(upstream_body), stream=call.stream),
         stream=call.stream,
         input_tokens_estimate=estimate,
         output_tokens=upstream_body["max_tokens"],
@@ -137,6 +138,7 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     upstream_body = _to_messages(translate(responses_request_to_chat, body), model, target)
     created = int(time.time())
     response_id = "resp_" + os.urandom(12).hex()
+    encode_body(envelope(body, response_id=response_id, created_at=created, status=""))  # echoed later
 
     def finish(raw: bytes):
         message = answer_object(raw)
@@ -146,9 +148,9 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
         return orjson.dumps(doc), usage
 
     return Route(
-        request=request(upstream, target, orjson.dumps(upstream_body), stream=call.stream),
+        request=request(upstream, target, encode_body(upstream_body), stream=call.stream),
         stream=call.stream,
-        input_tokens_estimate=estimate_input_tokens(upstream_body),
+        input_tokens_estimate=estimate_input_tokens(upstream_body, "messages"),
         output_tokens=upstream_body["max_tokens"],
         make_pipe=lambda: ToResponsesPipe(body, messages_upstream=True, model=model.id, response_id=response_id,
                                           created=created),

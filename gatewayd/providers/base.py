@@ -62,7 +62,16 @@ def with_changes(raw: bytes, body: dict, changes: dict[str, Any]) -> bytes:
         swapped = replace_top_level_string(raw, "model", changes["model"])
         if swapped is not None:
             return swapped
-    return orjson.dumps({**body, **changes})
+    return encode_body({**body, **changes})
+
+
+def encode_body(body: dict) -> bytes:
+    """A body the gateway re-encodes. orjson parses 1,024 levels of nesting but encodes only
+    254: a client body between the two (a freak tool schema) is the client's 400, not a 500."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        raise BodyError("the request nests JSON more than 254 levels deep") from None
 
 
 def model_change(call: Call, target: ModelRoute) -> dict[str, Any]:

@@ -18,15 +18,16 @@ from typing import Callable
 import httpx
 import orjson
 
-from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
+from gatewayd.billing.estimate import estimate_input_tokens, estimate_text_tokens, requested_output_tokens
 from gatewayd.config import ModelRoute
 from gatewayd.formats import pipes, usage as usage_mod
 from gatewayd.formats.errors import InvalidAnswer, answer_object
 from gatewayd.formats.embeddings import convert_embeddings, embedding_inputs
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
+from gatewayd.formats.responses_output import envelope
 from gatewayd.formats.translating_pipes import ToResponsesPipe
 from gatewayd.providers.base import (
-    Builder, Call, Route, converted_error, model_change, passthrough_error, translate, with_changes,
+    Builder, Call, Route, converted_error, encode_body, model_change, passthrough_error, translate, with_changes,
 )
 
 SIM_BASE_PATH = "/v1"  # where the simulator serves this protocol (``--demo``)
@@ -61,7 +62,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
         return Route(
             request=address(upstream, target, "chat/completions", payload, stream=stream),
             stream=stream,
-            input_tokens_estimate=estimate_input_tokens(body),
+            input_tokens_estimate=estimate_input_tokens(body, "chat"),
             output_tokens=requested_output_tokens(body, call.model),
             make_pipe=lambda: pipes.ChatPassthrough(wants_usage),
             finish=finish,
@@ -80,7 +81,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
             request=address(upstream, target, "responses", with_changes(call.raw, body, model_change(call, target)),
                             stream=call.stream),
             stream=call.stream,
-            input_tokens_estimate=estimate_input_tokens(body),
+            input_tokens_estimate=estimate_input_tokens(body, "responses"),
             output_tokens=requested_output_tokens(body, call.model, fields=("max_output_tokens",)),
             make_pipe=pipes.ResponsesPassthrough,
             finish=finish,
@@ -93,6 +94,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
         chat_body = {**translate(responses_request_to_chat, body), "model": target.upstream_id}
         created = int(time.time())
         response_id = "resp_" + os.urandom(12).hex()
+        encode_body(envelope(body, response_id=response_id, created_at=created, status=""))  # echoed later
 
         def finish(raw: bytes):
             chat = answer_object(raw)
@@ -100,9 +102,9 @@ def routes(address: Addresser) -> dict[str, Builder]:
             return orjson.dumps(doc), usage_mod.from_chat(chat.get("usage"))
 
         return Route(
-            request=address(upstream, target, "chat/completions", orjson.dumps(chat_body), stream=call.stream),
+            request=address(upstream, target, "chat/completions", encode_body(chat_body), stream=call.stream),
             stream=call.stream,
-            input_tokens_estimate=estimate_input_tokens(chat_body),
+            input_tokens_estimate=estimate_input_tokens(chat_body, "chat"),
             output_tokens=chat_body.get("max_completion_tokens") or call.model.max_output_tokens,
             make_pipe=lambda: ToResponsesPipe(body, messages_upstream=False, model=call.model.id,
                                               response_id=response_id, created=created),
@@ -115,7 +117,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
         inputs = embedding_inputs(body["input"]) or []
         wanted = body.get("encoding_format", "float")
         token_arrays = sum(len(v) for v in inputs if isinstance(v, list))
-        text_estimate = estimate_input_tokens({"input": [v for v in inputs if isinstance(v, str)]}, fields=("input",))
+        text_estimate = estimate_text_tokens([v for v in inputs if isinstance(v, str)])
 
         def finish(raw: bytes):
             doc = answer_object(raw)
