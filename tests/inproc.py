@@ -37,7 +37,7 @@ class Gateway:
         upstream.transport = httpx.MockTransport(handler)
         self.ledger = Ledger(self.store)
         self.relay = Relay(self.config, self.directory, self.ledger, upstream)
-        self.app = Listener(create_app(self.relay), self.config.server.max_body_bytes)
+        self.app = Listener(create_app(self.relay), self.config.server.max_body_bytes, self.relay.metrics)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway.test")
 
     async def funded_key(self, usd: int = 10) -> tuple[str, str]:
