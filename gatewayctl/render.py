@@ -116,6 +116,17 @@ USAGE_COLUMNS = (
     Field("cost_nano", "cost", usd),
 )
 
+_SUM_COLUMNS = (
+    Field("requests", "requests"),
+    Field("input_tokens", "in"),
+    Field("output_tokens", "out"),
+    Field("cached_tokens", "cached"),
+    Field("cache_write_tokens", "cache wr"),
+    Field("cost_nano", "cost", usd),
+)
+REPORT_MODEL_COLUMNS = (Field("model", "model"), *_SUM_COLUMNS)
+REPORT_KEY_COLUMNS = (Field("key_id", "key"), Field("account_id", "account"), *_SUM_COLUMNS)
+
 AUDIT_ACCOUNT_COLUMNS = (
     Field("account_id", "account"),
     Field("email", "email"),
@@ -134,7 +145,7 @@ AUDIT_KEY_COLUMNS = (
     Field("problems", "problems", problems),
 )
 
-_NUMERIC = {"input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens"}
+_NUMERIC = {"input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "requests"}
 _STATE_STYLE = {
     "enabled": "green",
     "disabled": "yellow",

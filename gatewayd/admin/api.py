@@ -7,7 +7,9 @@ store; the audit compares the database's ledger with the in-memory balances.
 
 from __future__ import annotations
 
+import datetime
 import sqlite3
+import zoneinfo
 from typing import Any
 
 import orjson
@@ -17,23 +19,35 @@ from quart_trio import QuartTrio
 from gatewayd.billing.ledger import Ledger
 from gatewayd.directory import Directory, DirectoryError
 from gatewayd.store.sqlite import SQLiteStore
+from gatewayd.store.usage_queries import UsageFilter, usage_page, usage_report
 
 JSON = "application/json"
 
-USAGE_COLUMNS = (
-    "request_id, created_at, key_id, model, endpoint, stream, status, http_status, input_tokens, output_tokens,"
-    " cached_tokens, cache_write_tokens, cost_nano, duration_ms"
-)
+
+def instant(value: str | None, timezone: str, name: str, *, end_of_day: bool = False) -> str | None:
+    """``YYYY-MM-DD`` in ``timezone`` (``until``: the end of that day, inclusive) or an ISO 8601
+    timestamp with an offset, as the stored UTC text it is compared with."""
+    if value is None or value == "":
+        return None
+    try:
+        if len(value) == 10:
+            day = datetime.date.fromisoformat(value)
+            if end_of_day:
+                day += datetime.timedelta(days=1)
+            moment = datetime.datetime.combine(day, datetime.time(), zoneinfo.ZoneInfo(timezone))
+        else:
+            moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if moment.tzinfo is None:
+                raise ValueError("no offset")
+    except ValueError:
+        raise DirectoryError(f"{name} must be a date YYYY-MM-DD or an ISO 8601 time with an offset (got {value!r})"
+                             ) from None
+    utc = moment.astimezone(datetime.timezone.utc)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
 def _json(doc: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(doc), status=status, content_type=JSON)
-
-
-def usage_row(row: sqlite3.Row) -> dict:
-    doc = dict(row)
-    doc["stream"] = bool(doc["stream"])
-    return doc
 
 
 def audit(conn: sqlite3.Connection, directory: Directory) -> dict:
@@ -218,21 +232,51 @@ def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Le
 
     @app.get("/admin/v1/accounts/<ref>/usage")
     async def usage(ref: str):
+        """Usage rows, newest first, filtered; ``before`` pages on (``next_before`` of the last page)."""
         account = directory.account(ref)
         key_id = request.args.get("key")
-        try:
-            limit = max(1, min(10_000, int(request.args.get("limit", "50"))))
-        except ValueError:
-            raise DirectoryError("limit must be a whole number") from None
         if key_id is not None:
             directory.key(key_id, account.id)
-            sql = f"SELECT {USAGE_COLUMNS} FROM usage WHERE account_id = ? AND key_id = ? ORDER BY id DESC LIMIT ?"
-            args: tuple = (account.id, key_id, limit)
+        where = usage_filter(account.id, account.timezone)
+        limit = _int_arg("limit", 50, 1, 10_000)
+        before = _int_arg("before", None, 1, None)
+        rows, following = await store.read(lambda conn: usage_page(conn, where, before_id=before, limit=limit))
+        return _json({"data": rows, "next_before": following})
+
+    @app.get("/admin/v1/report")
+    async def report():
+        """Requests, tokens and cost per model and per key over a range, for one account or all."""
+        ref = request.args.get("account")
+        if ref:
+            account = directory.account(ref)
+            where = usage_filter(account.id, account.timezone)
         else:
-            sql = f"SELECT {USAGE_COLUMNS} FROM usage WHERE account_id = ? ORDER BY id DESC LIMIT ?"
-            args = (account.id, limit)
-        rows = await store.read(lambda conn: conn.execute(sql, args).fetchall())
-        return _json({"data": [usage_row(r) for r in rows]})
+            where = usage_filter(None, "UTC")
+        doc = await store.read(lambda conn: usage_report(conn, where))
+        doc["range"] = {"since": where.since, "until": where.until, "account_id": where.account_id,
+                        "timezone": directory.accounts[where.account_id].timezone if where.account_id else "UTC"}
+        return _json(doc)
+
+    def _int_arg(name: str, default, low: int, high: int | None):
+        value = request.args.get(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise DirectoryError(f"{name} must be a whole number") from None
+        if number < low:
+            raise DirectoryError(f"{name} must be at least {low}")
+        return number if high is None else min(number, high)
+
+    def usage_filter(account_id: str | None, timezone: str) -> UsageFilter:
+        key_id = request.args.get("key")
+        since = instant(request.args.get("since"), timezone, "since")
+        until = instant(request.args.get("until"), timezone, "until", end_of_day=True)
+        if since and until and since >= until:
+            raise DirectoryError("since must be before until")
+        return UsageFilter(account_id=account_id, key_id=key_id, model=request.args.get("model") or None,
+                           status=request.args.get("status") or None, since=since, until=until)
 
     @app.post("/admin/v1/reload")
     async def reload_config():
