@@ -89,6 +89,14 @@ def simulate(listen: str = typer.Option("127.0.0.1:9090", "--listen", help="HOST
     main_simulate(listen)
 
 
+@app.command()
+def catalogue() -> None:
+    """Print the default catalogue (providers, models, groups): a starting point for --config."""
+    from gatewayd.config import DEFAULT_CATALOGUE
+
+    sys.stdout.write(DEFAULT_CATALOGUE.read_text(encoding="utf-8"))
+
+
 def main() -> None:
     app()
 

@@ -11,6 +11,8 @@ import ipaddress
 import os
 import tomllib
 from fractions import Fraction
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,8 @@ import attrs
 
 from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio
 
-DEFAULT_CATALOGUE = Path(__file__).resolve().parent.parent / "schemas" / "catalogue.toml"
+# Package data, so an installed wheel finds it wherever the daemon is started from.
+DEFAULT_CATALOGUE: Traversable = resources.files("gatewayd") / "data" / "catalogue.toml"
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_DATA_DIR = "var"
 
@@ -159,7 +162,7 @@ class Config:
 # --------------------------------------------------------------------------- loading
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path | Traversable) -> dict[str, Any]:
     try:
         with path.open("rb") as f:
             return tomllib.load(f)
@@ -471,7 +474,7 @@ def load_config(
     """The config file (or the embedded defaults), then the environment, then CLI flags.
 
     Providers, models and groups come from the file when it has any ``[[models]]``,
-    otherwise from the default catalogue in ``schemas/catalogue.toml``.
+    otherwise from the default catalogue (package data: ``gatewayd/data/catalogue.toml``).
     """
     env = os.environ if environ is None else environ
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOGUE = ROOT / "schemas" / "catalogue.toml"
+CATALOGUE = ROOT / "gatewayd" / "data" / "catalogue.toml"
 BIN = Path(sys.executable).parent
 
 

@@ -9,7 +9,7 @@ success.
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 
 import trio
 from quart import Blueprint, Response, g, redirect, url_for
@@ -31,15 +31,16 @@ from gatewayd.console.web import (
 )
 from gatewayd.directory import DirectoryError, check_password, hash_password
 
-HERE = Path(__file__).resolve().parent
+# Templates and static files are package data (pyproject's package-data ships them in the wheel).
+PACKAGE_FILES = resources.files(__package__)
 _DECOY_HASH = hash_password("a password nobody has")  # compared against when the email is unknown
 _HASHING = trio.CapacityLimiter(2)  # scrypt is CPU-bound: a burst of sign-ins waits, the API does not
 
 
 def create_blueprint(console: Console) -> Blueprint:
     bp = Blueprint(
-        "console", __name__, url_prefix="/console", template_folder=str(HERE / "templates"),
-        static_folder=str(HERE / "static"), static_url_path="/static",
+        "console", __name__, url_prefix="/console", template_folder=str(PACKAGE_FILES / "templates"),
+        static_folder=str(PACKAGE_FILES / "static"), static_url_path="/static",
     )
     for name, fn in FILTERS.items():
         bp.add_app_template_filter(fn, name)
