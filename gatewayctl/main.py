@@ -1,9 +1,12 @@
 """gatewayctl: the operator's command line for a running gatewayd.
 
-Every command is one or two calls to the admin API on gatewayd's Unix socket
-(design.md section 3). Each prints a rich table for people, or with ``--json``
-exactly one JSON document on stdout for scripts: the API's object, or for a
-list the ``data`` array itself.
+Every command is one or two calls to the admin API on gatewayd's Unix socket.
+Each prints a rich table for people, or with ``--json`` exactly one JSON
+document on stdout for scripts: the API's object, or for a list the ``data``
+array itself. ``--socket`` and ``--json`` go before the command or after it
+(``gatewayctl --json key list ACCOUNT`` and ``gatewayctl key list ACCOUNT
+--json``), as kubectl and docker users type them; given in both places, the
+one after the command wins.
 
 Exit status: 0 done; 1 the daemon could not be reached, refused the request,
 or (``audit``) found a problem; 2 the command line itself was wrong, including
@@ -131,6 +134,30 @@ def read_password(param_hint: str) -> str:
 
 # --- Options every command accepts ------------------------------------------------------
 
+_GLOBALS = "gatewayctl.globals"  # key in the context's meta, which the whole command chain shares
+
+
+def _carried(ctx: typer.Context, name: str, value: Any, given: bool) -> Any:
+    """An option accepted before the command and after it: the last one given wins.
+
+    ``gatewayctl``, ``gatewayctl account`` / ``key`` and every command declare ``--socket``
+    and ``--json``; each occurrence is remembered in the context chain's shared ``meta``,
+    so the command sees the last one given, wherever it was typed.
+    """
+    seen = ctx.meta.setdefault(_GLOBALS, {})
+    if given:
+        seen[name] = value
+    return seen.get(name, value)
+
+
+def _socket_option(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
+    return _carried(ctx, "socket", value, value is not None)
+
+
+def _json_option(ctx: typer.Context, value: bool) -> bool:
+    return _carried(ctx, "json", value, value)
+
+
 SocketOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -138,11 +165,13 @@ SocketOpt = Annotated[
         metavar="PATH",
         help="gatewayd's admin socket (default: $GATEWAY_ADMIN_SOCKET, else var/admin.sock).",
         show_default=False,
+        callback=_socket_option,
     ),
 ]
 JsonOpt = Annotated[
     bool,
-    typer.Option("--json", help="Print one JSON document on stdout instead of a table."),
+    typer.Option("--json", help="Print one JSON document on stdout instead of a table.",
+                 callback=_json_option),
 ]
 AccountArg = Annotated[str, typer.Argument(metavar="ACCOUNT", help="Account id or email.")]
 KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Key id.")]
@@ -198,16 +227,31 @@ class _Group(TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="gatewayctl",
-    help="Operate a running gatewayd over its admin socket: accounts, payments, keys, usage.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals may hold a password or a secret
 )
-account_app = typer.Typer(help="Accounts, their payments, groups and embedding models.",
-                          no_args_is_help=True)
-key_app = typer.Typer(help="API keys: create, inspect, limit, disable, revoke.",
-                      no_args_is_help=True)
+account_app = typer.Typer(no_args_is_help=True)  # help: the group callbacks' docstrings
+key_app = typer.Typer(no_args_is_help=True)
 app.add_typer(account_app, name="account")
 app.add_typer(key_app, name="key")
+
+
+@app.callback()
+def _root(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """Operate a running gatewayd over its admin socket: accounts, payments, keys, usage.
+
+    --socket and --json may come before the command or after it.
+    """
+
+
+@account_app.callback()
+def _account_group(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """Accounts, their payments, groups and embedding models."""
+
+
+@key_app.callback()
+def _key_group(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """API keys: create, inspect, limit, disable, revoke."""
 
 
 # --- account ----------------------------------------------------------------------------
@@ -638,7 +682,12 @@ def audit(
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Check the money invariants (design.md section 4); exit status 1 if any fails."""
+    """Check the money invariants; exit status 1 if any fails.
+
+    For every account: balance == payments - charges - open holds, and the stored balance
+    equals the one in memory; for every key: what it has spent equals the sum of its usage
+    rows.
+    """
     s = session(socket, json_output)
     report = s.api.get("/admin/v1/audit")
     if not isinstance(report, dict):

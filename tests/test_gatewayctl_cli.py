@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -730,3 +731,99 @@ def test_names_from_the_database_are_not_rich_markup(admin: StandInAdmin) -> Non
     run = gatewayctl(admin, "account", "show", "acct")
     assert run.exit_code == 0, run.stderr
     assert "[bold]x[/bold]" in run.stdout
+
+
+# --- --socket and --json before or after the command -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--json", "key", "list", "ann@example.com"],
+        ["key", "--json", "list", "ann@example.com"],
+        ["key", "list", "ann@example.com", "--json"],
+        ["--json", "key", "list", "ann@example.com", "--json"],
+    ],
+)
+def test_json_before_or_after_the_command(admin: StandInAdmin, args: list[str]) -> None:
+    run = gatewayctl(admin, *args)
+    assert run.exit_code == 0, run.stderr
+    assert (admin.last.method, admin.last.path) == (
+        "GET", "/admin/v1/accounts/ann%40example.com/keys")
+    assert one_json(run) == [KEY]
+
+
+def test_without_json_anywhere_a_table(admin: StandInAdmin) -> None:
+    run = gatewayctl(admin, "key", "list", "acct")
+    assert run.exit_code == 0, run.stderr
+    with pytest.raises(ValueError):
+        json.loads(run.stdout)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        lambda path: ["--socket", path, "key", "list", "acct"],
+        lambda path: ["key", "--socket", path, "list", "acct"],
+        lambda path: ["--socket", path, "--json", "key", "list", "acct"],
+        lambda path: ["--json", "balance", "acct", "--socket", path],
+    ],
+)
+def test_socket_before_or_after_the_command(admin: StandInAdmin, short_dir: str, where) -> None:
+    elsewhere = os.path.join(short_dir, "elsewhere.sock")
+    run = gatewayctl(None, *where(admin.socket_path), env={"GATEWAY_ADMIN_SOCKET": elsewhere})
+    assert run.exit_code == 0, run.stderr
+    assert len(admin.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        lambda good, bad: ["--socket", bad, "balance", "acct", "--socket", good],
+        lambda good, bad: ["--socket", bad, "account", "--socket", good, "list"],
+    ],
+)
+def test_the_socket_given_last_wins(admin: StandInAdmin, short_dir: str, args) -> None:
+    bad = os.path.join(short_dir, "bad.sock")
+    run = gatewayctl(None, *args(admin.socket_path, bad))
+    assert run.exit_code == 0, run.stderr
+    assert len(admin.requests) == 1
+    run = gatewayctl(None, *args(bad, admin.socket_path))
+    assert_one_line_error(
+        run, f"gatewayctl: cannot reach gatewayd admin socket at {bad} (no such file): "
+        "is gatewayd running?")
+
+
+def test_options_before_the_command_in_a_real_process(admin: StandInAdmin) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gatewayctl", "--socket", admin.socket_path, "--json",
+         "key", "list", "ann@example.com"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "GATEWAY_ADMIN_SOCKET": ""},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [KEY]
+
+
+def _command_paths() -> list[list[str]]:
+    import typer.main
+
+    def walk(command: Any, path: list[str]) -> Iterator[list[str]]:
+        yield path
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            yield from walk(sub, [*path, name])
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "gatewayctl")
+def test_help_cites_only_what_a_user_has(path: list[str]) -> None:
+    """--help may point at docs/ files and commands; never at the developers' design notes."""
+    run = gatewayctl(None, *path, "--help")
+    assert run.exit_code == 0, run.stderr
+    text = flatten(run.stdout)
+    assert "Usage: gatewayctl" in text
+    assert not re.search(r"design\.md|section \d|spec\b|issue \d", text, re.IGNORECASE), text
+    for cited in re.findall(r"docs/[\w./-]+\.md", text):
+        assert (Path(__file__).resolve().parent.parent / cited).is_file(), cited
+    assert "--socket" in text and "--json" in text  # accepted at every level
