@@ -33,4 +33,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/hot_path.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) var .pytest_cache tests/node/node_modules
