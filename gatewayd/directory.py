@@ -218,7 +218,7 @@ class Directory:
             raise DirectoryError(f"an account with email {email} exists already", status=409, code="conflict")
         if not isinstance(name, str) or len(name) > 100:
             raise DirectoryError("name must be a string of at most 100 characters")
-        timezone = _validate_timezone(timezone or "UTC")
+        timezone = _validate_timezone(timezone)
         if password is not None:
             self._check_password_rules(password)
         account = Account(

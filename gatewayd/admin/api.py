@@ -22,6 +22,7 @@ from gatewayd.store.sqlite import SQLiteStore
 from gatewayd.store.usage_queries import UsageFilter, usage_page, usage_report
 
 JSON = "application/json"
+KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group")
 
 
 def instant(value: str | None, timezone: str, name: str, *, end_of_day: bool = False) -> str | None:
@@ -104,7 +105,10 @@ def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Le
     app = QuartTrio(__name__ + ".admin")
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None)
 
-    async def body() -> dict:
+    async def body(*fields: str) -> dict:
+        """The JSON object sent, holding only ``fields``. A misspelt field is refused, naming it,
+        rather than ignored (a payment's ``"nots"`` would silently lose its note); the values'
+        types and ranges are the Directory's to judge, one line naming the field."""
         raw = await request.get_data()
         if not raw:
             return {}
@@ -114,7 +118,16 @@ def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Le
             raise DirectoryError("the request body is not valid JSON") from None
         if not isinstance(doc, dict):
             raise DirectoryError("the request body must be a JSON object")
+        unknown = sorted(set(doc) - set(fields))
+        if unknown:
+            raise DirectoryError(f"unknown field {unknown[0]!r} (this request takes {', '.join(fields)})")
         return doc
+
+    def given(doc: dict, field: str, default: str) -> Any:
+        """An optional field: its default when absent or null, else the value as sent (``false``
+        stays ``false`` for the Directory to refuse, instead of becoming the default)."""
+        value = doc.get(field)
+        return default if value is None else value
 
     @app.errorhandler(DirectoryError)
     async def refused(error: DirectoryError):
@@ -135,9 +148,9 @@ def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Le
 
     @app.post("/admin/v1/accounts")
     async def create_account():
-        doc = await body()
+        doc = await body("email", "name", "timezone", "password")
         account = await directory.create_account(
-            doc.get("email"), doc.get("name") or "", doc.get("timezone") or "UTC", doc.get("password")
+            doc.get("email"), given(doc, "name", ""), given(doc, "timezone", "UTC"), doc.get("password")
         )
         return _json(account.public(), 201)
 
@@ -152,24 +165,21 @@ def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Le
     @app.patch("/admin/v1/accounts/<ref>")
     async def update_account(ref: str):
         account = directory.account(ref)
-        doc = await body()
-        unknown = sorted(set(doc) - {"name", "timezone"})
-        if unknown:
-            raise DirectoryError(f"unknown account field {unknown[0]!r}")
+        doc = await body("name", "timezone")
         kwargs = {k: doc[k] for k in ("name", "timezone") if k in doc}
         return _json((await directory.update_account(account, **kwargs)).public())
 
     @app.put("/admin/v1/accounts/<ref>/password")
     async def set_password(ref: str):
         account = directory.account(ref)
-        doc = await body()
+        doc = await body("password")
         return _json((await directory.set_password(account, doc.get("password"))).public())
 
     @app.post("/admin/v1/accounts/<ref>/payments")
     async def pay(ref: str):
         account = directory.account(ref)
-        doc = await body()
-        payment = await directory.pay(account, doc.get("amount_nano"), doc.get("note") or "")
+        doc = await body("amount_nano", "note")
+        payment = await directory.pay(account, doc.get("amount_nano"), given(doc, "note", ""))
         return _json({"account": account.public(), "payment": payment}, 201)
 
     @app.get("/admin/v1/accounts/<ref>/payments")
@@ -184,24 +194,20 @@ def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Le
     @app.put("/admin/v1/accounts/<ref>/groups")
     async def groups(ref: str):
         account = directory.account(ref)
-        doc = await body()
+        doc = await body("groups")
         return _json((await directory.set_groups(account, doc.get("groups"))).public())
 
     @app.put("/admin/v1/accounts/<ref>/embeddings/<path:model>")
     async def embedding_model(ref: str, model: str):
         account = directory.account(ref)
-        doc = await body()
+        doc = await body("enabled")
         return _json((await directory.set_embedding_model(account, model, doc.get("enabled"))).public())
 
     @app.post("/admin/v1/accounts/<ref>/keys")
     async def create_key(ref: str):
         account = directory.account(ref)
-        doc = await body()
-        unknown = sorted(set(doc) - {"name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group"})
-        if unknown:
-            raise DirectoryError(f"unknown key field {unknown[0]!r}")
-        key, secret = await directory.create_key(account, **{k: doc.get(k) for k in (
-            "name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group")})
+        doc = await body(*KEY_FIELDS)
+        key, secret = await directory.create_key(account, **{k: doc.get(k) for k in KEY_FIELDS})
         return _json({**key_doc(key), "secret": secret}, 201)
 
     @app.get("/admin/v1/accounts/<ref>/keys")
@@ -216,7 +222,7 @@ def create_admin_app(directory: Directory, store: SQLiteStore, clock, ledger: Le
     @app.patch("/admin/v1/keys/<key_id>")
     async def update_key(key_id: str):
         key = directory.key(key_id)
-        return _json(key_doc(await directory.update_key(key, await body())))
+        return _json(key_doc(await directory.update_key(key, await body(*KEY_FIELDS))))
 
     @app.post("/admin/v1/keys/<key_id>/<action>")
     async def key_action(key_id: str, action: str):
