@@ -7,9 +7,7 @@ money is held, so none of them is ever charged.
 
 from __future__ import annotations
 
-import collections
 import ipaddress
-import math
 import time
 from fractions import Fraction
 
@@ -96,31 +94,6 @@ class Grant:
     model: Model
     price_ratio: Fraction
     group: str
-
-
-class RateLimiter:
-    """Per account and model: at most N requests in any window of M minutes."""
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], collections.deque[float]] = {}
-
-    def check(self, account_id: str, model: Model, now: float) -> None:
-        limit = model.rate_limit
-        if limit is None:
-            return
-        window = limit.minutes * 60
-        seen = self._seen.setdefault((account_id, model.id), collections.deque())
-        while seen and seen[0] <= now - window:
-            seen.popleft()
-        if len(seen) >= limit.requests:
-            retry_after = max(1, min(120, math.ceil(seen[0] + window - now)))
-            raise GatewayError(
-                429,
-                f"Rate limit reached: at most {limit.requests} requests per {limit.minutes} minutes",
-                "rate_limit_exceeded",
-                headers={"Retry-After": str(retry_after)},
-            )
-        seen.append(now)
 
 
 def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:

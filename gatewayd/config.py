@@ -137,6 +137,7 @@ class Config:
     server: ServerSettings
     database_url: str
     redis_url: str | None
+    redis_prefix: str
     providers: dict[str, Provider]
     models: dict[str, Model]
     groups: dict[str, Group]
@@ -499,12 +500,16 @@ def load_config(
     if not database_url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError("database.url: must start with sqlite:/// or postgresql://")
     redis = _Section(raw.get("redis", {}), "redis")
-    redis.unknown({"url"})
+    redis.unknown({"url", "key_prefix"})
     redis_url = env.get("GATEWAY_REDIS_URL") or redis.str("url", None)
+    if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
+    redis_prefix = redis.str("key_prefix", "gatewayd:")
     return Config(
         server=server,
         database_url=database_url,
         redis_url=redis_url,
+        redis_prefix=redis_prefix,
         providers=providers,
         models=models,
         groups=groups,

@@ -49,7 +49,7 @@ async def chat_completions(relay: Relay, ctx: Ctx, raw: bytes):
     caller = relay.admit(ctx)
     body = parse_body(raw)
     model_id, stream = validate_chat_body(body)
-    grant = relay.authorize(caller, model_id, kind="chat", endpoint="chat")
+    grant = await relay.authorize(caller, model_id, kind="chat", endpoint="chat")
     call = Call(client_format="chat", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
     return await relay.run(ctx, caller, grant, call)
 
@@ -74,7 +74,7 @@ async def messages(relay: Relay, ctx: Ctx, raw: bytes):
     caller = relay.admit(ctx, accepts_x_api_key=True)
     body = parse_body(raw)
     model_id, stream = validate_messages_body(body)
-    grant = relay.authorize(caller, model_id, kind="chat", endpoint="messages")
+    grant = await relay.authorize(caller, model_id, kind="chat", endpoint="messages")
     call = Call(client_format="messages", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
     return await relay.run(ctx, caller, grant, call)
 
@@ -89,7 +89,7 @@ async def responses(relay: Relay, ctx: Ctx, raw: bytes):
         raise BodyError("field 'input' must be a string or an array of input items", param="input")
     stream = field(body, "stream", bool, what="true or false") or False
     positive_int(body, "max_output_tokens")
-    grant = relay.authorize(caller, model_id, kind="chat", endpoint="responses")
+    grant = await relay.authorize(caller, model_id, kind="chat", endpoint="responses")
     call = Call(client_format="responses", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
     return await relay.run(ctx, caller, grant, call)
 
@@ -106,7 +106,7 @@ async def embeddings(relay: Relay, ctx: Ctx, raw: bytes):
     if wanted not in ("float", "base64"):
         raise BodyError("encoding_format must be 'float' or 'base64'", param="encoding_format")
     positive_int(body, "dimensions")
-    grant = relay.authorize(caller, model_id, kind="embedding", endpoint="embeddings")
+    grant = await relay.authorize(caller, model_id, kind="embedding", endpoint="embeddings")
     call = Call(client_format="embeddings", model=grant.model, body=body, raw=raw, stream=False)
     return await relay.run(ctx, caller, grant, call)
 

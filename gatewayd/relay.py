@@ -12,7 +12,6 @@ the client receives the last byte.
 
 from __future__ import annotations
 
-import time
 from typing import Any, AsyncIterator
 
 import attrs
@@ -21,7 +20,7 @@ import orjson
 import trio
 
 from gatewayd import logs, tokens, trace
-from gatewayd.access import Caller, Grant, RateLimiter, authenticate, authorize_model, check_ip
+from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.billing.estimate import charge, estimate_cost
 from gatewayd.billing.ledger import Hold, Ledger
 from gatewayd.config import Config
@@ -36,6 +35,7 @@ from gatewayd.metrics import Metrics
 from gatewayd import providers
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
+from gatewayd.ratelimit import MemoryWindows, RateLimiter
 
 # What counts as the provider's bad answer (a 502): JSON that does not parse (or a body that
 # is not SSE, whose first event then does not parse), and the few shape checks made on
@@ -91,12 +91,13 @@ def positive_int(body: dict, name: str) -> int | None:
 
 
 class Relay:
-    def __init__(self, config: Config, directory: Directory, ledger: Ledger, upstream: Upstream) -> None:
+    def __init__(self, config: Config, directory: Directory, ledger: Ledger, upstream: Upstream,
+                 limiter: RateLimiter | None = None) -> None:
         self.config = config
         self.directory = directory
         self.ledger = ledger
         self.upstream = upstream
-        self.limiter = RateLimiter()
+        self.limiter = limiter or RateLimiter(MemoryWindows())
         self.drain = Drain()  # cuts upstream reads when a shutdown's grace period ends
         self.draining = False  # set when shutdown starts: /readyz answers 503 from then on
         self.metrics = Metrics()
@@ -127,13 +128,13 @@ class Relay:
         check_ip(caller.key, ctx.client_ip)
         return caller
 
-    def authorize(self, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
+    async def authorize(self, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
         """Model list, group, availability, price, then the per-model rate limit."""
         grant = authorize_model(self.config, caller, model_id, kind=kind, endpoint=endpoint)
         t = trace.get()
         if t is not None:
             t.model = grant.model.id
-        self.limiter.check(caller.account.id, grant.model, time.monotonic())
+        await self.limiter.check(caller.account.id, grant.model)
         return grant
 
     # -- running a route -------------------------------------------------------------

@@ -32,6 +32,7 @@ from gatewayd.drain import BACKSTOP_S
 from gatewayd import logs, protocol_errors
 from gatewayd.money import usd_to_nano
 from gatewayd.providers.upstream import Upstream
+from gatewayd.ratelimit import open_rate_limiter
 from gatewayd.records import utc_now_iso
 from gatewayd.relay import Relay
 from gatewayd.reload import Reloader
@@ -158,7 +159,8 @@ async def serve(config: Config, loader=None, *, task_status=trio.TASK_STATUS_IGN
         recovered = recover_holds(store)
         if recovered:
             log.warning("released %d holds left by a previous process (recorded as interrupted)", recovered)
-        async with trio.open_nursery() as nursery:
+        # shared=None: one process serves a SQLite file, so the limiter's memory is exact
+        async with open_rate_limiter(config, shared=None) as limiter, trio.open_nursery() as nursery:
             adapt = _keep
             if config.demo:
                 from gatewayd.sim import serve_simulator
@@ -174,7 +176,7 @@ async def serve(config: Config, loader=None, *, task_status=trio.TASK_STATUS_IGN
                 stream_idle_timeout_s=config.server.stream_idle_timeout_s,
             )
             ledger = Ledger(store)
-            relay = Relay(config, directory, ledger, upstream)
+            relay = Relay(config, directory, ledger, upstream, limiter)
             nursery.start_soon(ledger.persist_holds)
             metrics_listen = config.server.metrics_listen
             public_app = create_app(relay, ops_routes=metrics_listen is None)

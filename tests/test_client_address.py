@@ -11,10 +11,11 @@ import ipaddress
 
 import pytest
 
-from gatewayd.access import RateLimiter, check_ip, client_address
+from gatewayd.access import check_ip, client_address
 from gatewayd.config import Model, ModelRoute, Provider, RateLimit
 from gatewayd.directory import DirectoryError, parse_ip_list
 from gatewayd.errors import GatewayError
+from gatewayd.ratelimit import MemoryWindows, RateLimiter
 from tests.test_expiry import key
 
 PROXIES = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("fd00::/8"))
@@ -119,43 +120,55 @@ def limited(requests: int, minutes: int, model_id: str = "m") -> Model:
                  rate_limit=RateLimit(requests=requests, minutes=minutes))
 
 
-def retry_after(limiter: RateLimiter, account: str, model: Model, now: float) -> int:
+class Limiter:
+    """A RateLimiter over the in-memory log with a clock the test sets."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.limiter = RateLimiter(MemoryWindows(lambda: self.now))
+
+    async def check(self, account: str, model: Model, now: float) -> None:
+        self.now = now
+        await self.limiter.check(account, model)
+
+
+async def retry_after(limiter: Limiter, account: str, model: Model, now: float) -> int:
     with pytest.raises(GatewayError) as refused:
-        limiter.check(account, model, now)
+        await limiter.check(account, model, now)
     assert refused.value.status == 429
     assert refused.value.message == f"Rate limit reached: at most {model.rate_limit.requests} requests per " \
                                     f"{model.rate_limit.minutes} minutes"
     return int(refused.value.headers["Retry-After"])
 
 
-def test_rate_limit_window_and_honest_retry_after():
-    limiter, model = RateLimiter(), limited(2, 1)
-    limiter.check("a", model, 1000.0)
-    limiter.check("a", model, 1010.0)
-    assert retry_after(limiter, "a", model, 1010.5) == 50  # the first request leaves the window at 1060
-    assert retry_after(limiter, "a", model, 1059.2) == 1  # never 0: the client must wait a little
-    limiter.check("a", model, 1060.0)  # the first one has left the window
-    assert retry_after(limiter, "a", model, 1061.0) == 9
+async def test_rate_limit_window_and_honest_retry_after():
+    limiter, model = Limiter(), limited(2, 1)
+    await limiter.check("a", model, 1000.0)
+    await limiter.check("a", model, 1010.0)
+    assert await retry_after(limiter, "a", model, 1010.5) == 50  # the first request leaves the window at 1060
+    assert await retry_after(limiter, "a", model, 1059.2) == 1  # never 0: the client must wait a little
+    await limiter.check("a", model, 1060.0)  # the first one has left the window
+    assert await retry_after(limiter, "a", model, 1061.0) == 9
 
 
-def test_rate_limit_is_per_account_and_model():
-    limiter, model, other = RateLimiter(), limited(1, 1), limited(1, 1, "other")
-    limiter.check("a", model, 0.0)
-    retry_after(limiter, "a", model, 1.0)
-    limiter.check("b", model, 1.0)
-    limiter.check("a", other, 1.0)
+async def test_rate_limit_is_per_account_and_model():
+    limiter, model, other = Limiter(), limited(1, 1), limited(1, 1, "other")
+    await limiter.check("a", model, 0.0)
+    await retry_after(limiter, "a", model, 1.0)
+    await limiter.check("b", model, 1.0)
+    await limiter.check("a", other, 1.0)
 
 
-def test_retry_after_is_capped_at_120_so_sdks_retry():
-    limiter, model = RateLimiter(), limited(1, 60)
-    limiter.check("a", model, 0.0)
-    assert retry_after(limiter, "a", model, 1.0) == 120
+async def test_retry_after_is_capped_at_120_so_sdks_retry():
+    limiter, model = Limiter(), limited(1, 60)
+    await limiter.check("a", model, 0.0)
+    assert await retry_after(limiter, "a", model, 1.0) == 120
 
 
-def test_refused_requests_do_not_use_up_the_window():
+async def test_refused_requests_do_not_use_up_the_window():
     """A 429 is not counted: a client that keeps retrying gets in as soon as the window allows."""
-    limiter, model = RateLimiter(), limited(1, 1)
-    limiter.check("a", model, 0.0)
+    limiter, model = Limiter(), limited(1, 1)
+    await limiter.check("a", model, 0.0)
     for t in range(1, 60):
-        retry_after(limiter, "a", model, float(t))
-    limiter.check("a", model, 60.0)
+        await retry_after(limiter, "a", model, float(t))
+    await limiter.check("a", model, 60.0)

@@ -46,6 +46,7 @@ def test_environment_overrides(tmp_path):
     assert config.database_url == f"sqlite:///{tmp_path}/x.db"
     assert config.server.admin_socket == str(tmp_path / "a.sock")
     assert config.redis_url == "redis://127.0.0.1:6379/0"
+    assert config.redis_prefix == "gatewayd:"
 
 
 def test_own_catalogue_and_groups(tmp_path):
@@ -101,6 +102,8 @@ price_ratio = 0.75
     ("[[providers]]\nname='p'\nprotocol='openai'\nbase_url='http://x'\n"
      "[[models]]\nid='m'\nprovider='p'\n[[models]]\nid='m'\nprovider='p'\n", "models[1].id: duplicate model"),
     ("[server\n", "not valid TOML"),
+    ("[redis]\nurl = 'http://127.0.0.1:6379'\n", "redis.url: must start with redis://, rediss:// or unix://"),
+    ("[redis]\nurl = 'redis://x'\nprefix = 'p'\n", "redis.prefix: unknown key"),
 ])
 def test_bad_config_names_the_key(tmp_path, text, message):
     with pytest.raises(ConfigError) as info:
