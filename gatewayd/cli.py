@@ -25,6 +25,7 @@ def serve(
                                              "default: json unless stdout is a terminal)."),
     log_level: Optional[str] = typer.Option(None, "--log-level", help="debug, info, warning or error "
                                             "(env GATEWAY_LOG_LEVEL; default info)."),
+    workers: int = typer.Option(1, "--workers", help="Processes sharing the listen address (N > 1 needs PostgreSQL)."),
 ) -> None:
     """Run the gateway. SIGHUP re-reads the config file's catalogue; SIGTERM drains and stops."""
     from gatewayd.server import run
@@ -51,7 +52,16 @@ def serve(
         import attrs
 
         cfg = attrs.evolve(cfg, demo=True)
+    from gatewayd.workers import WorkersRefused, check_workers, run_workers
+
     try:
+        check_workers(cfg, workers)
+    except WorkersRefused as e:
+        print(f"gatewayd: {e}", file=sys.stderr)
+        raise typer.Exit(2)
+    try:
+        if workers > 1:
+            raise typer.Exit(run_workers(cfg, workers, load))
         run(cfg, load)
     except KeyboardInterrupt:
         pass

@@ -12,6 +12,7 @@ the client receives the last byte.
 
 from __future__ import annotations
 
+import time
 from typing import Any, AsyncIterator
 
 import attrs

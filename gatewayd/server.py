@@ -8,6 +8,7 @@ settled as incomplete by the relay's shielded ``finally``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ from gatewayd.ratelimit import open_rate_limiter
 from gatewayd.records import utc_now_iso
 from gatewayd.relay import Relay
 from gatewayd.reload import Reloader
+from gatewayd.workers import WorkerSockets
 from gatewayd.store.sqlite import SQLiteStore
 
 log = logging.getLogger("gatewayd")
@@ -83,11 +85,13 @@ def _hypercorn_config(**kwargs) -> HypercornConfig:
     return hc
 
 
-def _public_config(config: Config) -> HypercornConfig:
+def _public_config(config: Config, worker: WorkerSockets | None = None) -> HypercornConfig:
     binds = []
     for listen in config.server.listen:
         host, port = parse_host_port(listen)
         binds.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    if worker is not None:  # the supervisor's sockets (gatewayd.workers)
+        binds = [f"fd://{fd}" for fd in worker.listen_fds]
     # the relay cuts streams at the grace period's end (gatewayd.drain); hypercorn's cut is the backstop
     hc = _hypercorn_config(graceful_timeout=config.server.shutdown_grace_s + BACKSTOP_S)
     if config.server.tls_cert:
@@ -99,7 +103,9 @@ def _public_config(config: Config) -> HypercornConfig:
     return hc
 
 
-def _admin_config(path: str) -> HypercornConfig:
+def _admin_config(path: str, worker: WorkerSockets | None = None) -> HypercornConfig:
+    if worker is not None:  # shared by every worker; the supervisor made it (mode 0600)
+        return _hypercorn_config(bind=[f"fd://{worker.admin_fd}"], graceful_timeout=5)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         if stat.S_ISSOCK(os.stat(path).st_mode):
@@ -149,9 +155,11 @@ print(c.chat.completions.create(model='claude-sonnet-4-5', messages=[{{'role': '
     )
 
 
-async def serve(config: Config, loader=None, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = None,
+                task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run until SIGINT/SIGTERM. ``loader`` re-reads the config file for a reload (SIGHUP,
-    ``gatewayctl reload``); without one, a reload re-applies the config in force."""
+    ``gatewayctl reload``); without one, a reload re-applies the config in force. ``worker``:
+    one of ``serve --workers N``, on the supervisor's sockets."""
     protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
     Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(sqlite_path(config.database_url))
@@ -179,6 +187,8 @@ async def serve(config: Config, loader=None, *, task_status=trio.TASK_STATUS_IGN
             relay = Relay(config, directory, ledger, upstream, limiter)
             nursery.start_soon(ledger.persist_holds)
             metrics_listen = config.server.metrics_listen
+            if metrics_listen is not None and worker is not None:
+                metrics_listen = worker.metrics_listen(metrics_listen)
             public_app = create_app(relay, ops_routes=metrics_listen is None)
             console = mount_console(public_app, directory, store, config)
             first = config
@@ -193,13 +203,13 @@ async def serve(config: Config, loader=None, *, task_status=trio.TASK_STATUS_IGN
                 servers.start_soon(_watch_signals, shutdown, relay, config.server.drain_delay_s, reloader)
                 servers.start_soon(_drain_on_shutdown, shutdown, relay, config.server.shutdown_grace_s)
                 await servers.start(
-                    lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path),
+                    lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path, worker),
                                                         shutdown_trigger=shutdown.wait, task_status=task_status)
                 )
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        Listener(public_app, config.server.max_body_bytes, relay.metrics), _public_config(config),
+                        Listener(public_app, config.server.max_body_bytes, relay.metrics), _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
@@ -207,9 +217,15 @@ async def serve(config: Config, loader=None, *, task_status=trio.TASK_STATUS_IGN
                           "providers": len(config.providers), "database": _database_label(config.database_url)}
                 if metrics_listen is not None:
                     fields["metrics_listen"] = ops_binds
-                logs.event(f"gatewayd listening on {', '.join(binds)}; admin socket {admin_path}", **fields)
-                if not logging.getLogger("gatewayd").isEnabledFor(logging.INFO):
-                    print(f"gatewayd listening on {', '.join(binds)}; admin socket {admin_path}", flush=True)
+                if worker is not None:
+                    # the supervisor says "listening" once every worker is ready
+                    logs.event(f"gatewayd worker {worker.index} serving on {', '.join(binds)}", worker=worker.index,
+                               **fields)
+                    worker.ready(binds)
+                else:
+                    logs.event(f"gatewayd listening on {', '.join(binds)}; admin socket {admin_path}", **fields)
+                    if not logging.getLogger("gatewayd").isEnabledFor(logging.INFO):
+                        print(f"gatewayd listening on {', '.join(binds)}; admin socket {admin_path}", flush=True)
                 if config.demo:
                     _print_demo_banner(binds[0], await _ensure_demo_account(directory, config.server.data_dir))
                 task_status.started(binds)
@@ -278,9 +294,9 @@ async def _watch_signals(shutdown: trio.Event, relay: Relay, drain_delay_s: floa
             return
 
 
-def run(config: Config, loader=None) -> None:
+def run(config: Config, loader=None, worker: WorkerSockets | None = None) -> None:
     logs.setup(config.log.format, config.log.level)
-    trio.run(serve, config, loader)
+    trio.run(functools.partial(serve, config, loader, worker=worker))
 
 
 __all__ = ["serve", "run", "attrs"]
