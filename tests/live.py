@@ -185,3 +185,79 @@ _counter = iter(range(1, 1_000_000))
 
 def unique_email(prefix: str = "user") -> str:
     return f"{prefix}-{os.getpid()}-{next(_counter)}-{time.time_ns() % 10**6}@example.com"
+
+
+NGINX_SNIPPET = ROOT / "docs" / "deploy" / "nginx.conf"
+
+
+def nginx_binary() -> str | None:
+    import shutil
+
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Nginx:
+    """Debian's nginx running docs/deploy/nginx.conf, its upstream servers replaced by ``upstreams``
+    (``host:port`` each) and its ``listen`` by a free loopback port. Only the wrapping main config
+    (pid file, logs, temp paths in ``workdir``) is the test's own."""
+
+    def __init__(self, workdir: Path, upstreams: list[str]) -> None:
+        binary = nginx_binary()
+        if binary is None:
+            raise RuntimeError("nginx is not installed")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        snippet = NGINX_SNIPPET.read_text()
+        servers = "".join(f"    server {u} max_fails=1 fail_timeout=5s;\n" for u in upstreams)
+        snippet, n = re.subn(r"(?m)^    server \d+\.\d+\.\d+\.\d+:\d+ [^\n]*\n", "", snippet)
+        assert n == 2, "docs/deploy/nginx.conf: expected two example upstream servers"
+        snippet = snippet.replace("upstream gatewayd {\n", "upstream gatewayd {\n" + servers, 1)
+        snippet, n = re.subn(r"(?m)^    listen 80;", f"    listen 127.0.0.1:{self.port};", snippet)
+        assert n == 1, "docs/deploy/nginx.conf: expected one `listen 80;`"
+        (workdir / "gatewayd.conf").write_text(snippet)
+        temp = workdir / "temp"
+        temp.mkdir(exist_ok=True)
+        user = "user root;\n" if os.geteuid() == 0 else ""
+        (workdir / "nginx.conf").write_text(
+            f"{user}worker_processes 1;\npid {workdir}/nginx.pid;\nerror_log {workdir}/error.log warn;\n"
+            "daemon off;\nevents { worker_connections 1024; }\n"
+            f"http {{\n  access_log {workdir}/access.log;\n  client_body_temp_path {temp}/body;\n"
+            f"  proxy_temp_path {temp}/proxy;\n  fastcgi_temp_path {temp}/fastcgi;\n  uwsgi_temp_path {temp}/uwsgi;\n"
+            f"  scgi_temp_path {temp}/scgi;\n  include {workdir}/gatewayd.conf;\n}}\n"
+        )
+        self.workdir = workdir
+        self.proc, self.output = _spawn([binary, "-p", str(workdir), "-c", str(workdir / "nginx.conf")])
+        deadline = time.monotonic() + 20
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nginx exited {self.proc.returncode}:\n{self.output.text}"
+                                   f"{(workdir / 'error.log').read_text() if (workdir / 'error.log').exists() else ''}")
+            try:
+                httpx.get(self.url + "/v1/models", timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def error_log(self) -> str:
+        path = self.workdir / "error.log"
+        return path.read_text() if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)  # graceful
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,81 @@
+"""docs/deploy/nginx.conf, run by Debian's nginx in front of gatewayd.
+
+What the example config must give: SSE streams passed through as they come (the official
+SDK streams through it), the client's address reaching key IP allowlists through
+X-Forwarded-For, and an instance that is down skipped without the client noticing.
+"""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.live import Daemon, Nginx, free_port, nginx_binary, unique_email
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (.ci/run installs Debian's nginx)"),
+]
+
+
+@pytest.fixture(scope="module")
+def behind_nginx(sim, tmp_path_factory):
+    daemon = Daemon(tmp_path_factory.mktemp("gw-nginx"), sim.url, server='trusted_proxies = ["127.0.0.1/32"]\n')
+    dead = f"127.0.0.1:{free_port()}"  # an instance that is down: nothing listens there
+    nginx = Nginx(tmp_path_factory.mktemp("nginx"), [daemon.url.removeprefix("http://"), dead])
+    yield nginx, daemon
+    nginx.stop()
+    daemon.stop()
+
+
+def test_streams_pass_through_and_settle(behind_nginx):
+    nginx, daemon = behind_nginx
+    account = daemon.admin.account(unique_email())
+    key = daemon.admin.key(account["id"])
+    client = openai.OpenAI(base_url=nginx.url + "/v1", api_key=key["secret"], max_retries=0)
+    stream = client.chat.completions.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": "Count to twenty please"}], stream=True,
+        stream_options={"include_usage": True}, max_tokens=200,
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    rows = daemon.admin.usage(account["id"])
+    assert len(rows) == 1 and rows[0]["status"] == "ok" and rows[0]["stream"] is True
+    assert daemon.admin.audit()["ok"]
+
+
+def test_instance_down_is_skipped(behind_nginx):
+    """One of the two upstream servers refuses connections: every request still answers 200, once."""
+    nginx, daemon = behind_nginx
+    account = daemon.admin.account(unique_email())
+    key = daemon.admin.key(account["id"])
+    with httpx.Client(base_url=nginx.url, timeout=30) as http:
+        for _ in range(6):
+            response = http.post("/v1/chat/completions", headers={"authorization": f"Bearer {key['secret']}"},
+                                 json={"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]})
+            assert response.status_code == 200, response.text
+    assert len(daemon.admin.usage(account["id"])) == 6  # each request ran (and was charged) once
+
+
+def test_allowlist_sees_the_client_not_nginx(behind_nginx):
+    nginx, daemon = behind_nginx
+    account = daemon.admin.account(unique_email())
+    key = daemon.admin.key(account["id"], allow_ips=["127.0.0.3/32"])
+    body = {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"authorization": f"Bearer {key['secret']}"}
+
+    def post(local_address: str, extra: dict | None = None) -> httpx.Response:
+        transport = httpx.HTTPTransport(local_address=local_address)
+        with httpx.Client(base_url=nginx.url, transport=transport, timeout=30) as http:
+            return http.post("/v1/chat/completions", headers={**headers, **(extra or {})}, json=body)
+
+    assert post("127.0.0.3").status_code == 200
+    refused = post("127.0.0.4")
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "access_denied"
+    assert "Your IP 127.0.0.4 is not allowed" in refused.json()["error"]["message"]
+    # a client claiming the allowed address in its own X-Forwarded-For is not believed
+    # (127.0.0.1, nginx's own address, is the trusted proxy; clients come from elsewhere)
+    spoofed = post("127.0.0.4", {"x-forwarded-for": "127.0.0.3"})
+    assert spoofed.status_code == 403 and spoofed.json()["error"]["code"] == "access_denied"
