@@ -37,7 +37,7 @@ from gatewayd.errors import GatewayError
 
 log = logging.getLogger("gatewayd.ratelimit")
 
-REDIS_TIMEOUT_S = 0.25  # a Redis call slower than this counts as Redis being down
+REDIS_TIMEOUT_S = 0.5  # a Redis call slower than this counts as Redis being down
 REDIS_RETRY_S = 5.0  # after a failure, how long the store counts before Redis is tried again
 
 
