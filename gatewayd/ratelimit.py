@@ -155,14 +155,18 @@ class RateLimiter:
         try:
             wait = await self.windows.take(account_id, model_id, requests, window_s)
         except RedisUnavailable as e:
-            if self._redis_down_until is None:
-                log.warning("redis unavailable (%s): rate limits are counted in the database until it is back", e)
-            self._redis_down_until = self._clock() + REDIS_RETRY_S
+            self.redis_failed(str(e))
             return await self.fallback.take(account_id, model_id, requests, window_s)
         if self._redis_down_until is not None:
             log.warning("redis is back: rate limits are counted in redis again")
             self._redis_down_until = None
         return wait
+
+    def redis_failed(self, reason: str) -> None:
+        """Count in the fallback for the next REDIS_RETRY_S; said once per outage."""
+        if self._redis_down_until is None:
+            log.warning("redis unavailable (%s): rate limits are counted without it (in the database, or in memory with SQLite) until it is back", reason)
+        self._redis_down_until = self._clock() + REDIS_RETRY_S
 
     @property
     def redis_down(self) -> bool:
@@ -188,6 +192,7 @@ class open_rate_limiter:
         if self.config.redis_url is None:
             return RateLimiter(local)
         import coredis
+        import coredis.exceptions
         from coredis.retry import NoRetryPolicy
 
         self._client = coredis.Redis.from_url(
@@ -195,7 +200,15 @@ class open_rate_limiter:
             retry_policy=NoRetryPolicy(), verify_version=False,
         )
         await self._client.__aenter__()
-        return RateLimiter(RedisWindows(self._client, self.config.redis_prefix), fallback=local)
+        limiter = RateLimiter(RedisWindows(self._client, self.config.redis_prefix), fallback=local)
+        # connect now, so the first limited request does not pay for it (and a slow first
+        # connection is not taken for Redis being down); a Redis that is down is not an error here
+        with trio.move_on_after(2):
+            try:
+                await self._client.ping()
+            except (OSError, coredis.exceptions.RedisError) as e:
+                limiter.redis_failed(f"{type(e).__name__}: {e}")
+        return limiter
 
     async def __aexit__(self, *exc) -> bool | None:
         if self._client is not None:
