@@ -91,3 +91,12 @@ def test_usage_normalisation():
     start = from_messages({"input_tokens": 5, "output_tokens": 1})
     assert merge_messages_stream(start, {"output_tokens": 40}) == Usage(5, 40, 0, 0)
     assert from_chat(None) is None and from_chat({"prompt_tokens": -3}) == Usage(0, 0, 0, 0)
+
+
+def test_estimate_reads_tool_schemas_whose_type_is_a_list():
+    """``"type": ["string", "null"]`` in a tool schema is an ordinary nullable property (strict
+    mode needs it); it once made the estimate raise, a 500 on every route."""
+    body = {"messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+                "type": "object", "properties": {"units": {"type": ["string", "null"], "description": "unit"}}}}}]}
+    assert estimate_input_tokens(body, "chat") > estimate_input_tokens({"messages": body["messages"]}, "chat")
