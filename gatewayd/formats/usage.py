@@ -64,6 +64,23 @@ def from_messages(usage: dict | None) -> Usage | None:
     )
 
 
+def from_gemini(usage: dict | None) -> Usage | None:
+    """``usageMetadata`` of a Gemini answer (or of the last stream chunk that carried it).
+
+    ``promptTokenCount`` already includes ``cachedContentTokenCount`` (the cached part is
+    billed at the cached rate); ``toolUsePromptTokenCount`` (results of Google's built-in
+    tools fed back in) is prompt too. Thoughts (``thoughtsTokenCount``) are billed as
+    output, like reasoning tokens, on top of ``candidatesTokenCount``.
+    """
+    if not isinstance(usage, dict):
+        return None
+    return Usage(
+        input_tokens=_int(usage.get("promptTokenCount")) + _int(usage.get("toolUsePromptTokenCount")),
+        output_tokens=_int(usage.get("candidatesTokenCount")) + _int(usage.get("thoughtsTokenCount")),
+        cached_tokens=_int(usage.get("cachedContentTokenCount")),
+    )
+
+
 def merge_messages_stream(start: Usage | None, delta: dict | None) -> Usage | None:
     """A messages stream reports input in ``message_start`` and output (cumulative) in
     ``message_delta``; a later ``message_delta`` may also restate the input counts."""

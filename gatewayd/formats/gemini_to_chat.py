@@ -1,0 +1,321 @@
+"""Response translation: a Gemini ``generateContent`` answer becomes a chat-format
+(OpenAI Chat Completions) answer, whole or as a stream; Gemini error bodies become the
+chat error envelope.
+
+Sans-I/O. :func:`gemini_response_to_chat` maps one ``GenerateContentResponse``;
+:class:`GeminiToChatStream` is a small state machine fed each parsed event of a
+``streamGenerateContent?alt=sse`` stream, handing back the chunks to send now. Ids and
+the clock are the caller's (``completion_id``, ``created``), so the same answer always
+translates to the same chunks.
+
+Gemini streams differ from the other two upstream formats in ways that matter here:
+every event is a whole ``GenerateContentResponse`` (no event names, no terminal event,
+no ``[DONE]``: the stream is over when a candidate carries a ``finishReason``); a
+function call arrives whole, arguments included, never in fragments; calls carry no
+ids, so ours are made up (``call_<completion id>_<n>``); and a prompt the provider
+refuses to answer comes back as a 200 whose ``promptFeedback.blockReason`` is set and
+which has no candidate at all. That last case is raised as :class:`PromptBlocked`, so
+the route can answer it as the error it is rather than as an empty success.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from gatewayd.formats.usage import Usage, from_gemini
+
+__all__ = [
+    "FINISH_REASONS",
+    "GeminiToChatStream",
+    "PromptBlocked",
+    "blocked_prompt_error",
+    "chat_usage_from_gemini",
+    "finish_reason",
+    "gemini_error_to_chat",
+    "gemini_response_to_chat",
+]
+
+#: Gemini ``finishReason`` -> chat ``finish_reason``. ``STOP`` after function calls is
+#: ``tool_calls`` (Gemini says STOP there too). Every safety-like stop is
+#: ``content_filter``; the rest (unknown included) read as a normal stop.
+FINISH_REASONS: dict[str, str] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+    "IMAGE_PROHIBITED_CONTENT": "content_filter",
+    "IMAGE_RECITATION": "content_filter",
+    "LANGUAGE": "stop",
+    "OTHER": "stop",
+    "MALFORMED_FUNCTION_CALL": "stop",
+    "UNEXPECTED_TOOL_CALL": "stop",
+    "TOO_MANY_TOOL_CALLS": "stop",
+    "FINISH_REASON_UNSPECIFIED": "stop",
+}
+
+#: Chat error ``type`` by HTTP status, for Gemini errors (which carry a gRPC status name instead).
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+
+
+class PromptBlocked(Exception):
+    """Gemini refused the prompt itself (``promptFeedback.blockReason``): nothing was
+    generated. Not a ``ValueError`` on purpose: it is a provider answer, not an invalid one."""
+
+    def __init__(self, reason: str, detail: str | None = None) -> None:
+        self.reason = reason
+        self.detail = detail
+        text = f"the provider blocked the prompt (blockReason {reason})"
+        if detail:
+            text += f": {detail}"
+        self.message = text + "; nothing was generated"
+        super().__init__(self.message)
+
+
+def blocked_prompt_error(blocked: PromptBlocked) -> dict:
+    """The chat error body a blocked prompt is answered with (status 400)."""
+    return {"error": {"message": blocked.message, "type": "invalid_request_error", "param": None,
+                      "code": "content_filter"}}
+
+
+def _check_blocked(doc: dict) -> None:
+    feedback = doc.get("promptFeedback")
+    if isinstance(feedback, dict) and feedback.get("blockReason") and not doc.get("candidates"):
+        detail = feedback.get("blockReasonMessage")
+        raise PromptBlocked(str(feedback["blockReason"]), detail if isinstance(detail, str) else None)
+
+
+def finish_reason(reason: str | None, *, called_tools: bool) -> str:
+    mapped = FINISH_REASONS.get(reason or "STOP", "stop")
+    return "tool_calls" if mapped == "stop" and called_tools and reason in (None, "STOP") else mapped
+
+
+def chat_usage_from_gemini(usage: Usage | None, thoughts: int) -> dict:
+    usage = usage or Usage()
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": thoughts},
+    }
+
+
+def _thoughts(meta) -> int:
+    value = meta.get("thoughtsTokenCount") if isinstance(meta, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _parts(doc: dict) -> tuple[list, str | None]:
+    """The first candidate's parts and finish reason (we never ask for more than one)."""
+    candidates = doc.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        return [], None
+    candidate = candidates[0] if isinstance(candidates[0], dict) else {}
+    content = candidate.get("content") if isinstance(candidate.get("content"), dict) else {}
+    parts = content.get("parts") if isinstance(content.get("parts"), list) else []
+    reason = candidate.get("finishReason")
+    return parts, reason if isinstance(reason, str) else None
+
+
+def _call_id(completion_id: str, index: int) -> str:
+    return f"call_{completion_id.removeprefix('chatcmpl-')}_{index}"
+
+
+def _arguments(call: dict) -> str:
+    args = call.get("args")
+    return orjson.dumps(args if isinstance(args, dict) else {}).decode()
+
+
+def gemini_response_to_chat(doc: dict, *, model: str, created: int, completion_id: str) -> dict:
+    """Translate a non-streamed Gemini answer into a ``chat.completion`` object.
+
+    Raises :class:`PromptBlocked` for a refused prompt, ``ValueError`` for an answer
+    with neither a candidate nor a block reason (an invalid answer, a 502).
+    """
+    if not isinstance(doc, dict):
+        raise ValueError("the Gemini answer is not an object")
+    _check_blocked(doc)
+    if not isinstance(doc.get("candidates"), list) or not doc["candidates"]:
+        raise ValueError("the Gemini answer has no candidate")
+    parts, reason = _parts(doc)
+    texts: list[str] = []
+    thoughts: list[str] = []
+    tool_calls: list[dict] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        call = part.get("functionCall")
+        if isinstance(call, dict):
+            tool_calls.append({
+                "id": _call_id(completion_id, len(tool_calls)),
+                "type": "function",
+                "function": {"name": call.get("name"), "arguments": _arguments(call)},
+            })
+        elif isinstance(part.get("text"), str):
+            (thoughts if part.get("thought") is True else texts).append(part["text"])
+    message: dict = {
+        "role": "assistant",
+        "content": "".join(texts) if texts or not tool_calls else None,
+        "refusal": None,
+    }
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if thoughts:
+        message["reasoning_content"] = "".join(thoughts)
+    meta = doc.get("usageMetadata")
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": finish_reason(reason, called_tools=bool(tool_calls))}],
+        "usage": chat_usage_from_gemini(from_gemini(meta), _thoughts(meta)),
+    }
+
+
+class GeminiToChatStream:
+    """Translate a Gemini SSE stream (``streamGenerateContent?alt=sse``) into chat chunks.
+
+    ``feed(data)`` takes each event's parsed JSON. The first event opens the answer
+    (``role`` chunk); text parts become ``content`` deltas, thought parts
+    ``reasoning_content`` deltas; each ``functionCall`` part becomes a tool call with
+    its own index (parallel calls, whether in one event or several): a first delta with
+    ``id``, ``name`` and ``arguments: ""``, then one delta with the whole arguments
+    JSON. The event whose candidate has a ``finishReason`` ends it: a finish chunk, then
+    (``include_usage``) the usage chunk. ``usageMetadata`` is read from every event that
+    has it; the last one wins.
+
+    Attributes the relay reads: ``finished``, ``failed`` (an ``error`` event),
+    ``usage`` (normalised, so far) and ``output_text`` (every generated character,
+    to count tokens when the stream breaks before usage arrives).
+    """
+
+    def __init__(self, *, model: str, created: int, include_usage: bool, chunk_id: str) -> None:
+        self._model = model
+        self._created = created
+        self._include_usage = include_usage
+        self._chunk_id = chunk_id
+        self._usage: Usage | None = None
+        self._thoughts = 0
+        self._calls = 0
+        self._output: list[str] = []
+        self._started = False
+        self.finished = False
+        self.failed = False
+
+    @property
+    def usage(self) -> Usage | None:
+        return self._usage
+
+    @property
+    def output_text(self) -> str:
+        return "".join(self._output)
+
+    def _chunk(self, delta: dict, finish: str | None = None) -> dict:
+        return {
+            "id": self._chunk_id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+
+    def usage_chunk(self) -> dict:
+        return {
+            "id": self._chunk_id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [],
+            "usage": chat_usage_from_gemini(self._usage, self._thoughts),
+        }
+
+    def feed(self, data) -> list[dict]:
+        """One event in; the chunks to send now out. Raises :class:`PromptBlocked` when
+        the first event says the prompt was refused."""
+        if self.finished or self.failed or not isinstance(data, dict):
+            return []
+        if "error" in data:
+            return self._on_error(data["error"])
+        _check_blocked(data)
+        out: list[dict] = []
+        if not self._started:
+            self._started = True
+            out.append(self._chunk({"role": "assistant", "content": ""}))
+        meta = data.get("usageMetadata")
+        if isinstance(meta, dict):
+            self._usage = from_gemini(meta)
+            self._thoughts = _thoughts(meta)
+        parts, reason = _parts(data)
+        for part in parts:
+            if isinstance(part, dict):
+                out.extend(self._part(part))
+        if reason is not None:
+            self.finished = True
+            out.append(self._chunk({}, finish_reason(reason, called_tools=self._calls > 0)))
+            if self._include_usage:
+                out.append(self.usage_chunk())
+        return out
+
+    def _part(self, part: dict) -> list[dict]:
+        call = part.get("functionCall")
+        if isinstance(call, dict):
+            index = self._calls
+            self._calls += 1
+            name = call.get("name") if isinstance(call.get("name"), str) else ""
+            arguments = _arguments(call)
+            self._output.extend((name, arguments))
+            start = {"index": index, "id": _call_id(self._chunk_id, index), "type": "function",
+                     "function": {"name": name, "arguments": ""}}
+            return [self._chunk({"tool_calls": [start]}),
+                    self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})]
+        text = part.get("text")
+        if not isinstance(text, str) or not text:
+            return []
+        self._output.append(text)
+        return [self._chunk({"reasoning_content" if part.get("thought") is True else "content": text})]
+
+    def _on_error(self, error) -> list[dict]:
+        self.failed = True
+        error = error if isinstance(error, dict) else {}
+        status = error.get("status")
+        return [{"error": {
+            "message": error.get("message") if isinstance(error.get("message"), str) else "the upstream stream failed",
+            "type": "api_error",
+            "param": None,
+            "code": status.lower() if isinstance(status, str) else None,
+        }}]
+
+
+def gemini_error_to_chat(status: int, body: bytes) -> dict:
+    """A Gemini error body (``{"error": {"code", "message", "status", "details"}}``) in the
+    chat envelope; the message is kept word for word, the gRPC status name becomes the
+    ``code`` (``resource_exhausted``, ``invalid_argument`` ...). A body already in the
+    chat envelope (a blocked prompt) is kept; a body that is not JSON becomes its text."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict):
+        doc = doc[0]  # the array form a non-SSE stream answers errors in
+    error = doc.get("error") if isinstance(doc, dict) else None
+    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        if isinstance(error.get("type"), str) and "status" not in error:
+            return {"error": {"param": None, "code": None, **error}}
+        grpc = error.get("status")
+        return {"error": {"message": error["message"], "type": kind, "param": None,
+                          "code": grpc.lower() if isinstance(grpc, str) else None}}
+    text = body.decode("utf-8", "replace").strip()[:500] if isinstance(body, bytes) else ""
+    return {"error": {"message": text or f"upstream answered {status}", "type": kind, "param": None, "code": None}}
