@@ -25,7 +25,7 @@ from hypercorn.events import Closed
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from . import anthropic, embeddings, openai_chat, openai_responses
+from . import anthropic, embeddings, gemini, openai_chat, openai_responses
 from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, parse_markers, plan
 
 LOG_LIMIT = 1000
@@ -132,6 +132,10 @@ def anthropic_error(status: int, message: str, **_: object) -> Response:
     return Response(orjson.dumps(body), status, content_type=_JSON)
 
 
+def google_error(status: int, message: str, **_: object) -> Response:
+    return Response(orjson.dumps(gemini.error_body(status, message)), status, content_type=_JSON)
+
+
 def _bearer(headers) -> str:
     value = headers.get("authorization", "")
     return value[7:].strip() if value[:7].lower() == "bearer " else ""
@@ -152,6 +156,15 @@ def _anthropic_headers(headers) -> Response | None:
         return anthropic_error(401, "x-api-key header is required")
     if not headers.get("anthropic-version"):
         return anthropic_error(400, "anthropic-version: header is required")
+    return None
+
+
+def _google_headers(headers) -> Response | None:
+    if not headers.get("x-goog-api-key") and not request.args.get("key"):
+        return google_error(
+            403, "Method doesn't allow unregistered callers (callers without established identity). "
+            "Please use API Key or other form of API consumer identity to call this API.",
+        )
     return None
 
 
@@ -188,6 +201,7 @@ def _wire(module, error, check_headers) -> Wire:
 CHAT = _wire(openai_chat, openai_error, _openai_headers)
 RESPONSES = _wire(openai_responses, openai_error, _openai_headers)
 MESSAGES = _wire(anthropic, anthropic_error, _anthropic_headers)
+GEMINI = _wire(gemini, google_error, _google_headers)
 
 
 # -- connection faults -----------------------------------------------------------------
@@ -314,7 +328,11 @@ _BAD_JSON = (
 )
 
 
-async def _answer(state: SimState, wire: Wire) -> Response:
+async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, url_stream: bool | None = None,
+                  as_array: bool = False) -> Response:
+    """One model request. Gemini puts the model and the streaming choice in the URL
+    (``url_model``, ``url_stream``); its ``streamGenerateContent`` without ``alt=sse``
+    answers a JSON array (here of one element: the whole answer)."""
     raw = await request.get_data()
     entry = state.record(raw)
     denied = wire.check_headers(request.headers)
@@ -327,9 +345,11 @@ async def _answer(state: SimState, wire: Wire) -> Response:
     if problem is not None:
         return _done(entry, wire.error(400, problem[0], param=problem[1]))
 
+    if url_model is not None:
+        body["model"] = url_model
     reply = plan(wire.extract(body))
     faults = reply.faults
-    stream = body.get("stream") is True
+    stream = body.get("stream") is True if url_stream is None else url_stream
     entry.stream = stream
     early = await _before_reply(faults, entry, wire.error)
     if early is not None:
@@ -343,7 +363,8 @@ async def _answer(state: SimState, wire: Wire) -> Response:
         return Response(chunks, 200, mimetype="text/event-stream", headers={"cache-control": "no-cache"})
     if faults.invalid_json:
         return Response(wire.invalid_json, 200, content_type=_JSON)
-    return Response(orjson.dumps(wire.render(reply, body, entry.seq)), 200, content_type=_JSON)
+    rendered = wire.render(reply, body, entry.seq)
+    return Response(orjson.dumps([rendered] if as_array else rendered), 200, content_type=_JSON)
 
 
 async def _embed(state: SimState) -> Response:
@@ -395,6 +416,17 @@ def create_sim_app() -> QuartTrio:
     async def messages() -> Response:
         return await _answer(state, MESSAGES)
 
+    @app.post("/v1beta/models/<path:target>")
+    async def gemini_models(target: str) -> Response:
+        model, _, method = target.rpartition(":")
+        if not model or method not in ("generateContent", "streamGenerateContent"):
+            entry = state.record(await request.get_data())
+            return _done(entry, google_error(404, f"Method not found: {request.path}"))
+        sse = request.args.get("alt") == "sse"
+        streaming = method == "streamGenerateContent"
+        return await _answer(state, GEMINI, url_model=model, url_stream=streaming and sse,
+                             as_array=streaming and not sse)
+
     @app.post("/v1/embeddings")
     async def embed() -> Response:
         return await _embed(state)
@@ -428,6 +460,8 @@ def create_sim_app() -> QuartTrio:
     async def not_found(rest: str) -> Response:
         entry = state.record(await request.get_data())
         message = f"Unknown request URL: {request.method} {request.path}."
+        if request.path.startswith("/v1beta/"):
+            return _done(entry, google_error(404, message))
         if request.headers.get("anthropic-version"):
             return _done(entry, anthropic_error(404, message))
         return _done(entry, openai_error(404, message))

@@ -87,6 +87,7 @@ class Markers:
     thinking: bool = False
     cache_read: int = 0
     cache_write: int = 0
+    blocked: str | None = None  #: Gemini only: the prompt is refused with this blockReason
     faults: Faults = NO_FAULTS
 
 
@@ -123,6 +124,8 @@ def parse_markers(text: str) -> Markers:
             found[name] = True
         elif name in ("cache_read", "cache_write"):
             found[name] = _int(value)
+        elif name == "blocked":
+            found["blocked"] = (value.strip() if has_value else "") or "SAFETY"
         elif name == "fault":
             kind, _, arg = value.strip().partition(":")
             if kind in _INT_FAULTS:
@@ -166,6 +169,7 @@ _COUNTED = {
     "chat": (("messages", "tools"), "messages", None),
     "messages": (("system", "messages", "tools"), "messages", "system"),
     "responses": (("instructions", "input", "tools"), "input", "instructions"),
+    "gemini": (("systemInstruction", "contents", "tools"), "contents", "systemInstruction"),
 }
 _ALIASES = {"openai": "chat", "chat_completions": "chat", "anthropic": "messages"}
 
@@ -173,12 +177,14 @@ _ALIASES = {"openai": "chat", "chat_completions": "chat", "anthropic": "messages
 def count_input_tokens(body: dict, protocol: str) -> int:
     """The simulator's prompt token count for a request body (the uncached part).
 
-    ``protocol`` is ``"chat"`` (alias ``"openai"``), ``"responses"`` or ``"messages"``
-    (alias ``"anthropic"``). The count is the number of words (:func:`count_words`) in
-    every string value inside the counted fields (chat: ``messages``, ``tools``;
-    messages: ``system``, ``messages``, ``tools``; responses: ``instructions``,
-    ``input``, ``tools``), plus 3 per message or input item (a string ``input`` is one
-    item), plus 3 when a top-level ``system``/``instructions`` is present; at least 1.
+    ``protocol`` is ``"chat"`` (alias ``"openai"``), ``"responses"``, ``"messages"``
+    (alias ``"anthropic"``) or ``"gemini"``. The count is the number of words
+    (:func:`count_words`) in every string value inside the counted fields (chat:
+    ``messages``, ``tools``; messages: ``system``, ``messages``, ``tools``; responses:
+    ``instructions``, ``input``, ``tools``; gemini: ``systemInstruction``, ``contents``,
+    ``tools``), plus 3 per message, input item or content (a string ``input`` is one
+    item), plus 3 when a top-level ``system``/``instructions``/``systemInstruction`` is
+    present; at least 1.
     """
     protocol = _ALIASES.get(protocol, protocol)
     fields, list_field, system_field = _COUNTED[protocol]
@@ -246,6 +252,7 @@ class Plan:
     thinking_tokens: int
     output_tokens: int
     faults: Faults
+    blocked: str | None = None  #: Gemini renders a refused prompt (promptFeedback.blockReason)
 
     @property
     def prompt_tokens(self) -> int:
@@ -409,6 +416,7 @@ def plan(prompt: Prompt) -> Plan:
         thinking_tokens=thinking_tokens,
         output_tokens=output,
         faults=marks.faults,
+        blocked=marks.blocked,
     )
 
 
