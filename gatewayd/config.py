@@ -416,7 +416,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         if model_id in models:
             raise ConfigError(f"models[{i}].id: duplicate model {model_id!r}")
         routes = _model_routes(s, f"models[{i}]", providers, model_id)
-        default_family = "claude" if routes[0].provider.protocol == "anthropic" else "gpt"
+        default_family = {"anthropic": "claude", "gemini": "other"}.get(routes[0].provider.protocol, "gpt")
         rate = None
         if "rate_limit" in s.table:
             r = _Section(s.table["rate_limit"], f"models[{i}].rate_limit")

@@ -167,20 +167,21 @@ class Relay:
         try:
             try:
                 response = await self._call(route, hold, grant)
+                if route.stream:
+                    # Read up to the first bytes for the client before answering 200, so a stream
+                    # that fails before it starts (invalid, dropped, silent) is a plain 502/504.
+                    pump = self._pump(response, route, hold, grant)
+                    try:
+                        first = await pump.__anext__()
+                    except StopAsyncIteration:
+                        first = b""
+                    handed_to_stream = True
+                    return 200, {"cache-control": "no-cache"}, _prepend(first, pump)
+                return 200, {}, await self._finish(response, route, hold, grant)
             except UpstreamError as e:
+                # an error status, or a refusal inside a 200 (a blocked prompt) told before any byte
                 status, body, headers = route.upstream_error(e)
                 return status, headers, body
-            if route.stream:
-                # Read up to the first bytes for the client before answering 200, so a stream
-                # that fails before it starts (invalid, dropped, silent) is a plain 502/504.
-                pump = self._pump(response, route, hold, grant)
-                try:
-                    first = await pump.__anext__()
-                except StopAsyncIteration:
-                    first = b""
-                handed_to_stream = True
-                return 200, {"cache-control": "no-cache"}, _prepend(first, pump)
-            return 200, {}, await self._finish(response, route, hold, grant)
         except GatewayError:
             raise
         except Exception as e:  # a route callback or the store failed: ours, not the provider's
@@ -270,6 +271,9 @@ class Relay:
             await response.aclose()
         try:
             body, usage = route.finish(raw)
+        except UpstreamError as e:  # the provider refused inside a 200 (a blocked prompt): nothing charged
+            await self._release(hold, grant, "upstream_error", e.status)
+            raise
         except PROVIDER_FAULTS:
             await self._release(hold, grant, "upstream_invalid", 502)
             raise GatewayError(502, "the provider returned an invalid response", "bad_gateway",
@@ -327,6 +331,12 @@ class Relay:
                         yield out
                     if pipe.complete or pipe.failed:
                         break
+            except UpstreamError as e:
+                # a pipe raises it only for a refusal in the first event (a blocked prompt), before
+                # any byte reached the client: answered as the provider's error, nothing charged
+                status = "upstream_error"
+                await self._release(hold, grant, status, e.status)
+                raise
             except httpx.ReadTimeout:
                 status = "idle_timeout"
                 idle = f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds"

@@ -96,6 +96,7 @@ def catalogue_pointed_at(sim_url: str, extra: str = "") -> str:
     text = CATALOGUE.read_text()
     text = re.sub(r'base_url = "https://api\.anthropic\.com"', f'base_url = "{sim_url}"', text)
     text = re.sub(r'base_url = "https://[^"]+/v1"', f'base_url = "{sim_url}/v1"', text)
+    text = re.sub(r'base_url = "https://[^"]+/v1beta"', f'base_url = "{sim_url}/v1beta"', text)
     text = re.sub(r'api_key_env = "[A-Z_]+"', 'api_key = "sim-provider-key"', text)
     return text + "\n" + extra
 

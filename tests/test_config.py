@@ -28,7 +28,7 @@ def test_defaults_without_a_file():
     assert config.server.models_visible_after_paid_nano == 3_000_000_000
     assert config.database_url == "sqlite:///var/gateway.db"
     chat = [m for m in config.models.values() if m.kind == "chat"]
-    assert len(chat) == 11
+    assert len(chat) == 13  # the spec's 11, plus two Gemini models (issue 12)
     assert len([m for m in chat if m.dual_format]) == 4
     assert [m.id for m in chat if not m.priced] == ["o3-pro"]
     priced = [m for m in chat if m.priced]

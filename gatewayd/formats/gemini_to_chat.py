@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import orjson
 
+from gatewayd.formats.errors import InvalidAnswer
 from gatewayd.formats.usage import Usage, from_gemini
 
 __all__ = [
@@ -139,14 +140,14 @@ def _arguments(call: dict) -> str:
 def gemini_response_to_chat(doc: dict, *, model: str, created: int, completion_id: str) -> dict:
     """Translate a non-streamed Gemini answer into a ``chat.completion`` object.
 
-    Raises :class:`PromptBlocked` for a refused prompt, ``ValueError`` for an answer
-    with neither a candidate nor a block reason (an invalid answer, a 502).
+    Raises :class:`PromptBlocked` for a refused prompt, :class:`InvalidAnswer` for an
+    answer with neither a candidate nor a block reason (the provider's fault, a 502).
     """
     if not isinstance(doc, dict):
-        raise ValueError("the Gemini answer is not an object")
+        raise InvalidAnswer("the Gemini answer is not an object")
     _check_blocked(doc)
     if not isinstance(doc.get("candidates"), list) or not doc["candidates"]:
-        raise ValueError("the Gemini answer has no candidate")
+        raise InvalidAnswer("the Gemini answer has neither a candidate nor a block reason")
     parts, reason = _parts(doc)
     texts: list[str] = []
     thoughts: list[str] = []

@@ -8,13 +8,14 @@ simulator, their tests, and one line in ``ADAPTERS``.
 
 from __future__ import annotations
 
-from gatewayd.providers import anthropic, azure_openai, openai
+from gatewayd.providers import anthropic, azure_openai, gemini, openai
 from gatewayd.providers.base import Builder
 
 ADAPTERS = {
     "openai": openai,
     "anthropic": anthropic,
     "azure-openai": azure_openai,
+    "gemini": gemini,
 }
 
 CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings")

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gatewayd.formats.chat_to_gemini import chat_request_to_gemini
+from gatewayd.formats.errors import InvalidAnswer
 from gatewayd.formats.gemini_to_chat import (
     FINISH_REASONS,
     GeminiToChatStream,
@@ -138,7 +139,7 @@ def test_prompt_feedback_without_block_is_a_normal_answer():
 
 @pytest.mark.parametrize("doc", [{}, {"candidates": []}, [], {"usageMetadata": USAGE}])
 def test_no_candidate_and_no_block_is_an_invalid_answer(doc):
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidAnswer):
         translate(doc)
 
 
