@@ -51,14 +51,17 @@ class Metrics:
         self.provider_up = Gauge("gateway_provider_up",
                                  "0 after a provider could not be reached, 1 once it answers again.",
                                  ["provider"], registry=r)
-        self.route_up = Gauge("gateway_route_up", "Route health (1 healthy, 0 not), by model and provider.",
-                              ["model", "provider"], registry=r)
+        self.route_up = Gauge("gateway_route_up", "Route health: 1 healthy, 0 cooling down after failures.",
+                              ["route"], registry=r)  # route = provider/upstream_id, as in the log line
         self.reloads = Counter("gateway_config_reloads", "Config reloads, by result (ok, refused).", ["result"],
                                registry=r)
         self.ready = Gauge("gateway_ready", "1 when /readyz answers 200.", registry=r)
         self.holds_open = Gauge("gateway_holds_open", "Holds in flight (requests admitted, not yet settled).",
                                 registry=r)
         self.held_nano = Gauge("gateway_held_nano", "Nano-dollars held by requests in flight.", registry=r)
+        # labelled children per label tuple: ``labels()`` costs more than the increment itself,
+        # and the tuples are as bounded as the labels
+        self._bound: dict[tuple, _Bound] = {}
 
     def watch_holds(self, count: Callable[[], float], amount: Callable[[], float]) -> None:
         self.holds_open.set_function(count)
@@ -67,21 +70,45 @@ class Metrics:
     def observe(self, t: Trace) -> None:
         """One finished request."""
         model = t.model or ""
-        self.requests.labels(t.endpoint, model, t.provider or "", str(t.status)).inc()
-        if t.endpoint not in MODEL_ENDPOINTS:
+        key = (t.endpoint, model, t.provider or "", t.status, t.stream)
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bound[key] = _Bound(self, *key)
+        bound.requests.inc()
+        if bound.duration is None:  # not a model endpoint
             return
-        self.duration.labels(t.endpoint, "true" if t.stream else "false").observe(t.duration_s)
+        bound.duration.observe(t.duration_s)
         if t.upstream_ttfb_s is not None:
-            self.upstream.labels(t.provider or "").observe(t.upstream_ttfb_s)
-        if t.stream and t.first_byte_s is not None and t.status == 200:
-            self.first_byte.labels(t.endpoint).observe(t.first_byte_s)
+            bound.upstream.observe(t.upstream_ttfb_s)
+        if bound.first_byte is not None and t.first_byte_s is not None:
+            bound.first_byte.observe(t.first_byte_s)
         if t.usage_status is not None and model:
-            for kind, n in (("input", t.input_tokens), ("output", t.output_tokens), ("cached", t.cached_tokens),
-                            ("cache_write", t.cache_write_tokens)):
+            for counter, n in zip(bound.tokens, (t.input_tokens, t.output_tokens, t.cached_tokens,
+                                                 t.cache_write_tokens)):
                 if n:
-                    self.tokens.labels(model, kind).inc(n)
+                    counter.inc(n)
             if t.cost_nano:
-                self.cost.labels(model).inc(t.cost_nano)
+                bound.cost.inc(t.cost_nano)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _Bound:
+    """The children of every per-request metric for one label tuple."""
+
+    __slots__ = ("requests", "duration", "upstream", "first_byte", "tokens", "cost")
+
+    def __init__(self, m: Metrics, endpoint: str, model: str, provider: str, status: int, stream: bool) -> None:
+        self.requests = m.requests.labels(endpoint, model, provider, str(status))
+        self.duration = self.upstream = self.first_byte = self.cost = None
+        self.tokens: tuple = ()
+        if endpoint not in MODEL_ENDPOINTS:
+            return
+        self.duration = m.duration.labels(endpoint, "true" if stream else "false")
+        self.upstream = m.upstream.labels(provider)
+        if stream and status == 200:
+            self.first_byte = m.first_byte.labels(endpoint)
+        if model:
+            self.tokens = tuple(m.tokens.labels(model, kind) for kind in ("input", "output", "cached", "cache_write"))
+            self.cost = m.cost.labels(model)
