@@ -331,3 +331,35 @@ def test_check_config_matches_the_start_up_error(tmp_path):
     good.write_text('[server]\nlisten = "127.0.0.1:0"\n[log]\nformat = "text"\nlevel = "warning"\n')
     ok = check_config(good)
     assert ok.returncode == 0 and "config ok" in ok.stdout
+
+
+# -- log format and level: file, environment, flag ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_log_format_and_level_follow_flag_then_env_then_file(sim, tmp_path):
+    # the file says json/warning; the environment says info; the flag says text: text at info
+    d = Daemon(tmp_path / "text", sim.url, extra='\n[log]\nformat = "json"\nlevel = "warning"\n',
+               args=["--log-format", "text"], env={"GATEWAY_LOG_LEVEL": "info"})
+    try:
+        _, key, secret = funded(d)
+        response = chat(d, secret, "gpt-4.1-mini", f"{nonce()} hi")
+        request_id = response.headers["x-request-id"]
+        deadline = time.monotonic() + 5
+        while not [line for line in d.output.lines if f"request_id={request_id}" in line]:
+            assert time.monotonic() < deadline, d.output.text[-2000:]
+            time.sleep(0.05)
+        [line] = [line for line in d.output.lines if f"request_id={request_id}" in line]
+        assert " INFO    request " in line and f"key_id={key['id']}" in line and "status=200" in line
+        assert not log_lines(d), "a JSON line in text format"
+    finally:
+        d.stop()
+    # warning from the environment: no request lines, and the listening line is still printed
+    quiet = Daemon(tmp_path / "quiet", sim.url, env={"GATEWAY_LOG_LEVEL": "warning"})
+    try:
+        _, _, secret = funded(quiet)
+        assert chat(quiet, secret, "gpt-4.1-mini", f"{nonce()} hi").status_code == 200
+        time.sleep(0.3)
+        assert not [doc for doc in log_lines(quiet) if doc.get("msg") == "request"]
+    finally:
+        quiet.stop()
