@@ -29,6 +29,7 @@ def serve(
 ) -> None:
     """Run the gateway. SIGHUP re-reads the config file's catalogue; SIGTERM drains and stops."""
     from gatewayd.server import run
+    from gatewayd.store.base import StoreError
 
     overrides = {
         "listen": listen or None,
@@ -65,6 +66,9 @@ def serve(
         run(cfg, load)
     except KeyboardInterrupt:
         pass
+    except StoreError as e:  # the database is in use by another process, unreachable, or refused us
+        print(f"gatewayd: {e}", file=sys.stderr)
+        raise typer.Exit(1)
     except OSError as e:
         print(f"gatewayd: {e}", file=sys.stderr)
         raise typer.Exit(1)

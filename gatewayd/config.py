@@ -143,6 +143,7 @@ class Config:
     groups: dict[str, Group]
     demo: bool = False
     log: LogSettings = LogSettings(format=None, level="info")
+    database_pool_size: int = 10  # PostgreSQL connections per instance ([database] pool_size)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -495,7 +496,8 @@ def load_config(
     groups = _groups(raw.get("groups", catalogue.get("groups", [])))
 
     db = _Section(raw.get("database", {}), "database")
-    db.unknown({"url"})
+    db.unknown({"url", "pool_size"})
+    pool_size = db.number("pool_size", 10, minimum=1, integer=True)
     database_url = env.get("GATEWAY_DATABASE_URL") or db.str("url", f"sqlite:///{Path(server.data_dir) / 'gateway.db'}")
     if not database_url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError("database.url: must start with sqlite:/// or postgresql://")
@@ -508,6 +510,7 @@ def load_config(
     return Config(
         server=server,
         database_url=database_url,
+        database_pool_size=pool_size,
         redis_url=redis_url,
         redis_prefix=redis_prefix,
         providers=providers,

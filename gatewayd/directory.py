@@ -1,10 +1,11 @@
 """The directory: every account and key in memory, every change written through first.
 
-The request path authenticates with a dict lookup and reads balances and limits from
-these objects; nothing on it waits for the database except settlement. Admin and
-console changes go through the methods here, which validate (the one place for the
-spec's key and account rules), commit to the store, and only then change memory, so
-the very next request sees them.
+The request path authenticates with a dict lookup and reads limits from these objects.
+Admin and console changes go through the methods here, which validate (the one place
+for the spec's key and account rules), commit through the store's named operations,
+and only then change memory, so the very next request sees them. Rules that must hold
+across instances (the 1,000-key limit, a revoke beating a concurrent enable, unique
+emails) are decided by the store inside its transaction, not by this cache.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ import hmac
 import ipaddress
 import os
 import re
-import sqlite3
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
-import orjson
 
 from gatewayd.config import Config
 from gatewayd.records import (
@@ -33,7 +32,7 @@ from gatewayd.records import (
     secret_hint,
     utc_now_iso,
 )
-from gatewayd.store.sqlite import SQLiteStore
+from gatewayd.store.base import EmailTaken, KeyRevoked, TooManyKeys
 
 MAX_KEYS_PER_ACCOUNT = 1000
 MAX_KEY_NAME = 50
@@ -108,7 +107,7 @@ def _money(value: Any, field: str) -> int:
 
 
 class Directory:
-    def __init__(self, config: Config, store: SQLiteStore) -> None:
+    def __init__(self, config: Config, store) -> None:
         self.config = config
         self.store = store
         self.accounts: dict[str, Account] = {}
@@ -119,59 +118,16 @@ class Directory:
         # two spellings each, with and without ``sk-``), so random secrets cannot grow it
         self._keys_by_presented: dict[str, Key] = {}
         self.keys_by_account: dict[str, list[Key]] = {}
-        self.keys_being_created: dict[str, int] = {}  # per account: inserts not yet committed
 
     # -- loading ------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Read every account and key once at start-up (blocking; before serving)."""
-
-        def read(conn: sqlite3.Connection) -> tuple[list, list]:
-            return (
-                conn.execute("SELECT * FROM accounts").fetchall(),
-                conn.execute("SELECT * FROM keys").fetchall(),
-            )
-
-        accounts, keys = self.store.read_blocking(read)
-        for row in accounts:
-            self._remember_account(self._account_from_row(row))
-        for row in keys:
-            self._remember_key(self._key_from_row(row))
-
-    @staticmethod
-    def _account_from_row(row: sqlite3.Row) -> Account:
-        return Account(
-            id=row["id"],
-            email=row["email"],
-            name=row["name"],
-            timezone=row["timezone"],
-            password_hash=row["password_hash"],
-            credit_nano=row["credit_nano"],
-            total_paid_nano=row["total_paid_nano"],
-            groups=tuple(orjson.loads(row["groups"])),
-            embedding_models=frozenset(orjson.loads(row["embedding_models"])),
-            created_at=row["created_at"],
-        )
-
-    def _key_from_row(self, row: sqlite3.Row) -> Key:
-        key = Key(
-            id=row["id"],
-            account_id=row["account_id"],
-            name=row["name"],
-            secret_hash=row["secret_hash"],
-            secret_hint=row["secret_hint"],
-            status=row["status"],
-            spend_limit_nano=row["spend_limit_nano"],
-            spent_nano=row["spent_nano"],
-            expires_on=dt.date.fromisoformat(row["expires_on"]) if row["expires_on"] else None,
-            models=frozenset(orjson.loads(row["models"])) if row["models"] else None,
-            allow_ips=tuple(ipaddress.ip_network(n) for n in orjson.loads(row["allow_ips"])) if row["allow_ips"] else None,
-            group=row["group_name"],
-            created_at=row["created_at"],
-            last_used_at=row["last_used_at"],
-        )
-        key.expires_at = expiry_instant(key.expires_on, self.accounts[key.account_id].timezone)
-        return key
+    async def load(self) -> None:
+        """Read every account and key once at start-up (before serving)."""
+        accounts, keys = await self.store.load_directory()
+        for account in accounts:
+            self._remember_account(account)
+        for key in keys:
+            self._remember_key(key)
 
     def _remember_account(self, account: Account) -> None:
         self.accounts[account.id] = account
@@ -234,15 +190,10 @@ class Directory:
             created_at=utc_now_iso(),
         )
 
-        def insert(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO accounts (id, email, name, timezone, password_hash, groups, embedding_models, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (account.id, account.email, account.name, account.timezone, account.password_hash,
-                 orjson.dumps(list(account.groups)).decode(), "[]", account.created_at),
-            )
-
-        await self.store.write(insert)
+        try:
+            await self.store.insert_account(account)
+        except EmailTaken:
+            raise DirectoryError(f"an account with email {email} exists already", status=409, code="conflict") from None
         self._remember_account(account)
         return account
 
@@ -258,11 +209,7 @@ class Directory:
         if not isinstance(new_name, str) or len(new_name) > 100:
             raise DirectoryError("name must be a string of at most 100 characters")
         new_tz = account.timezone if timezone is _UNSET else _validate_timezone(timezone)
-        await self.store.write(
-            lambda conn: conn.execute(
-                "UPDATE accounts SET name = ?, timezone = ? WHERE id = ?", (new_name, new_tz, account.id)
-            )
-        )
+        await self.store.update_account(account.id, name=new_name, timezone=new_tz)
         account.name = new_name
         if new_tz != account.timezone:
             account.timezone = new_tz
@@ -273,9 +220,7 @@ class Directory:
     async def set_password(self, account: Account, password: Any) -> Account:
         self._check_password_rules(password)
         hashed = hash_password(password)
-        await self.store.write(
-            lambda conn: conn.execute("UPDATE accounts SET password_hash = ? WHERE id = ?", (hashed, account.id))
-        )
+        await self.store.set_password_hash(account.id, hashed)
         account.password_hash = hashed
         return account
 
@@ -284,29 +229,10 @@ class Directory:
             raise DirectoryError("amount_nano must be a positive integer number of nano-dollars")
         if not isinstance(note, str) or len(note) > 500:
             raise DirectoryError("note must be a string of at most 500 characters")
-        created_at = utc_now_iso()
-
-        def insert(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "INSERT INTO payments (account_id, amount_nano, note, created_at) VALUES (?, ?, ?, ?)",
-                (account.id, amount_nano, note, created_at),
-            )
-            conn.execute(
-                "UPDATE accounts SET credit_nano = credit_nano + ?, total_paid_nano = total_paid_nano + ? WHERE id = ?",
-                (amount_nano, amount_nano, account.id),
-            )
-            return cur.lastrowid
-
-        payment_id = await self.store.write(insert)
+        payment = await self.store.add_payment(account.id, amount_nano, note)
         account.credit_nano += amount_nano
         account.total_paid_nano += amount_nano
-        return {
-            "id": payment_id,
-            "account_id": account.id,
-            "amount_nano": amount_nano,
-            "note": note,
-            "created_at": created_at,
-        }
+        return payment.doc()
 
     async def set_groups(self, account: Account, groups: Any) -> Account:
         if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
@@ -315,11 +241,7 @@ class Directory:
         if unknown:
             raise DirectoryError(f"no group named {unknown[0]!r} in the configuration")
         ordered = tuple(dict.fromkeys(groups))
-        await self.store.write(
-            lambda conn: conn.execute(
-                "UPDATE accounts SET groups = ? WHERE id = ?", (orjson.dumps(list(ordered)).decode(), account.id)
-            )
-        )
+        await self.store.set_groups(account.id, ordered)
         account.groups = ordered
         return account
 
@@ -332,12 +254,7 @@ class Directory:
         models = set(account.embedding_models)
         (models.add if enabled else models.discard)(model_id)
         frozen = frozenset(models)
-        await self.store.write(
-            lambda conn: conn.execute(
-                "UPDATE accounts SET embedding_models = ? WHERE id = ?",
-                (orjson.dumps(sorted(frozen)).decode(), account.id),
-            )
-        )
+        await self.store.set_embedding_models(account.id, frozen)
         account.embedding_models = frozen
         return account
 
@@ -380,13 +297,6 @@ class Directory:
     ) -> tuple[Key, str]:
         """Returns the key and its secret; the secret is never stored, only its hash."""
         name = self._check_key_name(name)
-        live = [k for k in self.keys_by_account[account.id] if k.status != "deleted"]
-        # creations still waiting for their commit count too, or concurrent calls could pass 1,000 together
-        if len(live) + self.keys_being_created.get(account.id, 0) >= MAX_KEYS_PER_ACCOUNT:
-            raise DirectoryError(
-                f"this account has {MAX_KEYS_PER_ACCOUNT} keys, the most allowed; revoke one first", status=409,
-                code="too_many_keys",
-            )
         secret = new_secret()
         key = Key(
             id=new_id("key_"),
@@ -405,41 +315,16 @@ class Directory:
             last_used_at=None,
         )
         key.expires_at = expiry_instant(key.expires_on, account.timezone)
-        row = self._key_row(key)
-
-        def insert(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO keys (id, account_id, name, secret_hash, secret_hint, status, spend_limit_nano,"
-                " spent_nano, expires_on, models, allow_ips, group_name, created_at)"
-                " VALUES (:id, :account_id, :name, :secret_hash, :secret_hint, :status, :spend_limit_nano,"
-                " 0, :expires_on, :models, :allow_ips, :group_name, :created_at)",
-                row,
-            )
-
-        self.keys_being_created[account.id] = self.keys_being_created.get(account.id, 0) + 1
         try:
-            await self.store.write(insert)
-        finally:
-            self.keys_being_created[account.id] -= 1
+            # counted and inserted in one store transaction: concurrent creations on any instance cannot pass 1,000
+            await self.store.insert_key(key, MAX_KEYS_PER_ACCOUNT)
+        except TooManyKeys:
+            raise DirectoryError(
+                f"this account has {MAX_KEYS_PER_ACCOUNT} keys, the most allowed; revoke one first", status=409,
+                code="too_many_keys",
+            ) from None
         self._remember_key(key)
         return key, secret
-
-    @staticmethod
-    def _key_row(key: Key) -> dict:
-        return {
-            "id": key.id,
-            "account_id": key.account_id,
-            "name": key.name,
-            "secret_hash": key.secret_hash,
-            "secret_hint": key.secret_hint,
-            "status": key.status,
-            "spend_limit_nano": key.spend_limit_nano,
-            "expires_on": key.expires_on.isoformat() if key.expires_on else None,
-            "models": orjson.dumps(sorted(key.models)).decode() if key.models is not None else None,
-            "allow_ips": orjson.dumps([str(n) for n in key.allow_ips]).decode() if key.allow_ips is not None else None,
-            "group_name": key.group,
-            "created_at": key.created_at,
-        }
 
     async def update_key(self, key: Key, changes: dict[str, Any]) -> Key:
         """Change only the fields present in ``changes``; null clears an optional field."""
@@ -467,17 +352,13 @@ class Directory:
             new["group"] = self._check_group(changes["group"])
         if not new:
             return key
-        probe = attrs.evolve(key, **new)  # the key as it will be, to build its row before memory changes
-        row = self._key_row(probe)
-
-        def update(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE keys SET name = :name, spend_limit_nano = :spend_limit_nano, expires_on = :expires_on,"
-                " models = :models, allow_ips = :allow_ips, group_name = :group_name WHERE id = :id",
-                row,
-            )
-
-        await self.store.write(update)
+        probe = attrs.evolve(key, **new)  # the key as it will be, stored before memory changes
+        try:
+            await self.store.update_key(probe)
+        except KeyRevoked:
+            key.status = "deleted"
+            raise DirectoryError("this key was revoked; revoked keys cannot be changed", status=409,
+                                 code="key_deleted") from None
         for field, value in new.items():
             setattr(key, field, value)
         key.expires_at = expiry_instant(key.expires_on, self.accounts[key.account_id].timezone)
@@ -489,12 +370,10 @@ class Directory:
             if status == "deleted":
                 return key
             raise DirectoryError("this key was revoked; revoking is permanent", status=409, code="key_deleted")
-        # a revoke committed while this call waited wins, in the database and in memory
-        await self.store.write(
-            lambda conn: conn.execute(
-                "UPDATE keys SET status = ? WHERE id = ? AND status != 'deleted'", (status, key.id)
-            )
-        )
+        # a revoke committed while this call waited (on any instance) wins, in the database and in memory
+        stored = await self.store.set_key_status(key.id, status)
+        if stored == "deleted" and status != "deleted":
+            key.status = "deleted"
         if key.status == "deleted":
             if status == "deleted":
                 return key

@@ -35,7 +35,7 @@ class Readiness:
         reason = ""
         with trio.move_on_after(READY_TIMEOUT_S) as scope:
             try:
-                await store.read(lambda conn: conn.execute("SELECT 1").fetchone())
+                await store.ping()
             except Exception as e:  # noqa: BLE001 - any failure of the store means not ready; logged below
                 reason = f"{type(e).__name__}: {e}"
         if scope.cancelled_caught:

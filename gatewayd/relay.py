@@ -159,7 +159,7 @@ class Relay:
         t = trace.get()
         if t is not None:
             t.stream = route.stream
-        hold = self.ledger.reserve(
+        hold = await self.ledger.reserve(
             caller.account, caller.key, estimate, request_id=ctx.request_id, model=grant.model.id,
             endpoint=ctx.endpoint, stream=route.stream,
         )

@@ -12,7 +12,6 @@ import functools
 import logging
 import os
 import signal
-import sqlite3
 import stat
 import sys
 import time
@@ -34,42 +33,15 @@ from gatewayd import logs, protocol_errors
 from gatewayd.money import usd_to_nano
 from gatewayd.providers.upstream import Upstream
 from gatewayd.ratelimit import open_rate_limiter
-from gatewayd.records import utc_now_iso
 from gatewayd.relay import Relay
 from gatewayd.reload import Reloader
 from gatewayd.workers import WorkerSockets
-from gatewayd.store.sqlite import SQLiteStore
+from gatewayd.store import open_store
 
 log = logging.getLogger("gatewayd")
 
 DEMO_EMAIL = "demo@example.com"
 DEMO_PASSWORD = "demo-password"  # the demo account's console password (--demo only)
-
-
-def sqlite_path(database_url: str) -> str:
-    if not database_url.startswith("sqlite:///"):
-        raise ConfigError(
-            "database.url: only sqlite:/// is supported by this version (PostgreSQL support is planned)"
-        )
-    return database_url[len("sqlite:///"):]
-
-
-def recover_holds(store: SQLiteStore) -> int:
-    """Holds left by a process that died: release them and record each as an interrupted request."""
-
-    def job(conn: sqlite3.Connection) -> int:
-        rows = conn.execute("SELECT * FROM holds").fetchall()
-        now = utc_now_iso()
-        for row in rows:
-            conn.execute(
-                "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
-                " http_status, cost_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0)",
-                (row["request_id"], now, row["account_id"], row["key_id"], row["model"], row["endpoint"]),
-            )
-            conn.execute("DELETE FROM holds WHERE request_id = ?", (row["request_id"],))
-        return len(rows)
-
-    return store.write_blocking(job)
 
 
 def _hypercorn_config(**kwargs) -> HypercornConfig:
@@ -162,11 +134,11 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
     one of ``serve --workers N``, on the supervisor's sockets."""
     protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
     Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
-    store = SQLiteStore(sqlite_path(config.database_url))
+    store = await open_store(config)
     try:
-        recovered = recover_holds(store)
+        recovered = await store.release_dead_holds()
         if recovered:
-            log.warning("released %d holds left by a previous process (recorded as interrupted)", recovered)
+            log.warning("released %d holds left by a stopped instance (recorded as interrupted)", recovered)
         # shared=None: one process serves a SQLite file, so the limiter's memory is exact
         async with open_rate_limiter(config, shared=None) as limiter, trio.open_nursery() as nursery:
             adapt = _keep
@@ -178,22 +150,22 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
                 config = config.with_simulator(sim)
                 adapt = lambda c: c.with_simulator(sim)  # noqa: E731
             directory = Directory(config, store)
-            directory.load()
+            await directory.load()
             upstream = Upstream(
                 connect_timeout_s=config.server.upstream_connect_timeout_s,
                 stream_idle_timeout_s=config.server.stream_idle_timeout_s,
             )
             ledger = Ledger(store)
             relay = Relay(config, directory, ledger, upstream, limiter)
-            nursery.start_soon(ledger.persist_holds)
+            nursery.start_soon(store.maintain)
             metrics_listen = config.server.metrics_listen
             if metrics_listen is not None and worker is not None:
                 metrics_listen = worker.metrics_listen(metrics_listen)
             public_app = create_app(relay, ops_routes=metrics_listen is None)
-            console = mount_console(public_app, directory, store, config)
+            console = await mount_console(public_app, directory, store, config)
             first = config
             reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], relay.metrics)
-            admin_app = create_admin_app(directory, store, time.time, ledger, reload=reloader.reload)
+            admin_app = create_admin_app(directory, store, time.time, reload=reloader.reload)
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket
@@ -234,7 +206,8 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
             nursery.cancel_scope.cancel()
         await upstream.aclose()
     finally:
-        store.close()
+        with trio.CancelScope(shield=True):
+            await store.close()
     logs.event("gatewayd stopped")
 
 

@@ -36,3 +36,40 @@ def funded(gateway):
     account = gateway.admin.account(unique_email())
     key = gateway.admin.key(account["id"])
     return account, key, key["secret"]
+
+
+def _postgres_ready() -> bool:
+    from tests import pg
+
+    try:
+        import gatewayd.store.postgres  # noqa: F401
+    except ImportError:
+        return False
+    return pg.available()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request, tmp_path):
+    """Each store behind the one contract: the same test runs against a real SQLite file and a
+    fresh PostgreSQL database made for this test (and dropped after it)."""
+    if request.param == "sqlite":
+        from gatewayd.store.sqlite import SQLiteStore
+
+        s = SQLiteStore(str(tmp_path / "store.db"))
+        try:
+            yield s
+        finally:
+            await s.close()
+        return
+    if not _postgres_ready():
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432 (or psycopg missing)")
+    from gatewayd.store.postgres import PostgresStore
+    from tests import pg
+
+    name, url = pg.create_database()
+    s = await PostgresStore.open(url, pool_size=4)
+    try:
+        yield s
+    finally:
+        await s.close()
+        pg.drop_database(name)

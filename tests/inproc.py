@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import attrs
 import httpx
 
 from gatewayd.app import Listener, create_app
@@ -19,6 +20,7 @@ from gatewayd.config import load_config
 from gatewayd.directory import Directory
 from gatewayd.providers.upstream import Upstream
 from gatewayd.relay import Relay
+from gatewayd.store.base import UsageQuery
 from gatewayd.store.sqlite import SQLiteStore
 from tests.live import catalogue_pointed_at
 
@@ -31,8 +33,7 @@ class Gateway:
         config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n' + catalogue_pointed_at(UPSTREAM))
         self.config = load_config(config_file)
         self.store = SQLiteStore(str(tmp / "gateway.db"))
-        self.directory = Directory(self.config, self.store)
-        self.directory.load()
+        self.directory = Directory(self.config, self.store)  # empty database: nothing to load
         upstream = Upstream(connect_timeout_s=5, stream_idle_timeout_s=5)
         upstream.transport = httpx.MockTransport(handler)
         self.ledger = Ledger(self.store)
@@ -52,10 +53,9 @@ class Gateway:
 
     async def usage(self, account_id: str) -> list[dict]:
         await self.store.flush()
-        rows = await self.store.read(lambda conn: conn.execute(
-            "SELECT * FROM usage WHERE account_id = ? ORDER BY id", (account_id,)).fetchall())
-        return [dict(r) for r in rows]
+        rows = await self.store.usage_rows(UsageQuery(account_id), 10_000)
+        return [attrs.asdict(r) for r in reversed(rows)]
 
     async def aclose(self) -> None:
         await self.http.aclose()
-        self.store.close()
+        await self.store.close()

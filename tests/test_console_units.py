@@ -23,68 +23,72 @@ class Clock:
         return self.now
 
 
-def test_session_round_trip_forgery_expiry_and_sign_out():
+async def test_session_round_trip_forgery_expiry_and_sign_out(store):
     clock = Clock()
-    sessions = Sessions(b"k" * 32, clock=clock)
+    sessions = Sessions(b"k" * 32, store, clock=clock)
     signed = sessions.signed_in("acct_1", "scrypt$hash")
     cookie = sessions.dump(signed)
-    back = sessions.read(cookie)
+    back = await sessions.read(cookie)
     assert (back.sid, back.account_id, back.fingerprint) == (signed.sid, "acct_1", signed.fingerprint)
-    assert sessions.read(cookie[:-2] + "xx").account_id is None  # tampered signature
-    assert Sessions(b"other secret" * 3).read(cookie).account_id is None  # another secret
-    assert sessions.read("not a cookie").account_id is None
+    assert (await sessions.read(cookie[:-2] + "xx")).account_id is None  # tampered signature
+    assert (await Sessions(b"other secret" * 3, store).read(cookie)).account_id is None  # another secret
+    assert (await sessions.read("not a cookie")).account_id is None
     # CSRF tokens belong to one session
     other = sessions.new()
     assert sessions.csrf_valid(back, sessions.csrf_token(signed))
     assert not sessions.csrf_valid(back, sessions.csrf_token(other))
     assert not sessions.csrf_valid(back, "")
-    # sign-out refuses the same cookie afterwards; a new anonymous session replaces it
-    fresh = sessions.end(back)
+    # sign-out refuses the same cookie afterwards, on every instance sharing the store
+    fresh = await sessions.end(back)
     assert fresh.account_id is None and fresh.sid != back.sid
-    assert sessions.read(cookie).account_id is None
+    assert (await sessions.read(cookie)).account_id is None
+    assert (await Sessions(b"k" * 32, store, clock=clock).read(cookie)).account_id is None
 
 
-def test_session_expires_after_max_age(monkeypatch):
+async def test_session_expires_after_max_age(monkeypatch, store):
     import itsdangerous.timed
 
     clock = Clock()
-    sessions = Sessions(b"k" * 32, clock=clock)
+    sessions = Sessions(b"k" * 32, store, clock=clock)
     monkeypatch.setattr(itsdangerous.timed.time, "time", lambda: clock.now)
     cookie = sessions.dump(sessions.signed_in("acct_1", "h"))
     clock.now += MAX_AGE_S - 60
-    assert sessions.read(cookie).account_id == "acct_1"
+    assert (await sessions.read(cookie)).account_id == "acct_1"
     clock.now += 120
-    assert sessions.read(cookie).account_id is None
+    assert (await sessions.read(cookie)).account_id is None
 
 
-def test_throttle_counts_per_email_and_address_within_the_window():
-    clock = Clock(0)
-    throttle = SignInThrottle(limit=5, window_s=900, clock=clock)
+async def test_throttle_counts_per_email_and_address_within_the_window(store):
+    clock = Clock(1_000_000)
+    throttle = SignInThrottle(store, limit=5, window_s=900, clock=clock)
     for i in range(5):
-        assert throttle.retry_after("A@example.com", "10.0.0.1") is None
-        throttle.failed("a@example.com ", "10.0.0.1")
+        assert await throttle.retry_after("A@example.com", "10.0.0.1") is None
+        await throttle.failed("a@example.com ", "10.0.0.1")
         clock.now += 10
-    assert throttle.retry_after("a@example.com", "10.0.0.1") == 900 - 50 + 1
-    assert throttle.retry_after("a@example.com", "10.0.0.2") is None
-    assert throttle.retry_after("b@example.com", "10.0.0.1") is None
-    clock.now = 901  # the first failure aged out: one more attempt allowed
-    assert throttle.retry_after("a@example.com", "10.0.0.1") is None
-    throttle.failed("a@example.com", "10.0.0.1")
-    assert throttle.retry_after("a@example.com", "10.0.0.1") is not None
-    throttle.succeeded("a@example.com", "10.0.0.1")
-    assert throttle.retry_after("a@example.com", "10.0.0.1") is None
+    assert await throttle.retry_after("a@example.com", "10.0.0.1") == 900 - 50 + 1
+    # another instance sharing the store counts the same failures
+    assert await SignInThrottle(store, limit=5, window_s=900, clock=clock).retry_after(
+        "a@example.com", "10.0.0.1") == 900 - 50 + 1
+    assert await throttle.retry_after("a@example.com", "10.0.0.2") is None
+    assert await throttle.retry_after("b@example.com", "10.0.0.1") is None
+    clock.now = 1_000_901  # the first failure aged out: one more attempt allowed
+    assert await throttle.retry_after("a@example.com", "10.0.0.1") is None
+    await throttle.failed("a@example.com", "10.0.0.1")
+    assert await throttle.retry_after("a@example.com", "10.0.0.1") is not None
+    await throttle.succeeded("a@example.com", "10.0.0.1")
+    assert await throttle.retry_after("a@example.com", "10.0.0.1") is None
 
 
-def test_throttle_caps_one_address_trying_many_emails():
-    clock = Clock(0)
-    throttle = SignInThrottle(limit=5, window_s=900, address_limit=20, clock=clock)
+async def test_throttle_caps_one_address_trying_many_emails(store):
+    clock = Clock(1_000_000)
+    throttle = SignInThrottle(store, limit=5, window_s=900, address_limit=20, clock=clock)
     for i in range(20):
-        assert throttle.retry_after(f"user{i}@example.com", "10.0.0.9") is None
-        throttle.failed(f"user{i}@example.com", "10.0.0.9")
-    assert throttle.retry_after("someone-else@example.com", "10.0.0.9") == 901
-    assert throttle.retry_after("someone-else@example.com", "10.0.0.10") is None
-    clock.now = 900.5
-    assert throttle.retry_after("someone-else@example.com", "10.0.0.9") is None
+        assert await throttle.retry_after(f"user{i}@example.com", "10.0.0.9") is None
+        await throttle.failed(f"user{i}@example.com", "10.0.0.9")
+    assert await throttle.retry_after("someone-else@example.com", "10.0.0.9") == 901
+    assert await throttle.retry_after("someone-else@example.com", "10.0.0.10") is None
+    clock.now = 1_000_900.5
+    assert await throttle.retry_after("someone-else@example.com", "10.0.0.9") is None
 
 
 class FakeForm(dict):
@@ -119,10 +123,10 @@ def test_money_and_time_for_people():
     assert local_time("2026-07-01T12:00:00.000Z", "Asia/Kathmandu") == "2026-07-01 17:45:00"
     assert local_time("2026-01-15T12:00:00.000Z", "America/New_York", False) == "2026-01-15 07:00"
     assert day_start_utc(dt.date(2026, 7, 1), "Europe/Paris") == "2026-06-30T22:00:00.000Z"
-    where, args = UsageFilter(key_id="key_1", date_from=dt.date(2026, 3, 8), date_to=dt.date(2026, 3, 8)) \
-        .where("acct_1", "America/New_York")
-    assert where == "account_id = ? AND key_id = ? AND created_at >= ? AND created_at < ?"
-    assert args == ["acct_1", "key_1", "2026-03-08T05:00:00.000Z", "2026-03-09T04:00:00.000Z"]  # DST day: 23 h
+    query = UsageFilter(key_id="key_1", date_from=dt.date(2026, 3, 8), date_to=dt.date(2026, 3, 8)) \
+        .query("acct_1", "America/New_York")
+    assert (query.account_id, query.key_id, query.model) == ("acct_1", "key_1", None)
+    assert (query.since, query.until) == ("2026-03-08T05:00:00.000Z", "2026-03-09T04:00:00.000Z")  # DST day: 23 h
 
 
 def test_chart_scale_series_and_escaping():
@@ -142,7 +146,7 @@ def test_chart_scale_series_and_escaping():
 
 
 async def test_daily_spend_puts_each_request_on_its_local_day(tmp_path):
-    store = SQLiteStore(str(tmp_path / "db.sqlite"))
+    store = SQLiteStore(str(tmp_path / "db.sqlite"))  # rows with chosen times: written below the contract
     now = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
     rows = [
         ("2026-11-20T18:14:59.999Z", "m1", 100),  # Kathmandu 23:59:59 on the 20th
@@ -165,7 +169,7 @@ async def test_daily_spend_puts_each_request_on_its_local_day(tmp_path):
     try:
         days, spend = await daily_spend(store, "acct_1", "Asia/Kathmandu", now=now)
     finally:
-        store.close()
+        await store.close()
     assert days[0] == dt.date(2026, 10, 23) and days[-1] == dt.date(2026, 11, 21) and len(days) == 30
     assert spend == {
         "m1": {dt.date(2026, 11, 20): 100, dt.date(2026, 11, 21): 200, dt.date(2026, 10, 23): 1},

@@ -1,4 +1,4 @@
-"""The ledger on a real SQLite file: holds, settlement, and when hold rows are written."""
+"""The SQLite store's money path: when hold rows are written (lazily), on a real file."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import trio
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
-from gatewayd.errors import GatewayError
 from gatewayd.formats.usage import Usage
+from gatewayd.store import sqlite as sqlite_store
 from gatewayd.store.sqlite import SQLiteStore
 
 
@@ -22,54 +22,49 @@ async def _setup(tmp_path):
 
 
 def _hold_rows(store):
-    return store.read_blocking(lambda conn: conn.execute("SELECT request_id FROM holds").fetchall())
+    return store.read_blocking(lambda conn: conn.execute("SELECT request_id, instance_id FROM holds").fetchall())
 
 
 async def test_quick_settle_writes_no_hold_row(tmp_path):
     store, _, account, key = await _setup(tmp_path)
     ledger = Ledger(store)
-    hold = ledger.reserve(account, key, 500_000, request_id="r1", model="m", endpoint="chat", stream=False)
+    hold = await ledger.reserve(account, key, 500_000, request_id="r1", model="m", endpoint="chat", stream=False)
     assert (account.balance_nano, account.held_nano, key.held_nano) == (500_000, 500_000, 500_000)
     await ledger.settle(hold, Usage(10, 5), 123, status="ok", http_status=200)
     await ledger.settle(hold, Usage(10, 5), 123, status="ok", http_status=200)  # exactly once
-    ledger.flush_holds()
     await store.flush()
     assert _hold_rows(store) == []
     assert (account.balance_nano, account.held_nano, key.spent_nano, key.held_nano) == (1_000_000 - 123, 0, 123, 0)
     rows = store.read_blocking(lambda conn: conn.execute("SELECT cost_nano FROM usage").fetchall())
     assert [r[0] for r in rows] == [123]
-    store.close()
+    await store.close()
 
 
-async def test_long_hold_is_flushed_then_deleted_at_settle(tmp_path):
+async def test_long_hold_is_flushed_with_its_instance_then_deleted_at_settle(tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite_store, "HOLD_FLUSH_INTERVAL_S", 0.01)
     store, _, account, key = await _setup(tmp_path)
     ledger = Ledger(store)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ledger.persist_holds, 0.01)
-        hold = ledger.reserve(account, key, 100, request_id="r2", model="m", endpoint="chat", stream=True)
+        nursery.start_soon(store.maintain)
+        hold = await ledger.reserve(account, key, 100, request_id="r2", model="m", endpoint="chat", stream=True)
         await trio.sleep(0.1)
-        await store.flush()
-        assert [r[0] for r in _hold_rows(store)] == ["r2"]
+        await store.writer.flush()
+        assert [tuple(r) for r in _hold_rows(store)] == [("r2", store.instance_id)]
         await ledger.settle(hold, Usage(), 0, status="ok", http_status=200)
         assert _hold_rows(store) == []
         nursery.cancel_scope.cancel()
-    store.close()
+    await store.close()
 
 
-async def test_refusals_hold_nothing(tmp_path):
-    store, _, account, key = await _setup(tmp_path)
-    ledger = Ledger(store)
+async def test_a_second_process_on_the_same_file_is_refused(tmp_path):
+    store = SQLiteStore(str(tmp_path / "g.db"))
     try:
-        ledger.reserve(account, key, 700_000, request_id="r3", model="m", endpoint="chat", stream=False)
-        raise AssertionError("a hold over the key's limit was taken")
-    except GatewayError as e:
-        assert e.status == 403 and e.code == "pre_consume_token_quota_failed"
-        assert e.message.startswith("token quota is not enough")
-    key.spend_limit_nano = None
-    try:
-        ledger.reserve(account, key, 1_000_001, request_id="r4", model="m", endpoint="chat", stream=False)
-        raise AssertionError("a hold over the balance was taken")
-    except GatewayError as e:
-        assert e.status == 403 and e.code == "insufficient_user_quota"
-    assert (account.held_nano, key.held_nano) == (0, 0)
-    store.close()
+        try:
+            SQLiteStore(str(tmp_path / "g.db"))
+            raise AssertionError("a second store opened the same SQLite file")
+        except sqlite_store.DatabaseInUse as e:
+            assert "serves one instance" in str(e) and "postgresql://" in str(e)
+    finally:
+        await store.close()
+    again = SQLiteStore(str(tmp_path / "g.db"))  # closed: the lock is free again
+    await again.close()

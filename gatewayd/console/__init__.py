@@ -12,19 +12,18 @@ from quart import Quart
 
 from gatewayd.config import Config
 from gatewayd.directory import Directory
-from gatewayd.store.sqlite import SQLiteStore
 
 
-def mount_console(app: Quart, directory: Directory, store: SQLiteStore, config: Config):
+async def mount_console(app: Quart, directory: Directory, store, config: Config):
     """Register the console blueprint on the public app; returns the ``Console`` (a config
-    reload replaces its ``config``)."""
+    reload replaces its ``config``). The session secret comes from the store."""
     from gatewayd.console.session import Sessions, SignInThrottle, load_secret
     from gatewayd.console.views import create_blueprint
     from gatewayd.console.web import Console
 
     console = Console(
-        directory=directory, store=store, config=config, sessions=Sessions(load_secret(config)),
-        throttle=SignInThrottle(),
+        directory=directory, store=store, config=config, sessions=Sessions(await load_secret(config, store), store),
+        throttle=SignInThrottle(store),
     )
     app.register_blueprint(create_blueprint(console))
     return console

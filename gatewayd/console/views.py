@@ -47,7 +47,7 @@ def create_blueprint(console: Console) -> Blueprint:
 
     @bp.before_request
     async def before() -> None:
-        load_session(console)
+        await load_session(console)
 
     @bp.after_request
     async def after(response: Response) -> Response:
@@ -86,7 +86,7 @@ def create_blueprint(console: Console) -> Blueprint:
         email = form.get("email", "").strip()
         password = form.get("password", "")
         address = caller_address(console)
-        wait = console.throttle.retry_after(email, address)
+        wait = await console.throttle.retry_after(email, address)
         if wait is not None:
             minutes = -(-wait // 60)
             raise ConsoleError(
@@ -98,17 +98,17 @@ def create_blueprint(console: Console) -> Blueprint:
         stored = account.password_hash if account is not None and account.password_hash else _DECOY_HASH
         ok = await trio.to_thread.run_sync(check_password, password, stored, limiter=_HASHING)
         if not ok or account is None or not account.password_hash:
-            console.throttle.failed(email, address)
+            await console.throttle.failed(email, address)
             return await page(console, "signin.html", 400, email=email,
                               error="Wrong email or password.")
-        console.throttle.succeeded(email, address)
+        await console.throttle.succeeded(email, address)
         g.session = console.sessions.signed_in(account.id, account.password_hash)
         return redirect(url_for("console.keys"))
 
     @bp.post("/signout")
     async def signout():
         await checked_form(console)
-        g.session = console.sessions.end(g.session)
+        g.session = await console.sessions.end(g.session)
         g.account = None
         return redirect(url_for("console.signin"))
 

@@ -21,7 +21,6 @@ from gatewayd.console.formatting import zone_label
 from gatewayd.console.session import COOKIE, MAX_AGE_S, Session, Sessions, SignInThrottle, password_fingerprint
 from gatewayd.directory import Directory
 from gatewayd.records import Account
-from gatewayd.store.sqlite import SQLiteStore
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -34,7 +33,7 @@ class Console:
     """Everything a console page needs, built once by ``mount_console``."""
 
     directory: Directory
-    store: SQLiteStore
+    store: Any  # the store (gatewayd.store): usage and payments for the pages
     config: Config
     sessions: Sessions
     throttle: SignInThrottle
@@ -61,8 +60,8 @@ def not_found(what: str = "This page") -> ConsoleError:
     return ConsoleError(404, "Not found", f"{what} does not exist, or it belongs to another account.")
 
 
-def load_session(console: Console) -> None:
-    session = console.sessions.read(request.cookies.get(COOKIE))
+async def load_session(console: Console) -> None:
+    session = await console.sessions.read(request.cookies.get(COOKIE))
     account = None
     if session.account_id:
         account = console.directory.accounts.get(session.account_id)

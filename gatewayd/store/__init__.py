@@ -1,0 +1,69 @@
+"""Persistence behind one contract: named operations with typed records, two stores.
+
+``open_store(config)`` picks the store from ``[database] url``: ``sqlite:///path`` (the
+embedded default, one process: ``gatewayd.store.sqlite``) or ``postgresql://...`` (any
+number of instances on one database: ``gatewayd.store.postgres``). Nothing outside this
+package writes SQL or sees a ``sqlite3`` / ``psycopg`` type. Every method below is a
+coroutine unless marked; accounts and keys travel as ``gatewayd.records.Account`` /
+``Key`` (the directory's cached objects), other values are the frozen records of
+``gatewayd.store.base``.
+
+Lifecycle
+    ``open_store(config)`` (migrations applied, this instance registered),
+    ``close()``, ``maintain()`` (run forever in the nursery: heartbeat, lazy hold rows,
+    release of dead instances' holds), ``flush()`` (wait for queued writes),
+    ``kind`` ("sqlite" | "postgres"), ``instance_id``, ``ping()`` (readiness).
+Directory (accounts, keys)
+    ``load_directory() -> (accounts, keys)``, ``load_account(id)``, ``load_key(id)``,
+    ``refresh_balance(account)`` / ``refresh_key(key)`` (re-read money fields from the
+    truth; a no-op where the process is the truth), ``insert_account(account)``
+    (``EmailTaken``), ``update_account(id, name=, timezone=)``, ``set_password_hash``,
+    ``set_groups``, ``set_embedding_models``, ``add_payment(id, amount, note) -> Payment``,
+    ``payments(id)``, ``insert_key(key, max_keys)`` (``TooManyKeys``: count and insert
+    in one transaction, serialised per account), ``update_key(key)`` (``KeyRevoked``),
+    ``set_key_status(id, status) -> stored status`` (a revoke always wins).
+Money
+    ``reserve(account, key, amount, request_id=, model=, endpoint=, stream=) -> Hold |
+    Refusal``: the atomic check-and-hold (balance - open holds >= amount, and the same
+    for the key's spend limit); ``StoreUnavailable`` when the database cannot be
+    reached (the caller answers 503, nothing held). ``settle(hold, Settlement)``:
+    charge + release + usage row + key spend + last-used time in one transaction,
+    exactly once per hold; it retries while the database is away (bounded, see
+    docs/operations.md). ``audit(cached_accounts, cached_keys) -> dict``.
+Usage
+    ``usage_rows(UsageQuery, limit)``, ``usage_page(UsageQuery, page, page_size)``,
+    ``usage_batch(UsageQuery, before_id, limit)``, ``models_used(account_id)``,
+    ``spend_by_quarter_hour(account_id, since)``; for the admin API's filtered export and
+    reports: ``usage_export(UsageFilter, before_id=, limit=) -> (rows, next_before)``,
+    ``usage_report(UsageFilter) -> dict`` (``gatewayd.store.usage_queries``).
+Console state (shared by every instance)
+    ``console_secret(candidate) -> secret`` (first one stored wins),
+    ``end_session(sid, until, now)``, ``session_ended(sid, now)``,
+    ``signin_failures(buckets, since)``, ``add_signin_failure(buckets, at, forget_before)``,
+    ``clear_signin_failures(bucket)``.
+Instances
+    ``heartbeat()``, ``instances()`` (PostgreSQL), ``release_dead_holds() -> int``
+    (holds of instances whose heartbeat stopped are released and recorded as
+    ``interrupted``; never a live instance's).
+"""
+
+from __future__ import annotations
+
+from gatewayd.config import Config, ConfigError
+
+
+async def open_store(config: Config):
+    """The store ``config.database_url`` names, migrated and with this instance registered."""
+    url = config.database_url
+    if url.startswith("sqlite:///"):
+        from gatewayd.store.sqlite import SQLiteStore
+
+        return SQLiteStore(url[len("sqlite:///"):])
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from gatewayd.store.postgres import PostgresStore
+        except ImportError:
+            raise ConfigError("database.url: PostgreSQL is not supported by this build") from None
+
+        return await PostgresStore.open(url, pool_size=config.database_pool_size)
+    raise ConfigError("database.url: must start with sqlite:/// or postgresql://")

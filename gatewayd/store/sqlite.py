@@ -1,4 +1,10 @@
-"""The embedded SQLite store: batched commits in the event loop, readers in threads.
+"""The embedded SQLite store: one process, batched commits in the event loop, readers in threads.
+
+One process only: opening takes an exclusive lock beside the database file, so a second
+gatewayd on the same file stops at start-up with one clear line (several instances need
+PostgreSQL). That is what makes the in-process holds exact: trio runs one task at a
+time, so a check-and-hold with no ``await`` in between is atomic, and no other process
+can move the money. ``reserve`` therefore never waits; the hold rows follow lazily.
 
 Why batching: every settled request writes a usage row and moves money, and awaits the
 commit (the usage row is durable before the response's last byte is sent). The first
@@ -12,31 +18,43 @@ a thread and waking the loop back up cost more than the commit itself (measured:
 thread was ~15% of the hot path's CPU). What could block the loop for milliseconds is a
 WAL checkpoint, so automatic checkpoints are off for the writing connection and a small
 background thread runs PASSIVE checkpoints (which never block writers) once a second.
+
+Hold rows exist only so that a restart after a crash can release and record the
+requests that were in flight. ``maintain`` writes the holds that have lived longer than
+``HOLD_FLUSH_INTERVAL_S`` in one batch, and a request that settles before that (most
+non-streaming requests) never writes or deletes a hold row. Losing an unflushed hold in
+a crash loses nothing: balances are stored net of charges only.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
-import threading
+import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Iterable
 
 import trio
 
-Job = Callable[[sqlite3.Connection], Any]
+from gatewayd.records import Account, Key, utc_now_iso
+from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
+from gatewayd.store.base import Hold, Refusal, Settlement, StoreError
+from gatewayd.store.sql import (
+    ACCOUNT_COLUMNS,
+    KEY_COLUMNS,
+    Job,
+    SQLStore,
+    account_from_row,
+    key_from_row,
+    new_instance_id,
+    process_identity,
+)
+from gatewayd.store.sqlite_batch import BatchWriter, connect
 
-_MAX_BATCH = 512
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA busy_timeout=30000")
-    conn.row_factory = sqlite3.Row
-    return conn
+HOLD_FLUSH_INTERVAL_S = 0.2
+HEARTBEAT_INTERVAL_S = 5.0
 
 
 def migrate(conn: sqlite3.Connection) -> int:
@@ -54,7 +72,7 @@ def migrate(conn: sqlite3.Connection) -> int:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _statements(f.read_text()):
+            for statement in statements(f.read_text()):
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
             conn.execute("COMMIT")
@@ -65,7 +83,7 @@ def migrate(conn: sqlite3.Connection) -> int:
     return current
 
 
-def _statements(script: str) -> list[str]:
+def statements(script: str) -> list[str]:
     """Split a migration into statements (executescript would commit behind our back)."""
     out, buf = [], []
     for line in script.splitlines():
@@ -82,154 +100,254 @@ def _statements(script: str) -> list[str]:
     return out
 
 
-class _Pending:
-    __slots__ = ("job", "event", "result", "error")
+class SQLiteTx:
+    """The shared jobs' cursor surface over one sqlite3 connection."""
 
-    def __init__(self, job: Job, event: trio.Event | None) -> None:
-        self.job = job
-        self.event = event
-        self.result: Any = None
-        self.error: BaseException | None = None
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def rows(self, sql: str, args: Any = ()) -> list:
+        return self.conn.execute(sql, args).fetchall()
+
+    def one(self, sql: str, args: Any = ()) -> Any:
+        return self.conn.execute(sql, args).fetchone()
+
+    def run(self, sql: str, args: Any = ()) -> int:
+        return self.conn.execute(sql, args).rowcount
 
 
-CHECKPOINT_INTERVAL_S = 1.0
+class DatabaseInUse(StoreError):
+    """Another process has this SQLite database open."""
 
 
-class SQLiteStore:
-    """Owns the database file: the writer thread, and a read connection per worker thread."""
+def _lock_exclusively(path: str) -> int:
+    lock_path = path + ".instance-lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DatabaseInUse(
+            f"{path} is in use by another gatewayd process; an SQLite database serves one instance "
+            "(run several instances on PostgreSQL: [database] url = \"postgresql://...\")"
+        ) from None
+    return fd
+
+
+class SQLiteStore(SQLStore):
+    """Owns the database file: the batched writer, and a read connection per worker thread."""
+
+    kind = "sqlite"
 
     def __init__(self, path: str) -> None:
         self.path = path
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        setup = _connect(path)
+        self._lock_fd = _lock_exclusively(path)
+        setup = connect(path)
         try:
             migrate(setup)
         finally:
             setup.close()
-        self._conn = _connect(path)
-        self._conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in _checkpoint_loop
-        self._lock = threading.Lock()  # the writing connection is used by one batch at a time
-        self._pending: list[_Pending] = []
-        self._committing = False
-        self._local = threading.local()
-        self._read_limiter = trio.CapacityLimiter(4)
+        self.writer = BatchWriter(path)
+        self.instance_id = new_instance_id()
+        self._unflushed: dict[str, tuple] = {}  # request_id -> hold row not yet queued for the database
         self._closed = False
-        self._stop = threading.Event()
-        self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="gatewayd-sqlite-checkpoint",
-                                              daemon=True)
-        self._checkpointer.start()
+        host, pid = process_identity()
+        now = time.time()
+        self.writer.write_blocking(lambda conn: conn.execute(
+            "INSERT INTO instances (id, host, pid, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?)",
+            (self.instance_id, host, pid, utc_now_iso(), now)))
 
-    # -- writing -----------------------------------------------------------------
+    # -- primitives ---------------------------------------------------------------------
 
-    async def write(self, job: Job) -> Any:
-        """Run ``job(conn)`` in this tick's batch and wait for its commit."""
-        pending = _Pending(job, trio.Event())
-        self._pending.append(pending)
-        if not self._committing:
-            self._committing = True
-            try:
-                # shielded: a cancelled first writer must still commit what the others queued
-                with trio.CancelScope(shield=True):
-                    await trio.sleep(0)
-                    while self._pending:
-                        batch, self._pending = self._pending, []
-                        self._run_batch(batch)
-            finally:
-                self._committing = False
-        else:
-            await pending.event.wait()
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
+    async def write(self, job) -> Any:
+        """Run ``job(conn)`` (a raw sqlite3 job) in this tick's batch and wait for its commit."""
+        return await self.writer.write(job)
 
-    def write_nowait(self, job: Job) -> None:
-        """Commit ``job`` now, in its own transaction, without yielding (hold rows)."""
-        self._run_batch([_Pending(job, None)])
+    async def _write(self, job: Job) -> Any:
+        return await self.writer.write(lambda conn: job(SQLiteTx(conn)))
 
-    def write_blocking(self, job: Job) -> Any:
-        """Outside the event loop (start-up recovery, tests): run, commit, return."""
-        pending = _Pending(job, None)
-        self._run_batch([pending])
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
+    async def _read(self, job: Job) -> Any:
+        return await self.writer.read(lambda conn: job(SQLiteTx(conn)))
 
-    def _run_batch(self, batch: list[_Pending]) -> None:
-        with self._lock:
-            conn = self._conn
-            single = len(batch) == 1
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                for item in batch:
-                    if single:  # no batch-mates to protect: the transaction is the job's scope
-                        try:
-                            item.result = item.job(conn)
-                        except Exception as e:  # noqa: BLE001 - reported to the waiting task
-                            item.error = e
-                            conn.execute("ROLLBACK")
-                            break
-                        continue
-                    conn.execute("SAVEPOINT job")
-                    try:
-                        item.result = item.job(conn)
-                        conn.execute("RELEASE job")
-                    except Exception as e:  # noqa: BLE001 - reported to the waiting task
-                        item.error = e
-                        conn.execute("ROLLBACK TO job")
-                        conn.execute("RELEASE job")
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-            except Exception as e:  # noqa: BLE001 - the commit itself failed: fail everyone
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                for item in batch:
-                    item.error = item.error or e
-        for item in batch:
-            if item.event is not None:
-                item.event.set()
+    def read_blocking(self, fn) -> Any:
+        return self.writer.read_blocking(fn)
 
-    def _checkpoint_loop(self) -> None:
-        conn = _connect(self.path)
-        try:
-            while not self._stop.wait(CHECKPOINT_INTERVAL_S):
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error:
-                    pass  # busy or locked: the next round tries again
-        finally:
-            conn.close()
-
-    # -- reading -----------------------------------------------------------------
-
-    def _reader(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = _connect(self.path)
-            conn.execute("PRAGMA query_only=ON")
-            self._local.conn = conn
-        return conn
-
-    async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn(conn)`` on a read connection in a worker thread (WAL: never blocks the writer)."""
-        return await trio.to_thread.run_sync(lambda: fn(self._reader()), limiter=self._read_limiter)
-
-    def read_blocking(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        return fn(self._reader())
+    def _is_unique_violation(self, error: Exception) -> bool:
+        return isinstance(error, sqlite3.IntegrityError) and "UNIQUE" in str(error)
 
     async def flush(self) -> None:
-        """Wait until everything queued so far is committed."""
-        await self.write(lambda conn: None)
+        """Wait until every hold and write queued so far is committed."""
+        self.flush_holds()
+        await self.writer.write(lambda conn: None)
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._stop.set()
-            self._checkpointer.join(timeout=10)
-            with self._lock:
-                try:
-                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                except sqlite3.Error:
-                    pass
-                self._conn.close()
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.flush_holds()
+        try:
+            self.writer.write_blocking(lambda conn: conn.execute("DELETE FROM instances WHERE id = ?",
+                                                                 (self.instance_id,)))
+        finally:
+            self.writer.close()
+            os.close(self._lock_fd)
+
+    # -- directory ----------------------------------------------------------------------
+
+    async def load_directory(self) -> tuple[list[Account], list[Key]]:
+        def read(tx: SQLiteTx) -> tuple[list, list]:
+            accounts = [account_from_row(r) for r in tx.rows(f"SELECT {ACCOUNT_COLUMNS} FROM accounts")]
+            keys = [key_from_row(r) for r in tx.rows(
+                f"SELECT {KEY_COLUMNS} FROM keys k JOIN accounts a ON a.id = k.account_id")]
+            return accounts, keys
+
+        return await self._read(read)
+
+    async def load_account(self, account_id: str) -> Account | None:
+        row = await self._read(lambda tx: tx.one(f"SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE id = ?",
+                                                 (account_id,)))
+        return None if row is None else account_from_row(row)
+
+    async def load_key(self, key_id: str) -> Key | None:
+        row = await self._read(lambda tx: tx.one(
+            f"SELECT {KEY_COLUMNS} FROM keys k JOIN accounts a ON a.id = k.account_id WHERE k.id = ?", (key_id,)))
+        return None if row is None else key_from_row(row)
+
+    async def refresh_balance(self, account: Account) -> Account:
+        """This process is the only one moving money: the cached object is the truth."""
+        return account
+
+    async def refresh_key(self, key: Key) -> Key:
+        return key
+
+    # -- holds and settlement -----------------------------------------------------------
+
+    async def reserve(
+        self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: str, endpoint: str,
+        stream: bool,
+    ) -> Hold | Refusal:
+        """Check and hold with no ``await`` in between: atomic in this (the only) process."""
+        if key.spend_limit_nano is not None:
+            remaining = key.spend_limit_nano - key.spent_nano - key.held_nano
+            if remaining < amount_nano:
+                return Refusal("key", remaining)
+        if account.balance_nano < amount_nano:
+            return Refusal("account", account.balance_nano)
+        account.held_nano += amount_nano
+        key.held_nano += amount_nano
+        self._unflushed[request_id] = (request_id, account.id, key.id, model, endpoint, amount_nano, utc_now_iso(),
+                                       self.instance_id)
+        return Hold(request_id, account, key, amount_nano, model, endpoint, stream, time.monotonic())
+
+    def flush_holds(self) -> None:
+        """Queue the rows of the holds still open (one job); they commit with the next batch."""
+        if not self._unflushed:
+            return
+        rows = list(self._unflushed.values())
+        self._unflushed.clear()
+        self.writer.write_nowait(lambda conn: conn.executemany(
+            "INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at,"
+            " instance_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows))
+
+    async def settle(self, hold: Hold, result: Settlement) -> None:
+        """Charge, release the hold and write the usage row, exactly once, in one transaction.
+
+        Callers run this shielded from cancellation: a client that went away still pays
+        for what was produced.
+        """
+        if hold.settled:
+            return
+        hold.settled = True
+        hold_row_queued = self._unflushed.pop(hold.request_id, None) is None
+        account, key, cost = hold.account, hold.key, result.cost_nano
+        now = utc_now_iso()
+        account.held_nano -= hold.amount_nano
+        account.credit_nano -= cost
+        key.held_nano -= hold.amount_nano
+        key.spent_nano += cost
+        key.last_used_at = now
+        row = (
+            hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream), result.status,
+            result.http_status, result.input_tokens, result.output_tokens, result.cached_tokens,
+            result.cache_write_tokens, cost, int((time.monotonic() - hold.started) * 1000),
+        )
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
+                " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
+                " duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            if cost:
+                conn.execute("UPDATE accounts SET credit_nano = credit_nano - ? WHERE id = ?", (cost, account.id))
+            conn.execute("UPDATE keys SET spent_nano = spent_nano + ?, last_used_at = ? WHERE id = ?",
+                         (cost, now, key.id))
+            if hold_row_queued:  # queued earlier, so the writer (FIFO) inserted it before this job
+                conn.execute("DELETE FROM holds WHERE request_id = ?", (hold.request_id,))
+
+        await self.writer.write(write)
+
+    # -- instances ----------------------------------------------------------------------
+
+    async def heartbeat(self) -> None:
+        await self.writer.write(lambda conn: conn.execute(
+            "UPDATE instances SET heartbeat_at = ? WHERE id = ?", (time.time(), self.instance_id)))
+
+    async def release_dead_holds(self) -> int:
+        """Every other instance is dead: this process holds the database's exclusive lock."""
+
+        def job(conn: sqlite3.Connection) -> int:
+            rows = conn.execute("SELECT * FROM holds WHERE instance_id IS NULL OR instance_id != ?",
+                                (self.instance_id,)).fetchall()
+            now = utc_now_iso()
+            for row in rows:
+                conn.execute(
+                    "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
+                    " http_status, cost_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0)",
+                    (row["request_id"], now, row["account_id"], row["key_id"], row["model"], row["endpoint"]),
+                )
+                conn.execute("DELETE FROM holds WHERE request_id = ?", (row["request_id"],))
+            conn.execute("DELETE FROM instances WHERE id != ?", (self.instance_id,))
+            return len(rows)
+
+        return await self.writer.write(job)
+
+    async def maintain(self) -> None:
+        """Forever: write the rows of holds open longer than ``HOLD_FLUSH_INTERVAL_S``; heartbeat."""
+        last_beat = time.monotonic()
+        while True:
+            await trio.sleep(HOLD_FLUSH_INTERVAL_S)
+            self.flush_holds()
+            if time.monotonic() - last_beat >= HEARTBEAT_INTERVAL_S:
+                last_beat = time.monotonic()
+                await self.heartbeat()
+
+    # -- audit --------------------------------------------------------------------------
+
+    async def audit(self, accounts: Iterable[Account], keys: Iterable[Key]) -> dict:
+        """Stored ledger vs payments/usage rows, and this process's memory (the holds) vs the rows."""
+        await self.flush()
+        cached_accounts = {a.id: a for a in accounts}
+        cached_keys = {k.id: k for k in keys}
+
+        def read(tx: SQLiteTx) -> dict:
+            sums = self._audit_sums(tx)
+            stored = []
+            for r in tx.rows("SELECT id, email, credit_nano, total_paid_nano FROM accounts ORDER BY created_at"):
+                cached = cached_accounts.get(r["id"])
+                stored.append(AuditAccount(r["id"], r["email"], r["credit_nano"], r["total_paid_nano"],
+                                           cached.held_nano if cached else 0,
+                                           cached.credit_nano if cached else None))
+            stored_keys = []
+            for r in tx.rows("SELECT id, spent_nano, spend_limit_nano FROM keys ORDER BY created_at"):
+                cached = cached_keys.get(r["id"])
+                stored_keys.append(AuditKey(r["id"], r["spent_nano"], r["spend_limit_nano"],
+                                            cached.held_nano if cached else 0,
+                                            cached.spent_nano if cached else None))
+            return build_audit(sums, stored, stored_keys)
+
+        return await self._read(read)

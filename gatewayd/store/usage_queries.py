@@ -3,12 +3,14 @@
 Pages are keyset-paginated on the row id (newest first): each page is one indexed range
 scan from the cursor down, so an export of any range streams in constant memory on both
 sides, however many rows it has. Timestamps are compared as the stored UTC ISO text
-(``2026-11-21T20:48:00.123Z``), which sorts like the instant it names.
+(``2026-11-21T20:48:00.123Z``), which sorts like the instant it names. The functions take
+a store's ``Tx`` (``gatewayd.store.sql``), so both stores run the same SQL; callers outside
+the store use ``store.usage_export`` and ``store.usage_report``.
 """
 
 from __future__ import annotations
 
-import sqlite3
+from typing import Any
 
 import attrs
 
@@ -40,25 +42,25 @@ class UsageFilter:
         if self.until is not None:
             clauses.append("created_at < ?")
             args.append(self.until)
-        return (" AND ".join(clauses) or "1"), args
+        return (" AND ".join(clauses) or "TRUE"), args
 
 
-def usage_row(row: sqlite3.Row) -> dict:
+def usage_row(row: Any) -> dict:
     doc = {name: row[name] for name in USAGE_COLUMNS}
     doc["stream"] = bool(doc["stream"])
     return doc
 
 
-def usage_page(conn: sqlite3.Connection, where: UsageFilter, *, before_id: int | None, limit: int
+def usage_page(tx: Any, where: UsageFilter, *, before_id: int | None, limit: int
                ) -> tuple[list[dict], int | None]:
     """Up to ``limit`` rows older than ``before_id`` (newest first), and the cursor of the next page."""
     sql, args = where.where()
     if before_id is not None:
         sql += " AND id < ?"
         args.append(before_id)
-    rows = conn.execute(
+    rows = tx.rows(
         f"SELECT id, {', '.join(USAGE_COLUMNS)} FROM usage WHERE {sql} ORDER BY id DESC LIMIT ?", (*args, limit + 1)
-    ).fetchall()
+    )
     following = rows[limit - 1]["id"] if len(rows) > limit else None
     return [usage_row(r) for r in rows[:limit]], following
 
@@ -68,15 +70,19 @@ _SUMS = ("count(*) AS requests, coalesce(sum(input_tokens), 0) AS input_tokens,"
          " coalesce(sum(cache_write_tokens), 0) AS cache_write_tokens, coalesce(sum(cost_nano), 0) AS cost_nano")
 
 
-def usage_report(conn: sqlite3.Connection, where: UsageFilter) -> dict:
+def usage_report(tx: Any, where: UsageFilter) -> dict:
     """Requests, tokens and cost summed per model, per key, and in total."""
     sql, args = where.where()
-    by_model = conn.execute(
-        f"SELECT model, {_SUMS} FROM usage WHERE {sql} GROUP BY model ORDER BY cost_nano DESC, model", args
-    ).fetchall()
-    by_key = conn.execute(
+    by_model = tx.rows(
+        f"SELECT model, {_SUMS} FROM usage WHERE {sql} GROUP BY model ORDER BY cost_nano DESC, model", args)
+    by_key = tx.rows(
         f"SELECT account_id, key_id, {_SUMS} FROM usage WHERE {sql} GROUP BY account_id, key_id"
-        " ORDER BY cost_nano DESC, key_id", args
-    ).fetchall()
-    total = conn.execute(f"SELECT {_SUMS} FROM usage WHERE {sql}", args).fetchone()
-    return {"by_model": [dict(r) for r in by_model], "by_key": [dict(r) for r in by_key], "total": dict(total)}
+        " ORDER BY cost_nano DESC, key_id", args)
+    total = tx.one(f"SELECT {_SUMS} FROM usage WHERE {sql}", args)
+    return {"by_model": [_ints(r) for r in by_model], "by_key": [_ints(r) for r in by_key], "total": _ints(total)}
+
+
+def _ints(row: Any) -> dict:
+    """Sums as plain ints (PostgreSQL's sum() of bigint is numeric)."""
+    return {name: int(row[name]) if name not in ("model", "account_id", "key_id") else row[name]
+            for name in row.keys()}

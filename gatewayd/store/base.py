@@ -1,0 +1,174 @@
+"""The store contract's values and errors, shared by both stores and their callers.
+
+Accounts and keys travel as ``gatewayd.records.Account`` / ``Key`` (the directory's
+cached objects); everything else a store hands back is a frozen value defined here.
+No ``sqlite3`` or ``psycopg`` type ever crosses this line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import attrs
+
+from gatewayd.records import Account, Key
+
+
+class StoreError(Exception):
+    """A store refused or failed an operation; subclasses say which."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached (or stopped answering): a 503 for a new request, a retry for settlement."""
+
+
+class TooManyKeys(StoreError):
+    """The account already has ``max_keys`` live (not revoked) keys."""
+
+
+class EmailTaken(StoreError):
+    """Another account has this email (case-insensitive)."""
+
+
+class KeyRevoked(StoreError):
+    """The key was revoked (deleted); revoking is permanent and a revoked key cannot change."""
+
+
+@attrs.define(eq=False)
+class Hold:
+    """Money held for one request until it settles. Mutable only in ``settled`` (exactly once)."""
+
+    request_id: str
+    account: Account
+    key: Key
+    amount_nano: int
+    model: str
+    endpoint: str
+    stream: bool
+    started: float  # time.monotonic() at reserve, for the usage row's duration
+    settled: bool = False
+
+
+@attrs.frozen
+class Refusal:
+    """``reserve`` could not hold: ``what`` is ``"key"`` (spend limit) or ``"account"`` (balance);
+    ``available_nano`` is what was left to hold at that moment."""
+
+    what: str
+    available_nano: int
+
+
+@attrs.frozen
+class Settlement:
+    """What ``settle`` writes: the usage row's facts besides the hold's own."""
+
+    status: str
+    http_status: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_nano: int = 0
+
+
+@attrs.frozen
+class Payment:
+    id: int
+    account_id: str
+    amount_nano: int
+    note: str
+    created_at: str
+
+    def doc(self) -> dict:
+        return attrs.asdict(self)
+
+
+USAGE_FIELDS = (
+    "id", "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status",
+    "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms",
+)
+
+
+@attrs.frozen
+class UsageRow:
+    """One settled (or interrupted) request, as the usage log shows it."""
+
+    id: int
+    request_id: str
+    created_at: str
+    key_id: str
+    model: str
+    endpoint: str
+    stream: bool
+    status: str
+    http_status: int
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    cost_nano: int
+    duration_ms: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> UsageRow:
+        values = {name: row[name] for name in USAGE_FIELDS}
+        values["stream"] = bool(values["stream"])
+        return cls(**values)
+
+    def doc(self) -> dict:
+        """The admin API's JSON for a row (``id`` is internal: the request id names a row)."""
+        out = attrs.asdict(self)
+        del out["id"]
+        return out
+
+    def __getitem__(self, name: str) -> Any:  # templates and CSV code read rows like mappings
+        return getattr(self, name)
+
+
+@attrs.frozen
+class UsageQuery:
+    """A filter on one account's usage log; ``since``/``until`` are UTC ISO instants (until exclusive)."""
+
+    account_id: str
+    key_id: str | None = None
+    model: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+
+@attrs.frozen
+class UsagePage:
+    rows: list[UsageRow]
+    total: int
+    page: int
+    pages: int
+    total_cost_nano: int
+
+
+@attrs.frozen
+class Balance:
+    credit_nano: int  # payments - charges
+    held_nano: int  # open holds
+    total_paid_nano: int
+
+    @property
+    def balance_nano(self) -> int:
+        return self.credit_nano - self.held_nano
+
+
+@attrs.frozen
+class Instance:
+    """One gatewayd process registered in the store."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: str
+    heartbeat_age_s: float  # seconds since its last heartbeat, by the database's clock
+
+
+def utc_iso(moment: dt.datetime) -> str:
+    """The store's timestamp text: ``2026-11-21T20:48:00.123Z`` (sorts as time)."""
+    moment = moment.astimezone(dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

@@ -1,0 +1,373 @@
+"""The SQL both stores share: one statement per operation, written once with ``?`` markers.
+
+``SQLStore`` implements every contract method whose SQL is the same in SQLite and
+PostgreSQL on top of two primitives a store provides: ``_write(job)`` runs
+``job(tx)`` in one committed transaction, ``_read(job)`` runs it on a read
+connection. A ``Tx`` is the small cursor surface the jobs use (``rows``, ``one``,
+``run``); the PostgreSQL ``Tx`` turns ``?`` into ``%s``. The money path (reserve,
+settle, hold recovery) and the audit's view of open holds differ and live in each
+store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import socket
+from typing import Any, Callable, Iterable, Protocol
+
+import orjson
+
+from gatewayd.records import Account, Key, expiry_instant, new_id, utc_now_iso
+from gatewayd.store.base import (
+    USAGE_FIELDS,
+    EmailTaken,
+    KeyRevoked,
+    Payment,
+    TooManyKeys,
+    UsagePage,
+    UsageQuery,
+    UsageRow,
+)
+
+USAGE_COLUMNS = ", ".join(USAGE_FIELDS)
+
+ACCOUNT_COLUMNS = (
+    "id, email, name, timezone, password_hash, credit_nano, total_paid_nano, groups, embedding_models, created_at"
+)
+KEY_COLUMNS = (
+    "k.id, k.account_id, k.name, k.secret_hash, k.secret_hint, k.status, k.spend_limit_nano, k.spent_nano,"
+    " k.expires_on, k.models, k.allow_ips, k.group_name, k.created_at, k.last_used_at, a.timezone"
+)
+
+
+class Tx(Protocol):
+    def rows(self, sql: str, args: Any = ()) -> list: ...
+    def one(self, sql: str, args: Any = ()) -> Any: ...
+    def run(self, sql: str, args: Any = ()) -> int: ...
+
+
+Job = Callable[[Tx], Any]
+
+
+def account_from_row(row: Any, held_nano: int = 0) -> Account:
+    return Account(
+        id=row["id"],
+        email=row["email"],
+        name=row["name"],
+        timezone=row["timezone"],
+        password_hash=row["password_hash"],
+        credit_nano=row["credit_nano"],
+        total_paid_nano=row["total_paid_nano"],
+        groups=tuple(orjson.loads(row["groups"])),
+        embedding_models=frozenset(orjson.loads(row["embedding_models"])),
+        created_at=row["created_at"],
+        held_nano=held_nano,
+    )
+
+
+def key_from_row(row: Any, held_nano: int = 0) -> Key:
+    """A ``KEY_COLUMNS`` row (joined with its account for the zone that fixes its expiry instant)."""
+    key = Key(
+        id=row["id"],
+        account_id=row["account_id"],
+        name=row["name"],
+        secret_hash=row["secret_hash"],
+        secret_hint=row["secret_hint"],
+        status=row["status"],
+        spend_limit_nano=row["spend_limit_nano"],
+        spent_nano=row["spent_nano"],
+        expires_on=dt.date.fromisoformat(row["expires_on"]) if row["expires_on"] else None,
+        models=frozenset(orjson.loads(row["models"])) if row["models"] else None,
+        allow_ips=tuple(ipaddress.ip_network(n) for n in orjson.loads(row["allow_ips"])) if row["allow_ips"] else None,
+        group=row["group_name"],
+        created_at=row["created_at"],
+        last_used_at=row["last_used_at"],
+        held_nano=held_nano,
+    )
+    key.expires_at = expiry_instant(key.expires_on, row["timezone"])
+    return key
+
+
+def key_params(key: Key) -> tuple:
+    """The editable fields of a key as stored: name, limit, expiry, models, IPs, group."""
+    return (
+        key.name,
+        key.spend_limit_nano,
+        key.expires_on.isoformat() if key.expires_on else None,
+        orjson.dumps(sorted(key.models)).decode() if key.models is not None else None,
+        orjson.dumps([str(n) for n in key.allow_ips]).decode() if key.allow_ips is not None else None,
+        key.group,
+    )
+
+
+def usage_where(query: UsageQuery) -> tuple[str, list]:
+    """Always scoped by account first: no filter can reach another account's rows."""
+    clauses, args = ["account_id = ?"], [query.account_id]
+    for column, op, value in (("key_id", "=", query.key_id), ("model", "=", query.model),
+                              ("created_at", ">=", query.since), ("created_at", "<", query.until)):
+        if value:
+            clauses.append(f"{column} {op} ?")
+            args.append(value)
+    return " AND ".join(clauses), args
+
+
+def new_instance_id() -> str:
+    return new_id("inst_")
+
+
+def instance_host() -> str:
+    return socket.gethostname()[:200]
+
+
+class SQLStore:
+    """The contract methods with one SQL text for both stores (see the module docstring)."""
+
+    kind = "sql"
+    instance_id: str
+
+    async def _write(self, job: Job) -> Any:  # pragma: no cover - provided by each store
+        raise NotImplementedError
+
+    async def _read(self, job: Job) -> Any:  # pragma: no cover - provided by each store
+        raise NotImplementedError
+
+    def _is_unique_violation(self, error: Exception) -> bool:  # pragma: no cover - provided by each store
+        raise NotImplementedError
+
+    async def ping(self) -> None:
+        """One round trip to the database (readiness)."""
+        await self._read(lambda tx: tx.one("SELECT 1 AS one"))
+
+    # -- accounts ---------------------------------------------------------------------
+
+    async def insert_account(self, account: Account) -> None:
+        def insert(tx: Tx) -> None:
+            if tx.one("SELECT id FROM accounts WHERE lower(email) = lower(?)", (account.email,)) is not None:
+                raise EmailTaken(account.email)
+            tx.run(
+                "INSERT INTO accounts (id, email, name, timezone, password_hash, credit_nano, total_paid_nano,"
+                " groups, embedding_models, created_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, ?)",
+                (account.id, account.email, account.name, account.timezone, account.password_hash,
+                 orjson.dumps(list(account.groups)).decode(), orjson.dumps(sorted(account.embedding_models)).decode(),
+                 account.created_at),
+            )
+
+        try:
+            await self._write(insert)
+        except Exception as e:
+            if self._is_unique_violation(e):  # a concurrent creation on another instance won
+                raise EmailTaken(account.email) from None
+            raise
+
+    async def update_account(self, account_id: str, *, name: str, timezone: str) -> None:
+        await self._write(lambda tx: tx.run("UPDATE accounts SET name = ?, timezone = ? WHERE id = ?",
+                                            (name, timezone, account_id)))
+
+    async def set_password_hash(self, account_id: str, password_hash: str) -> None:
+        await self._write(lambda tx: tx.run("UPDATE accounts SET password_hash = ? WHERE id = ?",
+                                            (password_hash, account_id)))
+
+    async def set_groups(self, account_id: str, groups: tuple[str, ...]) -> None:
+        text = orjson.dumps(list(groups)).decode()
+        await self._write(lambda tx: tx.run("UPDATE accounts SET groups = ? WHERE id = ?", (text, account_id)))
+
+    async def set_embedding_models(self, account_id: str, models: frozenset[str]) -> None:
+        text = orjson.dumps(sorted(models)).decode()
+        await self._write(lambda tx: tx.run("UPDATE accounts SET embedding_models = ? WHERE id = ?",
+                                            (text, account_id)))
+
+    async def add_payment(self, account_id: str, amount_nano: int, note: str) -> Payment:
+        created_at = utc_now_iso()
+
+        def insert(tx: Tx) -> Payment:
+            row = tx.one("INSERT INTO payments (account_id, amount_nano, note, created_at) VALUES (?, ?, ?, ?)"
+                         " RETURNING id", (account_id, amount_nano, note, created_at))
+            tx.run("UPDATE accounts SET credit_nano = credit_nano + ?, total_paid_nano = total_paid_nano + ?"
+                   " WHERE id = ?", (amount_nano, amount_nano, account_id))
+            return Payment(row["id"], account_id, amount_nano, note, created_at)
+
+        return await self._write(insert)
+
+    async def payments(self, account_id: str) -> list[Payment]:
+        rows = await self._read(lambda tx: tx.rows(
+            "SELECT id, account_id, amount_nano, note, created_at FROM payments WHERE account_id = ?"
+            " ORDER BY id DESC", (account_id,)))
+        return [Payment(r["id"], r["account_id"], r["amount_nano"], r["note"], r["created_at"]) for r in rows]
+
+    # -- keys -------------------------------------------------------------------------
+
+    def _lock_account_for_keys(self, tx: Tx, account_id: str) -> None:
+        """Serialise key creations of one account (SQLite's single writer does it already)."""
+
+    async def insert_key(self, key: Key, max_keys: int) -> None:
+        """Insert ``key`` unless its account has ``max_keys`` live keys; the count and the insert
+        are one transaction, serialised per account, so concurrent creations cannot pass together."""
+
+        def insert(tx: Tx) -> None:
+            self._lock_account_for_keys(tx, key.account_id)
+            live = tx.one("SELECT count(*) AS n FROM keys WHERE account_id = ? AND status != 'deleted'",
+                          (key.account_id,))["n"]
+            if live >= max_keys:
+                raise TooManyKeys(key.account_id)
+            tx.run(
+                "INSERT INTO keys (id, account_id, secret_hash, secret_hint, status, spent_nano, created_at,"
+                " name, spend_limit_nano, expires_on, models, allow_ips, group_name)"
+                " VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)",
+                (key.id, key.account_id, key.secret_hash, key.secret_hint, key.status, key.created_at,
+                 *key_params(key)),
+            )
+
+        await self._write(insert)
+
+    async def update_key(self, key: Key) -> None:
+        """Store the editable fields of ``key`` (built by the caller); refused once the key is revoked."""
+
+        def update(tx: Tx) -> None:
+            changed = tx.run(
+                "UPDATE keys SET name = ?, spend_limit_nano = ?, expires_on = ?, models = ?, allow_ips = ?,"
+                " group_name = ? WHERE id = ? AND status != 'deleted'", (*key_params(key), key.id))
+            if not changed:
+                raise KeyRevoked(key.id)
+
+        await self._write(update)
+
+    async def set_key_status(self, key_id: str, status: str) -> str:
+        """enabled / disabled / deleted; returns the stored status after (a revoke always wins)."""
+
+        def update(tx: Tx) -> str:
+            tx.run("UPDATE keys SET status = ? WHERE id = ? AND status != 'deleted'", (status, key_id))
+            return tx.one("SELECT status FROM keys WHERE id = ?", (key_id,))["status"]
+
+        return await self._write(update)
+
+    # -- usage ------------------------------------------------------------------------
+
+    async def usage_rows(self, query: UsageQuery, limit: int) -> list[UsageRow]:
+        """Newest first."""
+        where, args = usage_where(query)
+        rows = await self._read(lambda tx: tx.rows(
+            f"SELECT {USAGE_COLUMNS} FROM usage WHERE {where} ORDER BY id DESC LIMIT ?", (*args, limit)))
+        return [UsageRow.from_row(r) for r in rows]
+
+    async def usage_page(self, query: UsageQuery, page: int, page_size: int) -> UsagePage:
+        where, args = usage_where(query)
+
+        def read(tx: Tx) -> UsagePage:
+            totals = tx.one(f"SELECT count(*) AS n, coalesce(sum(cost_nano), 0) AS cost FROM usage WHERE {where}",
+                            args)
+            total, cost = totals["n"], int(totals["cost"])
+            pages = max(1, -(-total // page_size))
+            current = min(max(1, page), pages)
+            rows = tx.rows(f"SELECT {USAGE_COLUMNS} FROM usage WHERE {where} ORDER BY id DESC LIMIT ? OFFSET ?",
+                           (*args, page_size, (current - 1) * page_size))
+            return UsagePage([UsageRow.from_row(r) for r in rows], total, current, pages, cost)
+
+        return await self._read(read)
+
+    async def usage_batch(self, query: UsageQuery, before_id: int | None, limit: int) -> list[UsageRow]:
+        """Keyset paging for exports: rows with ``id < before_id``, newest first."""
+        where, args = usage_where(query)
+        if before_id is not None:
+            where, args = where + " AND id < ?", [*args, before_id]
+        rows = await self._read(lambda tx: tx.rows(
+            f"SELECT {USAGE_COLUMNS} FROM usage WHERE {where} ORDER BY id DESC LIMIT ?", (*args, limit)))
+        return [UsageRow.from_row(r) for r in rows]
+
+    async def usage_export(self, where, *, before_id: int | None, limit: int) -> tuple[list[dict], int | None]:
+        """``usage_queries.usage_page``: a keyset page of any filter (the admin API's usage and export)."""
+        from gatewayd.store.usage_queries import usage_page
+
+        return await self._read(lambda tx: usage_page(tx, where, before_id=before_id, limit=limit))
+
+    async def usage_report(self, where) -> dict:
+        """``usage_queries.usage_report``: requests, tokens and cost per model, per key and in total."""
+        from gatewayd.store.usage_queries import usage_report
+
+        return await self._read(lambda tx: usage_report(tx, where))
+
+    async def models_used(self, account_id: str) -> list[str]:
+        rows = await self._read(lambda tx: tx.rows("SELECT DISTINCT model FROM usage WHERE account_id = ?",
+                                                   (account_id,)))
+        return sorted(r["model"] for r in rows)
+
+    async def spend_by_quarter_hour(self, account_id: str, since: str) -> list[tuple[str, str, int]]:
+        """(model, UTC quarter hour ``YYYY-MM-DDTHH:MM``, cost) since ``since``: small whatever the traffic.
+
+        Every zone's offset is a whole number of quarter hours, so the caller can put each
+        quarter hour on its local day.
+        """
+        rows = await self._read(lambda tx: tx.rows(
+            "SELECT model, substr(created_at, 1, 14) AS hour, CAST(substr(created_at, 15, 2) AS INTEGER) / 15"
+            " AS quarter, sum(cost_nano) AS cost FROM usage WHERE account_id = ? AND created_at >= ?"
+            " GROUP BY model, hour, quarter", (account_id, since)))
+        return [(r["model"], f"{r['hour']}{int(r['quarter']) * 15:02d}", int(r["cost"])) for r in rows]
+
+    # -- console state ----------------------------------------------------------------
+
+    async def console_secret(self, candidate: str) -> str:
+        """The secret that signs console sessions: the first one ever offered wins, for every instance."""
+
+        def get(tx: Tx) -> str:
+            tx.run("INSERT INTO settings (name, value) VALUES ('console_secret', ?) ON CONFLICT (name) DO NOTHING",
+                   (candidate,))
+            return tx.one("SELECT value FROM settings WHERE name = 'console_secret'")["value"]
+
+        return await self._write(get)
+
+    async def end_session(self, session_id: str, until: float, now: float) -> None:
+        """A signed-out session id is refused until ``until`` (epoch s, when its cookie would expire)."""
+
+        def end(tx: Tx) -> None:
+            tx.run("DELETE FROM ended_sessions WHERE until_epoch <= ?", (now,))
+            tx.run("INSERT INTO ended_sessions (session_id, until_epoch) VALUES (?, ?)"
+                   " ON CONFLICT (session_id) DO UPDATE SET until_epoch = excluded.until_epoch", (session_id, until))
+
+        await self._write(end)
+
+    async def session_ended(self, session_id: str, now: float) -> bool:
+        row = await self._read(lambda tx: tx.one(
+            "SELECT 1 AS ended FROM ended_sessions WHERE session_id = ? AND until_epoch > ?", (session_id, now)))
+        return row is not None
+
+    async def signin_failures(self, buckets: Iterable[str], since: float) -> dict[str, list[float]]:
+        """Failure times (epoch s, oldest first) per throttle bucket after ``since``."""
+        wanted = list(buckets)
+        marks = ", ".join("?" for _ in wanted)
+        rows = await self._read(lambda tx: tx.rows(
+            f"SELECT bucket, at_epoch FROM signin_failures WHERE bucket IN ({marks}) AND at_epoch > ?"
+            " ORDER BY at_epoch", (*wanted, since)))
+        out: dict[str, list[float]] = {b: [] for b in wanted}
+        for r in rows:
+            out[r["bucket"]].append(r["at_epoch"])
+        return out
+
+    async def add_signin_failure(self, buckets: Iterable[str], at: float, forget_before: float) -> None:
+        def add(tx: Tx) -> None:
+            tx.run("DELETE FROM signin_failures WHERE at_epoch <= ?", (forget_before,))
+            for bucket in buckets:
+                tx.run("INSERT INTO signin_failures (bucket, at_epoch) VALUES (?, ?)", (bucket, at))
+
+        await self._write(add)
+
+    async def clear_signin_failures(self, bucket: str) -> None:
+        await self._write(lambda tx: tx.run("DELETE FROM signin_failures WHERE bucket = ?", (bucket,)))
+
+    # -- audit ------------------------------------------------------------------------
+
+    def _audit_sums(self, tx: Tx) -> dict[str, dict[str, int]]:
+        def sums(sql: str) -> dict[str, int]:
+            return {r["id"]: int(r["total"]) for r in tx.rows(sql)}
+
+        return {
+            "paid": sums("SELECT account_id AS id, sum(amount_nano) AS total FROM payments GROUP BY account_id"),
+            "charged": sums("SELECT account_id AS id, sum(cost_nano) AS total FROM usage GROUP BY account_id"),
+            "held": sums("SELECT account_id AS id, sum(amount_nano) AS total FROM holds GROUP BY account_id"),
+            "key_charged": sums("SELECT key_id AS id, sum(cost_nano) AS total FROM usage GROUP BY key_id"),
+            "key_held": sums("SELECT key_id AS id, sum(amount_nano) AS total FROM holds GROUP BY key_id"),
+        }
+
+
+def process_identity() -> tuple[str, int]:
+    return instance_host(), os.getpid()

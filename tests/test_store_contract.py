@@ -1,0 +1,199 @@
+"""The store contract, one set of test functions run against both stores (``store`` fixture).
+
+SQLite runs on a real file; PostgreSQL on a fresh database made for each test on the
+machine's server. Whatever the daemon relies on is checked here through the contract's
+named methods only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import trio
+
+from gatewayd.config import load_config
+from gatewayd.directory import Directory, DirectoryError
+from gatewayd.store.base import Hold, Refusal, Settlement, UsageQuery
+
+
+async def _account_and_key(store, *, paid=1_000_000, limit=600_000, email="c@example.com"):
+    directory = Directory(load_config(None, environ={}), store)
+    account = await directory.create_account(email)
+    if paid:
+        await directory.pay(account, paid)
+    key, _ = await directory.create_key(account, name="k", spend_limit_nano=limit)
+    return directory, account, key
+
+
+async def _reserve(store, account, key, amount, rid, stream=False):
+    return await store.reserve(account, key, amount, request_id=rid, model="m", endpoint="chat", stream=stream)
+
+
+async def test_reserve_holds_then_settle_charges_exactly_once(store):
+    _, account, key = await _account_and_key(store)
+    hold = await _reserve(store, account, key, 500_000, "r1")
+    assert isinstance(hold, Hold)
+    assert (account.balance_nano, account.held_nano, key.held_nano) == (500_000, 500_000, 500_000)
+    result = Settlement(status="ok", http_status=200, input_tokens=10, output_tokens=5, cost_nano=123)
+    await store.settle(hold, result)
+    await store.settle(hold, result)  # exactly once
+    await store.flush()
+    await store.refresh_balance(account)
+    await store.refresh_key(key)
+    assert (account.balance_nano, account.held_nano, key.spent_nano, key.held_nano) == (1_000_000 - 123, 0, 123, 0)
+    assert key.last_used_at is not None
+    rows = await store.usage_rows(UsageQuery(account.id), 10)
+    assert [(r.request_id, r.cost_nano, r.input_tokens, r.output_tokens, r.status) for r in rows] == [
+        ("r1", 123, 10, 5, "ok")]
+    report = await store.audit([account], [key])
+    assert report["ok"] is True, report
+
+
+async def test_refusals_name_what_is_short_and_hold_nothing(store):
+    _, account, key = await _account_and_key(store)
+    refused = await _reserve(store, account, key, 700_000, "r3")
+    assert refused == Refusal("key", 600_000)
+    key.spend_limit_nano = None
+    await store.update_key(key)
+    refused = await _reserve(store, account, key, 1_000_001, "r4")
+    assert refused == Refusal("account", 1_000_000)
+    await store.refresh_balance(account)
+    assert (account.held_nano, key.held_nano) == (0, 0)
+    assert (await store.audit([account], [key]))["ok"] is True
+
+
+async def test_concurrent_holds_never_exceed_the_balance_or_the_key_limit(store):
+    """40 concurrent reserves of 100k against 800k (balance) and 500k (key limit)."""
+    _, account, key = await _account_and_key(store, paid=800_000, limit=None)
+    _, account2, key2 = await _account_and_key(store, paid=10_000_000, limit=500_000, email="d@example.com")
+    results: list = []
+
+    async def one(acct, k, rid):
+        results.append((acct.id, await _reserve(store, acct, k, 100_000, rid)))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(40):
+            nursery.start_soon(one, account, key, f"a{i}")
+            nursery.start_soon(one, account2, key2, f"b{i}")
+    held = [r for acct, r in results if acct == account.id and isinstance(r, Hold)]
+    held2 = [r for acct, r in results if acct == account2.id and isinstance(r, Hold)]
+    assert len(held) == 8 and len(held2) == 5
+    for hold in held + held2:
+        await store.settle(hold, Settlement(status="ok", http_status=200, cost_nano=100_000))
+    await store.refresh_balance(account)
+    assert account.balance_nano == 0 and account.held_nano == 0
+    assert (await store.audit([account, account2], [key, key2]))["ok"] is True
+
+
+async def test_key_limit_is_counted_in_the_store_under_concurrent_creation(store):
+    directory, account, _ = await _account_and_key(store)
+    directory_b = Directory(directory.config, store)  # a second instance's cache of the same database
+    await directory_b.load()
+    account_b = directory_b.account(account.id)
+    created, refused = [], []
+
+    async def create(d, acct, i):
+        try:
+            created.append(await d.create_key(acct, name=f"k{i}"))
+        except DirectoryError as e:
+            assert e.code == "too_many_keys" and e.status == 409
+            refused.append(i)
+
+    import gatewayd.directory as directory_module
+
+    old = directory_module.MAX_KEYS_PER_ACCOUNT
+    directory_module.MAX_KEYS_PER_ACCOUNT = 6  # the one existing key + 5 more
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(10):
+                nursery.start_soon(create, directory if i % 2 else directory_b, account if i % 2 else account_b, i)
+    finally:
+        directory_module.MAX_KEYS_PER_ACCOUNT = old
+    assert len(created) == 5 and len(refused) == 5
+
+
+async def test_revoke_wins_over_a_later_enable_and_revoked_keys_do_not_change(store):
+    directory, account, key = await _account_and_key(store)
+    assert await store.set_key_status(key.id, "disabled") == "disabled"
+    assert await store.set_key_status(key.id, "deleted") == "deleted"
+    assert await store.set_key_status(key.id, "enabled") == "deleted"
+    from gatewayd.store.base import KeyRevoked
+
+    with pytest.raises(KeyRevoked):
+        await store.update_key(key)
+    reloaded = await store.load_key(key.id)
+    assert reloaded.status == "deleted" and reloaded.secret_hash == key.secret_hash
+
+
+async def test_accounts_emails_payments_and_reload(store):
+    directory, account, key = await _account_and_key(store, paid=0)
+    from gatewayd.store.base import EmailTaken
+
+    import attrs
+
+    clash = attrs.evolve(account, id="acct_other", email="C@EXAMPLE.com")
+    with pytest.raises(EmailTaken):
+        await store.insert_account(clash)
+    p1 = await store.add_payment(account.id, 250, "first")
+    p2 = await store.add_payment(account.id, 750, "")
+    assert [p.id for p in await store.payments(account.id)] == [p2.id, p1.id]
+    await store.set_groups(account.id, ("default", "vip"))
+    await store.set_embedding_models(account.id, frozenset({"e1"}))
+    await store.update_account(account.id, name="N", timezone="Asia/Kathmandu")
+    await store.set_password_hash(account.id, "scrypt$x")
+    loaded = await store.load_account(account.id)
+    assert (loaded.credit_nano, loaded.total_paid_nano, loaded.groups, loaded.embedding_models) == (
+        1000, 1000, ("default", "vip"), frozenset({"e1"}))
+    assert (loaded.name, loaded.timezone, loaded.password_hash) == ("N", "Asia/Kathmandu", "scrypt$x")
+    accounts, keys = await store.load_directory()
+    assert [a.id for a in accounts] == [account.id] and [k.id for k in keys] == [key.id]
+    assert keys[0].expires_at is None and keys[0].spend_limit_nano == 600_000
+
+
+async def test_usage_queries_filter_page_and_stay_in_their_account(store):
+    _, account, key = await _account_and_key(store)
+    _, other, other_key = await _account_and_key(store, email="o@example.com")
+    for i in range(7):
+        for acct, k in ((account, key), (other, other_key)):
+            hold = await _reserve(store, acct, k, 10, f"{acct.id}-{i}")
+            hold.model = "m1" if i % 2 else "m2"
+            await store.settle(hold, Settlement(status="ok", http_status=200, cost_nano=i))
+    query = UsageQuery(account.id)
+    page = await store.usage_page(query, 2, 3)
+    assert (page.total, page.pages, page.page, page.total_cost_nano) == (7, 3, 2, sum(range(7)))
+    assert [r.request_id for r in page.rows] == [f"{account.id}-{i}" for i in (3, 2, 1)]
+    assert {r.model for r in await store.usage_rows(UsageQuery(account.id, model="m1"), 50)} == {"m1"}
+    first = await store.usage_batch(query, None, 4)
+    rest = await store.usage_batch(query, first[-1].id, 4)
+    assert [r.request_id for r in first + rest] == [f"{account.id}-{i}" for i in range(6, -1, -1)]
+    assert await store.models_used(account.id) == ["m1", "m2"]
+    spend = await store.spend_by_quarter_hour(account.id, "2000-01-01T00:00:00.000Z")
+    assert sum(cost for _, _, cost in spend) == sum(range(7)) and all(len(q) == 16 for _, q, _ in spend)
+    assert await store.usage_rows(UsageQuery(account.id, since="2999-01-01T00:00:00.000Z"), 10) == []
+
+
+async def test_console_state_is_in_the_store(store):
+    assert await store.console_secret("first-secret" * 4) == "first-secret" * 4
+    assert await store.console_secret("second") == "first-secret" * 4  # the first one wins
+    now = time.time()
+    assert not await store.session_ended("sid1", now)
+    await store.end_session("sid1", now + 100, now)
+    assert await store.session_ended("sid1", now) and not await store.session_ended("sid1", now + 101)
+    await store.add_signin_failure(["e:a|1", "a:1"], now - 10, now - 900)
+    await store.add_signin_failure(["e:a|1", "a:1"], now - 5, now - 900)
+    seen = await store.signin_failures(["e:a|1", "a:1", "a:2"], now - 900)
+    assert seen == {"e:a|1": [now - 10, now - 5], "a:1": [now - 10, now - 5], "a:2": []}
+    await store.clear_signin_failures("e:a|1")
+    assert (await store.signin_failures(["e:a|1"], now - 900)) == {"e:a|1": []}
+
+
+async def test_interrupted_holds_of_a_dead_instance_are_released_once(store):
+    _, account, key = await _account_and_key(store)
+    hold = await _reserve(store, account, key, 300_000, "long", stream=True)
+    await store.flush()
+    assert hold.amount_nano == 300_000
+    # this instance is alive: nothing of it is released
+    assert await store.release_dead_holds() == 0
+    await store.settle(hold, Settlement(status="ok", http_status=200, cost_nano=1))
+    assert (await store.audit([account], [key]))["ok"] is True
