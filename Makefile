@@ -1,6 +1,6 @@
 # make run   - create .venv, install, start `gatewayd serve --demo` (SQLite, built-in simulator)
 # make test  - create .venv, install, run the whole suite (slow and browser tests included)
-# make bench - print the hot-path figures (added latency, requests/s, CPU per request)
+# make bench - print the hot-path figures of issue 15 (CPU per request, requests/s, latency, memory)
 
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
@@ -30,7 +30,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"
 
 bench: $(STAMP)
-	$(BIN)/python bench/hot_path.py
+	$(BIN)/python bench/hot_path.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache tests/node/node_modules

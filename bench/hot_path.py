@@ -1,20 +1,35 @@
-"""Hot-path benchmark: the same requests straight to the simulator and through gatewayd.
+"""Hot-path benchmark (`make bench`): every figure of issue 15, each beside the machine's floor.
 
-Prints, for non-streaming and streaming chat completions:
-  - latency p50 / p99 at a fixed request rate (default 100 req/s), direct and through the
-    gateway, and the difference (the latency the gateway adds);
-  - requests/second at a fixed concurrency, direct and through the gateway;
-  - the gateway process's CPU time per request (user + system, from /proc), with auth,
-    holds and the usage row on.
-It is a benchmark that prints figures, not a test. Usage:
+One run starts the simulator (for canned answers, memory and the soak), a zero-latency
+nginx upstream serving the simulator's answers (``bench/upstreams.py``), and ``gatewayd
+serve`` pointed at nginx (SQLite, auth, holds and usage rows on). It prints, for the
+pass-through route (chat -> an OpenAI-protocol model) and the translated route (chat ->
+a Claude model, the Anthropic protocol upstream):
 
-    .venv/bin/python bench/hot_path.py [--rate 100] [--seconds 10] [--concurrency 16]
+  - CPU per request and requests/s at 1, 16 and 64 connections (closed loop), p50 / p99;
+  - CPU per request for 1, 100, 400 and 1,600 KB bodies, the cost per KB, and the longest
+    single task step the gateway's event loop ran (``GATEWAYD_SLOW_STEP_MS``);
+  - added latency at a paced 100 req/s, p50 / p99;
+  - streams/s and added time to first byte at 16 connections (34 events a stream);
+  - memory: idle RSS, RSS with 1,000 open streams (through the simulator) and the cost per
+    stream, and RSS drift over a mixed soak with faults (``bench/soak.py``).
+
+"floor" is the same traffic straight to nginx (its CPU per request, its latency), in
+the same run; "added" is gateway minus floor. Daemon CPU is user+system time from
+/proc/<pid>/stat over the window. The gateway is pinned to core 0; the load generator
+(``bench/loadgen.py``, raw asyncio, tens of microseconds a request), nginx and the
+simulator to core 1, so the generator never shares the gateway's core. Each window runs
+``--repeat`` times and the median is printed: the machine is shared, read ratios.
+
+    .venv/bin/python bench/hot_path.py [--seconds 2] [--repeat 3] [--soak-requests 10000]
+                                       [--open-streams 1000] [--write-readme]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -22,126 +37,389 @@ import time
 from pathlib import Path
 
 import httpx
-import trio
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import loadgen  # noqa: E402
+from soak import pin, print_report, soak  # noqa: E402
 from tests.live import Daemon, Sim  # noqa: E402
+from upstreams import Nginx, capture  # noqa: E402
 
-BODY = b'{"model":"gpt-4.1-mini","messages":[{"role":"user","content":"Say hello to the benchmark"}],"max_tokens":64}'
-STREAM_BODY = BODY[:-1] + b',"stream":true}'
+ROOT = Path(__file__).resolve().parent.parent
+LITELLM = {"cpu_1": 19.0, "cpu_64": 14.7, "streams_16": 22.0}  # issue 15's measurement, same class of machine
+GATEWAY_CORE, BENCH_CORE = {0}, {1}
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(*pids: int) -> float:
     ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime + stime, all threads
+    return total / ticks
 
 
-def rss_mb(pid: int) -> float:
+def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-async def one(client: httpx.AsyncClient, url: str, body: bytes, headers: dict, stream: bool) -> float:
-    start = time.perf_counter()
-    if stream:
-        async with client.stream("POST", url, content=body, headers=headers) as r:
-            async for _ in r.aiter_raw():
-                pass
-            assert r.status_code == 200, r.status_code
-    else:
-        r = await client.post(url, content=body, headers=headers)
-        assert r.status_code == 200, r.text
-    return time.perf_counter() - start
-
-
-async def at_rate(url: str, body: bytes, headers: dict, stream: bool, rate: float, seconds: float) -> list[float]:
-    latencies: list[float] = []
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=200), timeout=30) as client:
-        for _ in range(20):  # warm the pools
-            await one(client, url, body, headers, stream)
-        async with trio.open_nursery() as nursery:
-            start = trio.current_time()
-            total = int(rate * seconds)
-
-            async def record():
-                latencies.append(await one(client, url, body, headers, stream))
-
-            for i in range(total):
-                await trio.sleep_until(start + i / rate)
-                nursery.start_soon(record)
-    return latencies
-
-
-async def throughput(url: str, body: bytes, headers: dict, stream: bool, concurrency: int, seconds: float) -> float:
-    done = 0
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency), timeout=30) as client:
-        deadline = trio.current_time() + seconds
-
-        async def worker():
-            nonlocal done
-            while trio.current_time() < deadline:
-                await one(client, url, body, headers, stream)
-                done += 1
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(concurrency):
-                nursery.start_soon(worker)
-    return done / seconds
+            return int(line.split()[1])
+    return 0
 
 
 def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def main() -> None:
+def pad_to(body: dict, size: int, text_of) -> bytes:
+    """``body`` with its prompt padded so the encoded request is ``size`` bytes."""
+    raw = orjson.dumps(body)
+    filler = "lorem ipsum dolor sit amet consectetur " * (size // 39 + 1)
+    text_of(body, text_of(body) + " " + filler[: max(0, size - len(raw) - 1)])
+    return orjson.dumps(body)
+
+
+def chat_body(model: str, size: int, stream: bool = False) -> bytes:
+    body = {"model": model, "messages": [{"role": "user", "content": "Say hello to the benchmark"}],
+            "max_tokens": 64}
+    if stream:
+        body["stream"] = True
+
+    def text_of(b, value=None):
+        if value is None:
+            return b["messages"][0]["content"]
+        b["messages"][0]["content"] = value
+
+    return pad_to(body, size, text_of)
+
+
+class Window:
+    """One measured window: the load generator's result and the CPU the servers spent."""
+
+    def __init__(self, result: loadgen.Result, cpu_s: float) -> None:
+        self.result = result
+        self.cpu_ms = cpu_s / max(1, result.done) * 1000
+        self.rps = result.done / result.elapsed if result.elapsed else 0.0
+
+
+class Target:
+    """Where a request goes: host, port, path, headers, and the pids whose CPU it costs."""
+
+    def __init__(self, url: str, path: str, headers: dict[str, str], pids) -> None:
+        hostport = url.split("//", 1)[1]
+        self.host, port = hostport.rsplit(":", 1)
+        self.port = int(port)
+        self.path = path
+        self.headers = headers
+        self.pids = pids
+
+    def raw(self, body: bytes) -> bytes:
+        return loadgen.build_request(self.path, body, {"Content-Type": "application/json", **self.headers},
+                                     f"{self.host}:{self.port}")
+
+    def measure(self, run) -> Window:
+        pids = self.pids()
+        before = cpu_seconds(*pids)
+        result = run()
+        window = Window(result, cpu_seconds(*pids) - before)
+        if result.errors:
+            print(f"    !! {self.path}: answers other than 200: {result.errors}")
+        return window
+
+
+def median_window(windows: list[Window]) -> dict:
+    latencies = [x for w in windows for x in w.result.latencies]
+    ttfb = [x for w in windows for x in w.result.ttfb]
+    return {
+        "cpu_ms": statistics.median(w.cpu_ms for w in windows),
+        "rps": statistics.median(w.rps for w in windows),
+        "p50": pct(latencies, 0.5), "p99": pct(latencies, 0.99),
+        "ttfb50": pct(ttfb, 0.5), "ttfb99": pct(ttfb, 0.99),
+        "n": sum(w.result.done for w in windows),
+    }
+
+
+class SlowSteps:
+    """Reads the daemon's loop-watch lines (GATEWAYD_SLOW_STEP_MS) between two marks."""
+
+    LINE = re.compile(r'slow task step: ([\d.]+) ms CPU .*? in task (.*?), next suspended at ([^"]*)')
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.mark = 0
+
+    def since_mark(self) -> list[tuple[float, str]]:
+        lines = self.daemon.output.lines[self.mark:]
+        self.mark += len(lines)
+        found = []
+        for line in lines:
+            m = self.LINE.search(line)
+            if m:
+                found.append((float(m.group(1)), m.group(3)))
+        return found
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rate", type=float, default=100)
-    parser.add_argument("--seconds", type=float, default=10)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=2, help="length of each measured window")
+    parser.add_argument("--repeat", type=int, default=3, help="windows per figure (the median is printed)")
+    parser.add_argument("--rate", type=float, default=100, help="the paced rate, requests/s")
+    parser.add_argument("--paced-seconds", type=float, default=5)
+    parser.add_argument("--open-streams", type=int, default=1000)
+    parser.add_argument("--soak-requests", type=int, default=5000,
+                        help="requests in the memory-drift soak (issue 15's figure is 200000; 0 skips it)")
+    parser.add_argument("--soak-concurrency", type=int, default=32)
+    parser.add_argument("--slow-step-ms", type=float, default=2.0)
+    parser.add_argument("--only", default="", help="comma list of sections: concurrency,sizes,paced,streams,memory,soak")
+    parser.add_argument("--write-readme", action="store_true", help="rewrite README.md's performance table")
     args = parser.parse_args()
+    sections = set(args.only.split(",")) if args.only else {"concurrency", "sizes", "paced", "streams", "memory",
+                                                             "soak"}
+    pinned = (os.cpu_count() or 1) >= 2
+    if pinned:
+        os.sched_setaffinity(0, BENCH_CORE)
 
     sim = Sim()
     workdir = Path(tempfile.mkdtemp(prefix="gatewayd-bench-"))
-    daemon = Daemon(workdir, sim.url)
+    nginx = Nginx(workdir / "nginx", capture(sim.url))
+    daemon = Daemon(workdir / "gw", nginx.url, env={"GATEWAYD_SLOW_STEP_MS": str(args.slow_step_ms)})
+    figures: dict = {"args": vars(args)}
     try:
-        account = daemon.admin.account("bench@example.com", paid_usd="100000")
+        if pinned:
+            pin(sim.proc.pid, BENCH_CORE)
+            for pid in nginx.pids:
+                pin(pid, BENCH_CORE)
+            pin(daemon.proc.pid, GATEWAY_CORE)
+        account = daemon.admin.account("bench@example.com", paid_usd="100000000")
         secret = daemon.admin.key(account["id"], name="bench")["secret"]
-        gateway_headers = {"authorization": f"Bearer {secret}", "content-type": "application/json"}
-        direct_headers = {"authorization": "Bearer sim", "content-type": "application/json"}
-        direct = sim.url + "/v1/chat/completions"
-        through = daemon.url + "/v1/chat/completions"
-        pid = daemon.proc.pid
-        print(f"gatewayd bench: rate {args.rate:g} req/s for {args.seconds:g} s; throughput at concurrency "
-              f"{args.concurrency}; CPU {os.cpu_count()} cores; gateway RSS at start {rss_mb(pid):.1f} MB")
-        for name, body, stream in (("non-streaming", BODY, False), ("streaming", STREAM_BODY, True)):
-            sim_cpu_before = cpu_seconds(sim.proc.pid)
-            d = trio.run(at_rate, direct, body, direct_headers, stream, args.rate, args.seconds)
-            sim_cpu_ms = (cpu_seconds(sim.proc.pid) - sim_cpu_before) / (len(d) + 20) * 1000
-            cpu_before = cpu_seconds(pid)
-            g = trio.run(at_rate, through, body, gateway_headers, stream, args.rate, args.seconds)
-            cpu_per_request_ms = (cpu_seconds(pid) - cpu_before) / (len(g) + 20) * 1000
-            print(f"\n{name}")
-            print(f"  latency direct    p50 {pct(d, .5):7.2f} ms   p99 {pct(d, .99):7.2f} ms   (n={len(d)})")
-            print(f"  latency gateway   p50 {pct(g, .5):7.2f} ms   p99 {pct(g, .99):7.2f} ms   (n={len(g)})")
-            print(f"  added by gateway  p50 {pct(g, .5) - pct(d, .5):7.2f} ms   "
-                  f"p99 {pct(g, .99) - pct(d, .99):7.2f} ms   mean {statistics.mean(g) * 1000 - statistics.mean(d) * 1000:.2f} ms")
-            print(f"  gateway CPU per request {cpu_per_request_ms:.3f} ms (user+sys of the gatewayd process); "
-                  f"for scale, the simulator (a quart-trio server with no upstream) spends {sim_cpu_ms:.3f} ms")
-            rd = trio.run(throughput, direct, body, direct_headers, stream, args.concurrency, args.seconds / 2)
-            rg = trio.run(throughput, through, body, gateway_headers, stream, args.concurrency, args.seconds / 2)
-            print(f"  throughput direct {rd:8.0f} req/s   gateway {rg:8.0f} req/s  (client, simulator and gateway "
-                  f"share the machine's cores)")
-        audit = daemon.admin.audit()
-        print(f"\naudit ok: {audit['ok']}; gateway RSS at end {rss_mb(pid):.1f} MB")
+        gw_headers = {"Authorization": f"Bearer {secret}"}
+        steps = SlowSteps(daemon)
+        gw_pid = daemon.proc.pid
+        rss_idle = rss_kib(gw_pid)
+
+        def gateway() -> Target:
+            return Target(daemon.url, "/v1/chat/completions", gw_headers, lambda: [gw_pid])
+
+        routes = {
+            # name: (gateway model, floor target, floor body maker)
+            "pass-through": ("gpt-4.1-mini", Target(nginx.url, "/v1/chat/completions", {}, lambda: nginx.pids),
+                             lambda size, stream=False: chat_body("gpt-4.1-mini", size, stream)),
+            "translated": ("claude-haiku-4-5",
+                           Target(nginx.url, "/v1/messages", {"anthropic-version": "2023-06-01"},
+                                  lambda: nginx.pids),
+                           lambda size, stream=False: chat_body("claude-haiku-4-5", size, stream)),
+        }
+        print(f"gatewayd bench: {os.cpu_count()} cores, gateway pinned to core {min(GATEWAY_CORE)}, load generator, "
+              f"nginx and simulator to core {min(BENCH_CORE)}" if pinned else "gatewayd bench: 1 core, not pinned")
+        print(f"windows of {args.seconds:g} s x {args.repeat} (median); upstream: nginx serving the simulator's "
+              f"answers; gateway RSS at start {rss_idle / 1024:.1f} MiB")
+        load = os.getloadavg()
+        print(f"machine load average at start: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
+
+        # warm both routes (tokenizer tables, pools) before anything is measured
+        for model, _, _ in routes.values():
+            loadgen.closed_loop(gateway().host, gateway().port, gateway().raw(chat_body(model, 1024)), 4, 0.5)
+        steps.since_mark()
+        rss_warm = rss_kib(gw_pid)
+        figures["rss_idle"], figures["rss_warm"] = rss_idle, rss_warm
+
+        if "concurrency" in sections:
+            print("\n== CPU per request and requests/s, 1 KB non-streaming, closed loop ==")
+            print(f"{'route':14} {'conns':>5} | {'gw CPU ms':>9} {'gw req/s':>8} {'p50':>7} {'p99':>7} | "
+                  f"{'floor CPU':>9} {'floor r/s':>9} {'p50':>6} | {'CPU x floor':>11}")
+            for name, (model, floor, make) in routes.items():
+                for conns in (1, 16, 64):
+                    gw_t, body = gateway(), chat_body(model, 1024)
+                    gw = median_window([gw_t.measure(lambda: loadgen.closed_loop(
+                        gw_t.host, gw_t.port, gw_t.raw(body), conns, args.seconds)) for _ in range(args.repeat)])
+                    fl = median_window([floor.measure(lambda: loadgen.closed_loop(
+                        floor.host, floor.port, floor.raw(make(1024)), conns, args.seconds / 2))
+                        for _ in range(args.repeat)])
+                    figures[("conc", name, conns)] = (gw, fl)
+                    print(f"{name:14} {conns:5} | {gw['cpu_ms']:9.3f} {gw['rps']:8.0f} {gw['p50']:7.2f} "
+                          f"{gw['p99']:7.2f} | {fl['cpu_ms']:9.3f} {fl['rps']:9.0f} {fl['p50']:6.2f} | "
+                          f"{gw['cpu_ms'] / max(fl['cpu_ms'], 1e-3):11.0f}")
+                one, many = figures[("conc", name, 1)][0], figures[("conc", name, 64)][0]
+                print(f"{'':14} CPU at 64 vs 1: {(many['cpu_ms'] / one['cpu_ms'] - 1) * 100:+.0f}% (goal within 10%); "
+                      f"p99/p50 at 64: {many['p99'] / many['p50']:.1f}x (goal under 3x); "
+                      f"LiteLLM CPU / ours at 1 conn: {LITELLM['cpu_1'] / one['cpu_ms']:.1f}x (goal 10x)")
+            slow = steps.since_mark()
+            print(f"loop steps over {args.slow_step_ms:g} ms during this section: {len(slow)}"
+                  + (f", longest {max(slow)[0]:.1f} ms at {max(slow)[1]}" if slow else ""))
+
+        if "sizes" in sections:
+            print("\n== CPU per request by body size, 1 connection ==")
+            print(f"{'route':14} {'KB':>5} | {'gw CPU ms':>9} {'p50 ms':>8} {'longest step':>12} | "
+                  f"{'floor CPU':>9}")
+            for name, (model, floor, make) in routes.items():
+                costs = {}
+                for kb in (1, 100, 400, 1600):
+                    gw_t, body = gateway(), chat_body(model, kb * 1024)
+                    steps.since_mark()
+                    gw = median_window([gw_t.measure(lambda: loadgen.closed_loop(
+                        gw_t.host, gw_t.port, gw_t.raw(body), 1, args.seconds, warmup=1))
+                        for _ in range(args.repeat)])
+                    slow = steps.since_mark()
+                    fl = median_window([floor.measure(lambda: loadgen.closed_loop(
+                        floor.host, floor.port, floor.raw(make(kb * 1024)), 1, args.seconds / 2, warmup=1))
+                        for _ in range(args.repeat)])
+                    longest = max(slow)[0] if slow else 0.0
+                    costs[kb] = gw["cpu_ms"]
+                    figures[("size", name, kb)] = (gw, fl, longest, slow)
+                    print(f"{name:14} {kb:5} | {gw['cpu_ms']:9.2f} {gw['p50']:8.2f} "
+                          f"{('> %.0f ms: %.1f' % (args.slow_step_ms, longest)) if slow else ('<= %g ms' % args.slow_step_ms):>12} | "
+                          f"{fl['cpu_ms']:9.3f}")
+                    if slow:
+                        print(f"{'':21} longest at {max(slow)[1]} ({len(slow)} steps over)")
+                per_kb = (costs[1600] - costs[1]) / 1599 * 1000
+                figures[("per_kb", name)] = per_kb
+                print(f"{'':14} cost per KB: {per_kb:.1f} us (goal: at most 5 us past JSON parsing)")
+
+        if "paced" in sections:
+            print(f"\n== latency at a paced {args.rate:g} req/s, 1 KB non-streaming ({args.paced_seconds:g} s) ==")
+            for name, (model, floor, make) in routes.items():
+                gw_t = gateway()
+                gw = median_window([gw_t.measure(lambda: loadgen.paced(
+                    gw_t.host, gw_t.port, gw_t.raw(chat_body(model, 1024)), args.rate, args.paced_seconds))])
+                fl = median_window([floor.measure(lambda: loadgen.paced(
+                    floor.host, floor.port, floor.raw(make(1024)), args.rate, args.paced_seconds))])
+                figures[("paced", name)] = (gw, fl)
+                print(f"{name:14} gateway p50 {gw['p50']:6.2f} p99 {gw['p99']:6.2f} ms | floor p50 {fl['p50']:5.2f} "
+                      f"p99 {fl['p99']:5.2f} ms | added p50 {gw['p50'] - fl['p50']:+.2f} p99 {gw['p99'] - fl['p99']:+.2f} ms"
+                      f" | gateway CPU {gw['cpu_ms']:.2f} ms/request")
+
+        if "streams" in sections:
+            print("\n== streams at 16 connections (closed loop, 34 events a stream) ==")
+            for name, (model, floor, make) in routes.items():
+                gw_t, body = gateway(), chat_body(model, 1024, stream=True)
+                fl_stream = Target(nginx.url, floor.path,
+                                   {**floor.headers, "Accept": "text/event-stream"}, floor.pids)
+                gw = median_window([gw_t.measure(lambda: loadgen.closed_loop(
+                    gw_t.host, gw_t.port, gw_t.raw(body), 16, args.seconds)) for _ in range(args.repeat)])
+                fl = median_window([fl_stream.measure(lambda: loadgen.closed_loop(
+                    fl_stream.host, fl_stream.port, fl_stream.raw(make(1024, True)), 16, args.seconds / 2))
+                    for _ in range(args.repeat)])
+                figures[("streams", name)] = (gw, fl)
+                print(f"{name:14} gateway {gw['rps']:6.0f} streams/s, CPU {gw['cpu_ms']:.2f} ms/stream, TTFB p50 "
+                      f"{gw['ttfb50']:.2f} ms | floor {fl['rps']:6.0f}/s, TTFB p50 {fl['ttfb50']:.2f} ms | added TTFB "
+                      f"p50 {gw['ttfb50'] - fl['ttfb50']:+.2f} ms p99 {gw['ttfb99'] - fl['ttfb99']:+.2f} ms | "
+                      f"{gw['rps'] / LITELLM['streams_16']:.0f}x LiteLLM's 22/s")
+            slow = steps.since_mark()
+            print(f"loop steps over {args.slow_step_ms:g} ms since the sizes: {len(slow)}"
+                  + (f", longest {max(slow)[0]:.1f} ms at {max(slow)[1]}" if slow else ""))
     finally:
         daemon.stop()
-        sim.stop()
+        nginx.stop()
+
+    if "memory" in sections:
+        print(f"\n== memory: {args.open_streams} open streams (through the simulator, streams stalled open) ==")
+        mem_daemon = Daemon(workdir / "mem", sim.url)
+        try:
+            if pinned:
+                pin(mem_daemon.proc.pid, GATEWAY_CORE)
+            account = mem_daemon.admin.account("mem@example.com", paid_usd="100000000")
+            secret = mem_daemon.admin.key(account["id"], name="mem")["secret"]
+            target = Target(mem_daemon.url, "/v1/chat/completions", {"Authorization": f"Bearer {secret}"},
+                            lambda: [mem_daemon.proc.pid])
+            pid = mem_daemon.proc.pid
+            idle = rss_kib(pid)
+            warm_body = orjson.dumps({"model": "gpt-4.1-mini", "stream": True, "max_tokens": 64, "messages": [
+                {"role": "user", "content": "warm [[sim:words=30]]"}]})
+            loadgen.closed_loop(target.host, target.port, target.raw(warm_body), 8, 1.0)
+            stalled = orjson.dumps({"model": "gpt-4.1-mini", "stream": True, "max_tokens": 64, "messages": [
+                {"role": "user", "content": "hold me open [[sim:words=30]] [[sim:fault=stall_after:2]]"}]})
+            # a first batch grows the pools to steady state; the figure is what 1,000 more cost
+            base_seen, base = loadgen.open_streams(target.host, target.port, target.raw(stalled), 100,
+                                                   lambda: rss_kib(pid))
+            time.sleep(1)
+            before = rss_kib(pid)
+            seen, during = loadgen.open_streams(target.host, target.port, target.raw(stalled), args.open_streams,
+                                                lambda: rss_kib(pid))
+            time.sleep(1)
+            after = rss_kib(pid)
+            per_stream = (during - before) / max(1, seen)
+            figures.update(mem_idle=idle, mem_before=before, mem_during=during, mem_after=after, mem_seen=seen,
+                           mem_per_stream=per_stream)
+            print(f"idle RSS {idle / 1024:.1f} MiB (fresh), {before / 1024:.1f} MiB after warm-up; with {seen} streams "
+                  f"open {during / 1024:.1f} MiB; after they closed {after / 1024:.1f} MiB")
+            print(f"per open stream: {per_stream:.1f} KiB (goal under 50 KB; includes the upstream connection)")
+        finally:
+            mem_daemon.stop()
+    sim.stop()
+
+    if "soak" in sections and args.soak_requests:
+        print(f"\n== memory drift: a mixed soak with faults, {args.soak_requests} requests "
+              f"(issue 15's figure is 200,000: --soak-requests 200000) ==")
+        result = soak(seconds=0, requests=args.soak_requests, concurrency=args.soak_concurrency,
+                      pin_daemon=GATEWAY_CORE if pinned else None)
+        ok = print_report(result)
+        figures["soak"] = result
+        if not ok:
+            print("SOAK FAILED")
+    if args.write_readme:
+        write_readme(figures)
+        print("\nREADME.md performance table rewritten")
+    return 0
+
+
+def write_readme(f: dict) -> None:
+    """Replace the table in README.md's Performance section with this run's figures."""
+    rows = []
+
+    def row(label: str, *cells: str) -> None:
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    for name in ("pass-through", "translated"):
+        if ("conc", name, 1) not in f:
+            continue
+        c = {n: f[("conc", name, n)] for n in (1, 16, 64)}
+        row(f"{name}: CPU per request at 1 / 16 / 64 connections (ms)",
+            " / ".join(f"{c[n][0]['cpu_ms']:.2f}" for n in (1, 16, 64)),
+            " / ".join(f"{c[n][1]['cpu_ms']:.3f}" for n in (1, 16, 64)))
+        row(f"{name}: requests/s at 1 / 16 / 64 connections",
+            " / ".join(f"{c[n][0]['rps']:.0f}" for n in (1, 16, 64)),
+            " / ".join(f"{c[n][1]['rps']:.0f}" for n in (1, 16, 64)))
+        row(f"{name}: p50 / p99 at 64 connections (ms)", f"{c[64][0]['p50']:.1f} / {c[64][0]['p99']:.1f}",
+            f"{c[64][1]['p50']:.1f} / {c[64][1]['p99']:.1f}")
+    for name in ("pass-through", "translated"):
+        if ("size", name, 1) not in f:
+            continue
+        sizes = (1, 100, 400, 1600)
+        row(f"{name}: CPU per request, 1 / 100 / 400 / 1,600 KB body (ms)",
+            " / ".join(f"{f[('size', name, kb)][0]['cpu_ms']:.1f}" for kb in sizes),
+            " / ".join(f"{f[('size', name, kb)][1]['cpu_ms']:.2f}" for kb in sizes))
+        row(f"{name}: longest event-loop step, 1,600 KB body (ms)",
+            f"{f[('size', name, 1600)][2]:.1f}" if f[('size', name, 1600)][2] else f"under {f['args']['slow_step_ms']:g}",
+            "")
+    for name in ("pass-through", "translated"):
+        if ("paced", name) in f:
+            gw, fl = f[("paced", name)]
+            row(f"{name}: added latency at a paced {f['args']['rate']:g} req/s, p50 / p99 (ms)",
+                f"+{gw['p50'] - fl['p50']:.2f} / +{gw['p99'] - fl['p99']:.2f}",
+                f"{fl['p50']:.2f} / {fl['p99']:.2f} (latency)")
+    for name in ("pass-through", "translated"):
+        if ("streams", name) in f:
+            gw, fl = f[("streams", name)]
+            row(f"{name}: streams/s at 16 connections; added time to first byte p50 (ms)",
+                f"{gw['rps']:.0f}; +{gw['ttfb50'] - fl['ttfb50']:.2f}", f"{fl['rps']:.0f}; {fl['ttfb50']:.2f}")
+    if "mem_per_stream" in f:
+        row("memory: RSS idle (after warm-up) / with 1,000 open streams (MiB); per stream (KiB)",
+            f"{f['mem_before'] / 1024:.0f} / {f['mem_during'] / 1024:.0f}; {f['mem_per_stream']:.0f}", "")
+    if "soak" in f:
+        s = f["soak"]
+        row(f"memory: RSS drift over a {s['tally'].requests:,}-request soak with faults",
+            f"{s['drift'] * 100:+.1f}% ({s['rss_warm'] / 1024:.0f} -> {s['rss_end'] / 1024:.0f} MiB)", "")
+    table = "| | gatewayd | floor (nginx direct) |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start = text.index("<!-- bench:start -->")
+    end = text.index("<!-- bench:end -->")
+    readme.write_text(text[: start + len("<!-- bench:start -->")] + "\n" + table + text[end:])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,7 +7,10 @@ up mid-answer. At the end it prints the requests served, the faults injected, th
 audit (``gatewayctl audit --json``) and the daemon's RSS at start, after warm-up and at
 the end. A benchmark that prints figures, not a test. Usage:
 
-    .venv/bin/python bench/soak.py [--seconds 180] [--concurrency 16] [--seed 1]
+    .venv/bin/python bench/soak.py [--seconds 180 | --requests 200000] [--concurrency 16] [--seed 1]
+
+``bench/hot_path.py`` runs it too (``--soak-requests``) for the memory drift figure: RSS
+from the end of warm-up (the first tenth of the requests) to the end.
 
 Exit status 1 when the audit is not ok, a hold is left, or the gateway answered a 500.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import random
 import sqlite3
 import subprocess
@@ -102,10 +106,11 @@ class Tally:
         self.gateway_500s: list[str] = []
 
 
-async def client_loop(url: str, secrets: list[str], limited: list[str], rng: random.Random, deadline: float, tally: Tally) -> None:
+async def client_loop(url: str, secrets: list[str], limited: list[str], rng: random.Random, deadline: float,
+                      tally: Tally, requests: int | None = None) -> None:
     limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(30), limits=limits) as http:
-        while trio.current_time() < deadline:
+        while trio.current_time() < deadline and (requests is None or tally.requests < requests):
             tally.requests += 1
             n = tally.requests
             marker = pick_fault(rng)
@@ -150,21 +155,19 @@ def audit(socket_path: str) -> tuple[int, dict]:
     return done.returncode, json.loads(done.stdout or "{}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=180)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--accounts", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-
+def soak(*, seconds: float, requests: int | None, concurrency: int = 16, accounts: int = 4, seed: int = 1,
+         pin_daemon: set[int] | None = None) -> dict:
+    """Run a soak; returns its figures (see ``report``). Stops at ``requests`` sent when given,
+    else after ``seconds``."""
     sim = Sim()
     workdir = Path(tempfile.mkdtemp(prefix="gatewayd-soak-"))
     daemon = Daemon(workdir, sim.url, server=f"stream_idle_timeout_s = {IDLE_TIMEOUT_S}\nshutdown_grace_s = 5\n")
     try:
+        if pin_daemon:
+            pin(daemon.proc.pid, pin_daemon)
         secrets, limited, account_ids = [], [], []
-        for i in range(args.accounts):
-            account = daemon.admin.account(unique_email("soak"), paid_usd="1000")
+        for i in range(accounts):
+            account = daemon.admin.account(unique_email("soak"), paid_usd="1000000")
             daemon.admin.call("PUT", f"/accounts/{account['id']}/embeddings/text-embedding-3-small",
                               {"enabled": True})
             account_ids.append(account["id"])
@@ -175,16 +178,17 @@ def main() -> int:
         rss_start = rss_kib(pid)
         tally = Tally()
         started = time.monotonic()
-        rss_warm: list[int] = []
+        samples: list[tuple[int, int]] = []  # (requests sent, RSS KiB)
 
         async def run() -> None:
-            deadline = trio.current_time() + args.seconds
+            deadline = trio.current_time() + (seconds if requests is None else 10 ** 9)
             async with trio.open_nursery() as nursery:
-                for i in range(args.concurrency):
-                    nursery.start_soon(client_loop, daemon.url, secrets, limited, random.Random(args.seed * 1000 + i),
-                                       deadline, tally)
-                await trio.sleep(min(10, args.seconds / 6))
-                rss_warm.append(rss_kib(pid))
+                for i in range(concurrency):
+                    nursery.start_soon(client_loop, daemon.url, secrets, limited, random.Random(seed * 1000 + i),
+                                       deadline, tally, requests)
+                while nursery.child_tasks:
+                    await trio.sleep(1)
+                    samples.append((tally.requests, rss_kib(pid)))
 
         trio.run(run)
         elapsed = time.monotonic() - started
@@ -193,28 +197,66 @@ def main() -> int:
         code, report = audit(daemon.socket)
         held = sum(daemon.admin.balance(a)["held_nano"] for a in account_ids)
         rows = usage_statuses(workdir / "data" / "gateway.db")
-
-        print(f"soak: {elapsed:.0f} s, {args.concurrency} clients, seed {args.seed}")
-        print(f"requests sent: {tally.requests}  ({tally.requests / elapsed:.0f}/s); "
-              f"answered: {sum(tally.statuses.values())}; usage rows written: {sum(rows.values())}")
-        print("usage rows by status: " + ", ".join(f"{k}: {v}" for k, v in rows.most_common()))
-        print("statuses: " + ", ".join(f"{k}: {v}" for k, v in sorted(tally.statuses.items())))
-        print(f"faults injected: {sum(tally.faults.values())} (" +
-              ", ".join(f"{k}: {v}" for k, v in sorted(tally.faults.items())) + ")")
-        print(f"client hang-ups: {tally.hangups}; client-side transport errors: "
-              + (", ".join(f"{k}: {v}" for k, v in tally.transport_errors.items()) or "none"))
-        print(f"gateway 500s on fault-free requests: {len(tally.gateway_500s)}")
-        for line in tally.gateway_500s[:5]:
-            print("   ", line)
-        print(f"audit: {'ok' if report.get('ok') else 'NOT OK'} (gatewayctl exit {code}); held after: {held} nano")
-        print(f"daemon RSS: start {rss_start / 1024:.1f} MiB, after warm-up "
-              f"{(rss_warm[0] if rss_warm else 0) / 1024:.1f} MiB, end {rss_end / 1024:.1f} MiB")
-        if not report.get("ok"):
-            print(json.dumps(report, indent=1)[:3000])
-        return 0 if (code == 0 and held == 0 and not tally.gateway_500s) else 1
+        # drift: from the end of warm-up (the first tenth of the requests) to the end
+        sent = tally.requests
+        warm = next((rss for n, rss in samples if n >= sent / 10), rss_end)
+        return {
+            "elapsed": elapsed, "concurrency": concurrency, "seed": seed, "tally": tally, "rows": rows,
+            "audit_code": code, "audit": report, "held": held, "rss_start": rss_start, "rss_warm": warm,
+            "rss_end": rss_end, "rss_max": max([rss for _, rss in samples] + [rss_end]),
+            "drift": (rss_end - warm) / warm if warm else 0.0,
+        }
     finally:
         daemon.stop()
         sim.stop()
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus`` (threads started later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except (ProcessLookupError, OSError):
+            pass
+
+
+def print_report(r: dict) -> bool:
+    """Print a soak's figures; True when it passed (audit ok, no hold left, no gateway 500)."""
+    tally, rows, report = r["tally"], r["rows"], r["audit"]
+    elapsed = r["elapsed"]
+    print(f"soak: {elapsed:.0f} s, {r['concurrency']} clients, seed {r['seed']}")
+    print(f"requests sent: {tally.requests}  ({tally.requests / elapsed:.0f}/s); "
+          f"answered: {sum(tally.statuses.values())}; usage rows written: {sum(rows.values())}")
+    print("usage rows by status: " + ", ".join(f"{k}: {v}" for k, v in rows.most_common()))
+    print("statuses: " + ", ".join(f"{k}: {v}" for k, v in sorted(tally.statuses.items())))
+    print(f"faults injected: {sum(tally.faults.values())} (" +
+          ", ".join(f"{k}: {v}" for k, v in sorted(tally.faults.items())) + ")")
+    print(f"client hang-ups: {tally.hangups}; client-side transport errors: "
+          + (", ".join(f"{k}: {v}" for k, v in tally.transport_errors.items()) or "none"))
+    print(f"gateway 500s on fault-free requests: {len(tally.gateway_500s)}")
+    for line in tally.gateway_500s[:5]:
+        print("   ", line)
+    print(f"audit: {'ok' if report.get('ok') else 'NOT OK'} (gatewayctl exit {r['audit_code']}); "
+          f"held after: {r['held']} nano")
+    print(f"daemon RSS: start {r['rss_start'] / 1024:.1f} MiB, after warm-up (first tenth of the requests) "
+          f"{r['rss_warm'] / 1024:.1f} MiB, end {r['rss_end'] / 1024:.1f} MiB, max {r['rss_max'] / 1024:.1f} MiB; "
+          f"drift after warm-up {r['drift'] * 100:+.1f}%")
+    if not report.get("ok"):
+        print(json.dumps(report, indent=1)[:3000])
+    return r["audit_code"] == 0 and r["held"] == 0 and not tally.gateway_500s
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=180)
+    parser.add_argument("--requests", type=int, default=None, help="stop after this many requests (not --seconds)")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--accounts", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    result = soak(seconds=args.seconds, requests=args.requests, concurrency=args.concurrency,
+                  accounts=args.accounts, seed=args.seed)
+    return 0 if print_report(result) else 1
 
 
 if __name__ == "__main__":

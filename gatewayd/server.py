@@ -29,7 +29,7 @@ from gatewayd.config import Config, ConfigError, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
-from gatewayd import logs, protocol_errors
+from gatewayd import logs, loopwatch, protocol_errors
 from gatewayd.money import usd_to_nano
 from gatewayd.providers.upstream import Upstream
 from gatewayd.ratelimit import open_rate_limiter
@@ -269,7 +269,7 @@ async def _watch_signals(shutdown: trio.Event, relay: Relay, drain_delay_s: floa
 
 def run(config: Config, loader=None, worker: WorkerSockets | None = None) -> None:
     logs.setup(config.log.format, config.log.level)
-    trio.run(functools.partial(serve, config, loader, worker=worker))
+    trio.run(functools.partial(serve, config, loader, worker=worker), instruments=loopwatch.from_environment())
 
 
 __all__ = ["serve", "run", "attrs"]
