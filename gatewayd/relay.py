@@ -380,6 +380,8 @@ class Relay:
             yield pipe.error_event("the provider ended the stream early; the output is incomplete")
         finally:
             with trio.CancelScope(shield=True):
+                if pipe.complete:
+                    await _drain(chunks)
                 await chunks.aclose()
                 await response.aclose()
                 if not hold.settled:
@@ -401,6 +403,27 @@ class Relay:
                 if not usage.input_tokens:
                     usage = attrs.evolve(usage, input_tokens=route.input_tokens_estimate)
             await self._settle(hold, grant, usage, status=status, http_status=200)
+
+
+DRAIN_S = 0.05
+DRAIN_BYTES = 65536
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """After the terminal event, read what is left of the upstream body (the chunked-encoding
+    end, a trailing newline) so the connection goes back to the pool instead of being closed:
+    a stream that stops reading at the terminal event costs the next request a new TCP (and
+    TLS) connection to the provider. Bounded in time and bytes; a failure here only means
+    the connection is not reused."""
+    left = DRAIN_BYTES
+    with trio.move_on_after(DRAIN_S):
+        try:
+            async for chunk in chunks:
+                left -= len(chunk)
+                if left < 0:
+                    return
+        except httpx.HTTPError:
+            return
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -57,6 +57,14 @@ def parse_fields(raw: bytes) -> tuple[str | None, bytes]:
     return event, b"\n".join(data_lines)
 
 
+def _parse_plain(raw: bytes) -> tuple[str | None, bytes]:
+    """``parse_fields`` for an event with no "\r" in it; the common one-``data:``-line event
+    without an ``event:`` line is read without splitting into lines."""
+    if raw.startswith(b"data: ") and raw.count(b"\n") == 2:
+        return None, raw[6:-2]
+    return parse_fields(raw)
+
+
 class SSESplitter:
     """Feed bytes as they arrive; get back whole events as soon as each one is complete."""
 
@@ -67,13 +75,21 @@ class SSESplitter:
         self._buffer += chunk
         events: list[SSEEvent] = []
         start = 0
+        # Providers end lines with "\n": then one search per event finds its end. With a "\r"
+        # anywhere, each of the three terminators is searched for (each search scans the rest
+        # of the buffer, which made many events in one chunk cost quadratic time).
+        plain = b"\r" not in self._buffer
         while True:
-            at, length = _terminator_end(self._buffer, start)
+            if plain:
+                at = self._buffer.find(b"\n\n", start)
+                length = 2
+            else:
+                at, length = _terminator_end(self._buffer, start)
             if at == -1:
                 break
             raw = bytes(self._buffer[start : at + length])
             start = at + length
-            event, data = parse_fields(raw)
+            event, data = parse_fields(raw) if not plain else _parse_plain(raw)
             if event is None and not data:
                 continue  # comment-only or keep-alive block
             events.append(SSEEvent(raw=raw, event=event, data=data))
