@@ -31,6 +31,7 @@ import argparse
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -174,11 +175,11 @@ def main() -> int:
                         help="requests in the memory-drift soak (issue 15's figure is 200000; 0 skips it)")
     parser.add_argument("--soak-concurrency", type=int, default=32)
     parser.add_argument("--slow-step-ms", type=float, default=2.0)
-    parser.add_argument("--only", default="", help="comma list of sections: concurrency,sizes,paced,streams,memory,soak")
+    parser.add_argument("--only", default="", help="comma list of sections: concurrency,floors,sizes,paced,streams,memory,soak")
     parser.add_argument("--write-readme", action="store_true", help="rewrite README.md's performance table")
     args = parser.parse_args()
-    sections = set(args.only.split(",")) if args.only else {"concurrency", "sizes", "paced", "streams", "memory",
-                                                             "soak"}
+    sections = set(args.only.split(",")) if args.only else {"concurrency", "floors", "sizes", "paced", "streams",
+                                                             "memory", "soak"}
     pinned = (os.cpu_count() or 1) >= 2
     if pinned:
         os.sched_setaffinity(0, BENCH_CORE)
@@ -250,6 +251,38 @@ def main() -> int:
             slow = steps.since_mark()
             print(f"loop steps over {args.slow_step_ms:g} ms during this section: {len(slow)}"
                   + (f", longest {max(slow)[0]:.1f} ms at {max(slow)[1]}" if slow else ""))
+
+        if "floors" in sections:
+            print("\n== the layers' floors, 1 KB, 1 and 64 connections (CPU per request of the server measured) ==")
+            bare = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bare_asgi.py")], stdout=subprocess.PIPE,
+                                    text=True)
+            try:
+                bare_url = bare.stdout.readline().split()[-1]
+                if pinned:
+                    pin(bare.pid, GATEWAY_CORE)
+                layers = (
+                    ("nginx, canned answer", Target(nginx.url, "/v1/chat/completions", {}, lambda: nginx.pids), "POST"),
+                    ("hypercorn + bare ASGI app", Target(bare_url, "/", {}, lambda: [bare.pid]), "POST"),
+                    ("the simulator (a quart-trio app), direct", Target(sim.url, "/v1/chat/completions",
+                                                                        {"Authorization": "Bearer sim"},
+                                                                        lambda: [sim.proc.pid]), "POST"),
+                    ("gateway GET /healthz (hypercorn, Quart, listener, request log)",
+                     Target(daemon.url, "/healthz", {}, lambda: [gw_pid]), "GET"),
+                )
+                for label, target, method in layers:
+                    raw = target.raw(chat_body("gpt-4.1-mini", 1024)) if method == "POST" else (
+                        f"GET {target.path} HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n\r\n".encode())
+                    cells = []
+                    for conns in (1, 64):
+                        w = median_window([target.measure(lambda: loadgen.closed_loop(
+                            target.host, target.port, raw, conns, args.seconds / 2)) for _ in range(args.repeat)])
+                        cells.append(w)
+                    figures[("floor", label)] = cells
+                    print(f"  {label:62} CPU {cells[0]['cpu_ms']:.3f} / {cells[1]['cpu_ms']:.3f} ms, "
+                          f"{cells[0]['rps']:.0f} / {cells[1]['rps']:.0f} req/s at 1 / 64 connections")
+            finally:
+                bare.terminate()
+                bare.wait(10)
 
         if "sizes" in sections:
             print("\n== CPU per request by body size, 1 connection ==")
@@ -385,6 +418,9 @@ def write_readme(f: dict) -> None:
             " / ".join(f"{c[n][1]['rps']:.0f}" for n in (1, 16, 64)))
         row(f"{name}: p50 / p99 at 64 connections (ms)", f"{c[64][0]['p50']:.1f} / {c[64][0]['p99']:.1f}",
             f"{c[64][1]['p50']:.1f} / {c[64][1]['p99']:.1f}")
+    for (kind, label), cells in [(k, v) for k, v in f.items() if isinstance(k, tuple) and k[0] == "floor"]:
+        row(f"floor: {label}, CPU per request at 1 / 64 connections (ms)", "",
+            f"{cells[0]['cpu_ms']:.3f} / {cells[1]['cpu_ms']:.3f}")
     for name in ("pass-through", "translated"):
         if ("size", name, 1) not in f:
             continue
