@@ -43,6 +43,7 @@ from gatewayd.ratelimit import MemoryWindows, RateLimiter
 # purpose (InvalidAnswer). Every other exception from a route's callbacks or a pipe is a
 # bug in gatewayd: a 500 ``internal_error``, logged with its traceback.
 PROVIDER_FAULTS = (orjson.JSONDecodeError, InvalidAnswer)
+LARGE_BODY_BYTES = 256 * 1024  # bodies over this get a checkpoint between parsing and building the route
 
 
 @attrs.define
@@ -154,6 +155,10 @@ class Relay:
 
     async def run(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
         """Hold, call, answer, settle. Returns (status, headers, body-or-async-iterator)."""
+        if len(call.raw) > LARGE_BODY_BYTES:
+            # parsing a large body and building its upstream request (estimate, translation,
+            # model swap) each take a millisecond or more: let other tasks run in between
+            await trio.lowlevel.checkpoint()
         route = self.build_route(call)
         estimate = estimate_cost(grant.model, route.input_tokens_estimate, route.output_tokens, grant.price_ratio)
         t = trace.get()

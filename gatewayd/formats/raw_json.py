@@ -8,6 +8,15 @@ value is found by a small scanner over the bytes and only that span is replaced.
 
 Sans-I/O, pure. The body has already been parsed once (orjson) by the caller, so it is
 known to be valid JSON; the scanner only needs to track strings and nesting depth.
+
+Speed: the scanner steps through the bytes in Python (about a quarter of a microsecond a
+byte: 400 ms for a 1.6 MB prompt, all of it holding the event loop). So when the caller
+passes the parsed body, the usual case is settled with C-speed byte searches instead: if
+the key occurs exactly once as an object key in the bytes and no ``\\u`` escape occurs at
+all (the only way to spell a key's letters differently), that one occurrence is the
+top-level key the parser read. Otherwise the scanner runs on bodies up to
+``SCAN_LIMIT`` bytes, and past that the function returns None and the caller re-encodes
+(same document, C speed, other bytes not kept).
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from __future__ import annotations
 import orjson
 
 _WHITESPACE = b" \t\r\n"
+SCAN_LIMIT = 16 * 1024
 
 
 def _string_end(raw: bytes, start: int) -> int:
@@ -36,13 +46,45 @@ def _skip_whitespace(raw: bytes, i: int) -> int:
     return i
 
 
-def replace_top_level_string(raw: bytes, key: str, value: str) -> bytes | None:
+def _only_key_span(raw: bytes, key: str) -> tuple[int, int] | None:
+    """The value span of ``key`` when it occurs exactly once as an object key, spelled
+    plainly, with a string value, and the bytes hold no ``\\u`` escape; else None."""
+    if b"\\u" in raw:
+        return None
+    needle = orjson.dumps(key)
+    found = None
+    at = raw.find(needle)
+    while at != -1:
+        backslashes = 0
+        while at - backslashes > 0 and raw[at - backslashes - 1] == 0x5C:
+            backslashes += 1
+        if backslashes % 2 == 0:  # a real opening quote: a whole string token equal to the key
+            colon = _skip_whitespace(raw, at + len(needle))
+            if raw[colon] == 0x3A:  # ":": an object key
+                if found is not None:
+                    return None  # twice (nested, or a duplicate): only the scanner can tell
+                value_at = _skip_whitespace(raw, colon + 1)
+                if raw[value_at] != 0x22:
+                    return None
+                found = (value_at, _string_end(raw, value_at))
+        at = raw.find(needle, at + 1)
+    return found
+
+
+def replace_top_level_string(raw: bytes, key: str, value: str, parsed: dict | None = None) -> bytes | None:
     """``raw`` with every top-level ``key`` whose value is a string set to ``value``.
 
-    Returns None when the document is not an object or has no such string field (the
-    caller then re-encodes). Keys written with escapes (``"mod\\u0065l"``) are matched
-    by their decoded text, as a JSON parser would.
+    Returns None when the document is not an object or has no such string field, or is
+    over ``SCAN_LIMIT`` and not settled by the fast path (the caller then re-encodes).
+    Keys written with escapes (``"mod\\u0065l"``) are matched by their decoded text, as a
+    JSON parser would. ``parsed`` (the caller's parse of ``raw``) enables the fast path.
     """
+    if isinstance(parsed, dict) and isinstance(parsed.get(key), str):
+        span = _only_key_span(raw, key)
+        if span is not None:
+            return b"".join((raw[: span[0]], orjson.dumps(value), raw[span[1]:]))
+    if len(raw) > SCAN_LIMIT:
+        return None
     i = _skip_whitespace(raw, 0) if raw else 0
     if not raw or raw[i] != 0x7B:  # "{"
         return None

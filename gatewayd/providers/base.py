@@ -59,7 +59,7 @@ def with_changes(raw: bytes, body: dict, changes: dict[str, Any]) -> bytes:
     if not changes:
         return raw
     if set(changes) == {"model"}:
-        swapped = replace_top_level_string(raw, "model", changes["model"])
+        swapped = replace_top_level_string(raw, "model", changes["model"], body)
         if swapped is not None:
             return swapped
     return encode_body({**body, **changes})

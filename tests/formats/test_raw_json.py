@@ -57,3 +57,33 @@ def test_same_document_as_re_encoding_but_the_other_bytes_kept(doc, model, new, 
     assert json.loads(out) == {**doc, "model": new}  # json, not orjson: big ints stay ints
     prefix = raw[: raw.index(b'"model"')]
     assert out.startswith(prefix)
+
+
+def test_fast_path_on_a_large_body_keeps_every_other_byte():
+    big = "lorem ipsum \"model\": \\\"x\\\" " * 40000  # over a megabyte, look-alikes included
+    raw = orjson.dumps({"messages": [{"role": "user", "content": big}], "model": "claude-3-5-haiku", "x": 2})
+    raw = raw.replace(b'"x":2', b'"x": 2.50')  # bytes a re-encoding would change
+    out = replace_top_level_string(raw, "model", "claude-3-5-haiku-latest", orjson.loads(raw))
+    assert out == raw.replace(b'"model":"claude-3-5-haiku"', b'"model":"claude-3-5-haiku-latest"')
+
+
+def test_large_body_the_fast_path_cannot_settle_is_left_to_re_encoding():
+    big = "y" * (64 * 1024)
+    nested = orjson.dumps({"tools": [{"parameters": {"model": "inner"}}], "model": "a", "pad": big})
+    escaped = b'{"model":"a","text":"caf\\u00e9","pad":"' + big.encode() + b'"}'
+    for raw in (nested, escaped):
+        assert replace_top_level_string(raw, "model", "z", orjson.loads(raw)) is None
+    small = orjson.dumps({"tools": [{"parameters": {"model": "inner"}}], "model": "a"})
+    assert orjson.loads(replace_top_level_string(small, "model", "z", orjson.loads(small))) == {
+        "tools": [{"parameters": {"model": "inner"}}], "model": "z"}  # small: the scanner settles it
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=st.dictionaries(st.sampled_from(["model", "messages", "x", "y\\"]), _json, max_size=5),
+       model=st.text(), new=st.text(), ascii_only=st.booleans(), indent=st.sampled_from([None, 1]))
+def test_fast_path_gives_the_same_document(doc, model, new, ascii_only, indent):
+    doc = {**doc, "model": model}
+    raw = json.dumps(doc, ensure_ascii=ascii_only, indent=indent).encode()
+    out = replace_top_level_string(raw, "model", new, json.loads(raw))
+    assert json.loads(out) == {**doc, "model": new}
+    assert out.startswith(raw[: raw.index(b'"model"')])
