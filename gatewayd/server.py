@@ -165,7 +165,8 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
             console = await mount_console(public_app, directory, store, config)
             first = config
             reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], relay.metrics)
-            admin_app = create_admin_app(directory, store, time.time, reload=reloader.reload)
+            reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
+            admin_app = create_admin_app(directory, store, time.time, reload=reload)
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket

@@ -69,9 +69,22 @@ class WorkerSockets:
     listen_fds: tuple[int, ...]
     admin_fd: int
     ready_fd: int
+    supervisor_pid: int
 
     def ready(self, binds: list[str]) -> None:
         os.write(self.ready_fd, f"{self.index} {os.getpid()} {' '.join(binds)}\n".encode())
+
+    def reload_everywhere(self, reload):
+        """``gatewayctl reload`` reaches one worker: it reloads, answers, and has the supervisor
+        send SIGHUP to every worker (itself included: reloading the same file twice is harmless)."""
+
+        def run(source: str) -> dict:
+            result = reload(source)  # a bad config raises here: nothing is sent to the others
+            if os.getppid() == self.supervisor_pid:
+                os.kill(self.supervisor_pid, signal.SIGHUP)
+            return result
+
+        return run
 
     def metrics_listen(self, listen: str) -> str:
         """Each worker's own metrics listener: ``[server] metrics_listen``'s port + (worker number - 1),
@@ -156,7 +169,7 @@ class Supervisor:
 
             run(self.config, self.loader, worker=WorkerSockets(
                 index=index, listen_fds=tuple(s.fileno() for s in self.listeners), admin_fd=self.admin.fileno(),
-                ready_fd=self.ready_w,
+                ready_fd=self.ready_w, supervisor_pid=parent,
             ))
             code = 0
         except KeyboardInterrupt:
