@@ -41,6 +41,13 @@ Console state (shared by every instance)
     ``end_session(sid, until, now)``, ``session_ended(sid, now)``,
     ``signin_failures(buckets, since)``, ``add_signin_failure(buckets, at, forget_before)``,
     ``clear_signin_failures(bucket)``.
+Changes (the key cache of every instance)
+    ``follow_changes(apply)`` (run in the nursery): ``await apply(Change)`` for each account
+    or key changed by any instance, ``Change("all")`` after the feed (re)connects; SQLite:
+    none, one process makes every change. PostgreSQL: LISTEN/NOTIFY (``pg_changes``).
+Rate limits
+    ``take_rate_slot(account_id, model_id, requests, window_s) -> None | seconds to wait``
+    (PostgreSQL: the sliding log shared by every instance; SQLite keeps it in memory).
 Instances
     ``heartbeat()``, ``instances()`` (PostgreSQL), ``release_dead_holds() -> int``
     (holds of instances whose heartbeat stopped are released and recorded as

@@ -172,3 +172,19 @@ def utc_iso(moment: dt.datetime) -> str:
     """The store's timestamp text: ``2026-11-21T20:48:00.123Z`` (sorts as time)."""
     moment = moment.astimezone(dt.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+@attrs.frozen
+class Change:
+    """An account or key changed by some instance (``follow_changes``); ``kind="all"``: reload everything."""
+
+    kind: str  # "account" | "key" | "all"
+    id: str | None = None
+
+    @classmethod
+    def parse(cls, payload: str) -> "Change | None":
+        """``account:<id>`` / ``key:<id>``, as the PostgreSQL triggers send them."""
+        kind, _, ref = payload.partition(":")
+        if kind in ("account", "key") and ref:
+            return cls(kind, ref)
+        return None

@@ -326,6 +326,12 @@ class SQLiteStore(SQLStore):
                 last_beat = time.monotonic()
                 await self.heartbeat()
 
+    async def follow_changes(self, apply, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Changes made by other instances: none, since one process serves the file and every
+        change is made (and applied to its cache) in it. Returns only when cancelled."""
+        task_status.started()
+        await trio.sleep_forever()
+
     # -- audit --------------------------------------------------------------------------
 
     async def audit(self, accounts: Iterable[Account], keys: Iterable[Key]) -> dict:
