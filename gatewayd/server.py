@@ -32,7 +32,8 @@ from gatewayd.drain import BACKSTOP_S
 from gatewayd import logs, loopwatch, protocol_errors
 from gatewayd.money import usd_to_nano
 from gatewayd.providers.upstream import Upstream
-from gatewayd.ratelimit import open_rate_limiter
+from gatewayd.changes import ChangeFollower
+from gatewayd.ratelimit import StoreWindows, open_rate_limiter
 from gatewayd.relay import Relay
 from gatewayd.reload import Reloader
 from gatewayd.workers import WorkerSockets
@@ -139,8 +140,10 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
         recovered = await store.release_dead_holds()
         if recovered:
             log.warning("released %d holds left by a stopped instance (recorded as interrupted)", recovered)
-        # shared=None: one process serves a SQLite file, so the limiter's memory is exact
-        async with open_rate_limiter(config, shared=None) as limiter, trio.open_nursery() as nursery:
+        # SQLite: one process serves the file, so the limiter's memory is exact; PostgreSQL: the
+        # database's log, shared by every instance
+        shared = StoreWindows(store) if store.kind == "postgres" else None
+        async with open_rate_limiter(config, shared=shared) as limiter, trio.open_nursery() as nursery:
             adapt = _keep
             if config.demo:
                 from gatewayd.sim import serve_simulator
@@ -151,6 +154,7 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
                 adapt = lambda c: c.with_simulator(sim)  # noqa: E731
             directory = Directory(config, store)
             await directory.load()
+            await nursery.start(ChangeFollower(store, directory).run)  # changes made on other instances
             upstream = Upstream(
                 connect_timeout_s=config.server.upstream_connect_timeout_s,
                 stream_idle_timeout_s=config.server.stream_idle_timeout_s,
