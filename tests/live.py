@@ -262,3 +262,14 @@ class Nginx:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def postgres_ready() -> bool:
+    """The PostgreSQL store is built and the machine's server answers (tests that need it skip otherwise)."""
+    try:
+        import gatewayd.store.postgres  # noqa: F401
+    except ImportError:
+        return False
+    from tests import pg
+
+    return pg.available()
