@@ -181,12 +181,12 @@ class Relay:
                     except StopAsyncIteration:
                         first = b""
                     handed_to_stream = True
-                    return 200, {"cache-control": "no-cache"}, _prepend(first, pump)
-                return 200, {}, await self._finish(response, route, hold, grant)
+                    return 200, {**route.headers, "cache-control": "no-cache"}, _prepend(first, pump)
+                return 200, route.headers, await self._finish(response, route, hold, grant)
             except UpstreamError as e:
                 # an error status, or a refusal inside a 200 (a blocked prompt) told before any byte
                 status, body, headers = route.upstream_error(e)
-                return status, headers, body
+                return status, {**route.headers, **headers}, body
         except GatewayError:
             raise
         except Exception as e:  # a route callback or the store failed: ours, not the provider's

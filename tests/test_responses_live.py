@@ -341,7 +341,10 @@ def test_small_max_output_tokens_streamed(gateway, funded, model):
     ({"model": "deepseek-chat", "input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "deepseek-chat", "input": "hi", "stream": "yes"}, "stream"),
     ({"model": "deepseek-chat", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
-    ({"model": "claude-sonnet-4-5", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"model": "claude-sonnet-4-5", "input": "hi", "tools": [{"type": "web_search"}],
+      "tool_choice": {"type": "web_search"}}, "tool_choice"),
+    ({"model": "deepseek-chat", "input": "hi", "tools": [{"type": "file_search"}], "tool_choice": "required"},
+     "tool_choice"),
 ])
 def test_bad_bodies_are_clear_400s(gateway, funded, body, param):
     account, _, secret = funded
@@ -390,6 +393,38 @@ def test_codex_style_turn(gateway, sim, funded, model):
         assert upstream["input"] == items  # passed through, ids, sealed reasoning and all
     else:
         assert "gAAAAsealed" not in json.dumps(upstream)  # sealed for OpenAI's models: dropped
+
+
+@pytest.mark.parametrize("model", TRANSLATED)
+@pytest.mark.parametrize("stream", [False, True])
+def test_hosted_tools_are_dropped_with_a_header_and_custom_tools_called(gateway, sim, funded, model, stream):
+    """Codex offers web_search and image generation on every turn: a translated model runs
+    without them (the header says so), and its call to a free-form tool comes back as a
+    custom_tool_call."""
+    account, _, secret = funded
+    marker = f"hosted-{model}-{stream}"
+    tools = [{"type": "web_search", "external_web_access": True}, {"type": "image_generation"},
+             {"type": "custom", "name": "apply_patch", "description": "Edit files",
+              "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}]
+    body = {"model": model, "input": f"{marker} [[sim:args={{\"input\": \"patch text\"}}]]", "tools": tools,
+            "stream": stream}
+    with httpx.stream("POST", gateway.url + "/v1/responses", json=body,
+                      headers={"authorization": f"Bearer {secret}"}) as r:
+        raw = r.read()
+    assert r.status_code == 200, raw
+    assert r.headers["x-gatewayd-dropped-tools"] == (
+        'web_search, image_generation; reason="built-in tools run only on OpenAI\'s own Responses API; '
+        'this model is served by translation"')
+    if stream:
+        done = [json.loads(line[5:]) for line in raw.decode().splitlines() if line.startswith("data:")][-1]
+        output = done["response"]["output"]
+    else:
+        output = json.loads(raw)["output"]
+    [call] = output
+    assert (call["type"], call["name"], call["input"]) == ("custom_tool_call", "apply_patch", "patch text")
+    upstream = sim.last_request(marker)["json"]
+    assert "web_search" not in json.dumps(upstream) and "image_generation" not in json.dumps(upstream)
+    assert len(gateway.admin.usage(account["id"])) == 1
 
 
 @pytest.mark.parametrize("model", ALL)

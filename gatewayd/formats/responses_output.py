@@ -12,7 +12,10 @@ back the way the real API echoes them.
 
 from __future__ import annotations
 
+from gatewayd.formats.responses_tools import ToolPlan, call_item, plan_tools
+
 __all__ = [
+    "call_prefix",
     "chat_response_to_responses",
     "envelope",
     "function_call_item",
@@ -124,6 +127,11 @@ def function_call_item(id_: str, call_id: str, name: str, arguments: str, status
     }
 
 
+def call_prefix(plan: ToolPlan, chat_name: str) -> str:
+    """Item id prefix of a tool call: ``ctc`` for a free-form (custom) tool, else ``fc``."""
+    return "ctc" if chat_name in plan.custom else "fc"
+
+
 def _text(content) -> str:
     """Chat content is a string, or (from some upstreams) a list of text parts."""
     if isinstance(content, str):
@@ -166,16 +174,19 @@ def chat_response_to_responses(chat: dict, *, request: dict, response_id: str, c
         content.append(refusal_part(message["refusal"]))
     if content:
         output.append(message_item(item_id("msg", response_id, len(output)), content, "completed"))
+    plan = plan_tools(request.get("tools"))
     for call in message.get("tool_calls") or []:
         if not isinstance(call, dict):
             continue
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
         index = len(output)
+        name = function.get("name") or ""
         output.append(
-            function_call_item(
-                item_id("fc", response_id, index),
+            call_item(
+                plan,
+                item_id(call_prefix(plan, name), response_id, index),
                 call.get("id") or item_id("call", response_id, index),
-                function.get("name") or "",
+                name,
                 function.get("arguments") or "",
                 "completed",
             )

@@ -5,14 +5,17 @@ field. The result is a plain chat-completions body; for messages-format models a
 translator turns it into a messages body, so everything here only has to be valid chat.
 
 What cannot be carried is refused rather than silently dropped, because a client that
-relies on it (a stored conversation, a hosted tool) would otherwise get a confidently
-wrong answer. What is only bookkeeping on OpenAI's side (``store``, ``include``,
+relies on it (a stored conversation, a required hosted tool) would otherwise get a
+confidently wrong answer. Tools are the one exception (``responses_tools``): agents such
+as Codex CLI offer a hosted web search on every turn, so a hosted tool the request does
+not require is dropped, and the route says so in a response header. What is only bookkeeping on OpenAI's side (``store``, ``include``,
 ``prompt_cache_key`` ...) is ignored: nothing is stored here, so there is nothing to keep.
 """
 
 from __future__ import annotations
 
 from gatewayd.formats.errors import TranslationError
+from gatewayd.formats.responses_tools import chat_name, chat_tool_choice, custom_arguments, plan_tools
 
 __all__ = ["responses_request_to_chat"]
 
@@ -69,13 +72,11 @@ def responses_request_to_chat(body: dict) -> dict:
     messages.extend(_input_to_messages(body.get("input")))
     chat["messages"] = messages
 
-    tools = body.get("tools")
-    if tools is not None:
-        chat_tools = _tools(tools)
-        if chat_tools:
-            chat["tools"] = chat_tools
+    plan = plan_tools(body.get("tools"))  # custom and namespaced tools become functions; built-ins drop
+    if plan.chat_tools:
+        chat["tools"] = list(plan.chat_tools)
     if body.get("tool_choice") is not None:
-        chat["tool_choice"] = _tool_choice(body["tool_choice"])
+        chat["tool_choice"] = chat_tool_choice(body["tool_choice"], plan)
     if body.get("parallel_tool_calls") is not None:
         chat["parallel_tool_calls"] = body["parallel_tool_calls"]
 
@@ -121,9 +122,9 @@ def _input_to_messages(value) -> list[dict]:
         kind = item.get("type", "message")
         if kind == "message":
             _append_message(messages, item, where)
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             _append_function_call(messages, item, where)
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             messages.append(_function_call_output(item, where))
         elif kind == "reasoning":
             # A summary of earlier thinking; its encrypted_content is sealed for OpenAI's
@@ -231,16 +232,28 @@ def _file_part(part: dict, where: str) -> dict:
 
 
 def _append_function_call(messages: list[dict], item: dict, where: str) -> None:
+    """A ``function_call`` or a ``custom_tool_call`` (free-form: its raw ``input`` becomes the
+    one string argument of the function it was offered as, see ``responses_tools``)."""
+    kind = item.get("type")
     call_id = item.get("call_id")
     name = item.get("name")
-    arguments = item.get("arguments", "")
     if not isinstance(call_id, str) or not call_id:
-        raise TranslationError("function_call needs a call_id", f"{where}.call_id")
+        raise TranslationError(f"{kind} needs a call_id", f"{where}.call_id")
     if not isinstance(name, str) or not name:
-        raise TranslationError("function_call needs a name", f"{where}.name")
-    if not isinstance(arguments, str):
-        raise TranslationError("function_call arguments must be a JSON string", f"{where}.arguments")
-    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        raise TranslationError(f"{kind} needs a name", f"{where}.name")
+    if kind == "custom_tool_call":
+        text = item.get("input", "")
+        if not isinstance(text, str):
+            raise TranslationError("custom_tool_call input must be a string", f"{where}.input")
+        arguments = custom_arguments(text)
+    else:
+        arguments = item.get("arguments", "")
+        if not isinstance(arguments, str):
+            raise TranslationError("function_call arguments must be a JSON string", f"{where}.arguments")
+    namespace = item.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise TranslationError("namespace must be a string", f"{where}.namespace")
+    call = {"id": call_id, "type": "function", "function": {"name": chat_name(name, namespace), "arguments": arguments}}
     previous = messages[-1] if messages else None
     if previous is not None and previous["role"] == "assistant":
         # Chat holds one turn's text and all its calls in a single assistant message.
@@ -252,7 +265,7 @@ def _append_function_call(messages: list[dict], item: dict, where: str) -> None:
 def _function_call_output(item: dict, where: str) -> dict:
     call_id = item.get("call_id")
     if not isinstance(call_id, str) or not call_id:
-        raise TranslationError("function_call_output needs a call_id", f"{where}.call_id")
+        raise TranslationError(f"{item.get('type')} needs a call_id", f"{where}.call_id")
     output = item.get("output")
     if isinstance(output, str):
         content = output
@@ -267,41 +280,7 @@ def _function_call_output(item: dict, where: str) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-# -- tools and output format -----------------------------------------------------------
-
-
-def _tools(tools) -> list[dict]:
-    if not isinstance(tools, list):
-        raise TranslationError("tools must be a list", "tools")
-    chat_tools = []
-    for index, tool in enumerate(tools):
-        where = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            raise TranslationError("each tool must be an object", where)
-        kind = tool.get("type")
-        if kind != "function":
-            raise TranslationError(f"tool type {kind} is not supported for this model", f"{where}.type")
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise TranslationError("function tool needs a name", f"{where}.name")
-        function = {"name": name}
-        for field in ("description", "parameters", "strict"):
-            if tool.get(field) is not None:
-                function[field] = tool[field]
-        chat_tools.append({"type": "function", "function": function})
-    return chat_tools
-
-
-def _tool_choice(choice):
-    if choice in ("auto", "none", "required"):
-        return choice
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        name = choice.get("name")
-        if not isinstance(name, str) or not name:
-            raise TranslationError("tool_choice of type function needs a name", "tool_choice.name")
-        return {"type": "function", "function": {"name": name}}
-    kind = choice.get("type") if isinstance(choice, dict) else choice
-    raise TranslationError(f"tool_choice {kind!r} is not supported for this model", "tool_choice")
+# -- output format ---------------------------------------------------------------------
 
 
 def _text_format(text):

@@ -12,6 +12,7 @@ is the one openai-python's ``responses.stream()`` accumulator checks:
         reasoning: reasoning_summary_part.added, reasoning_summary_text.delta...,
                    reasoning_summary_text.done, reasoning_summary_part.done
         function:  function_call_arguments.delta..., function_call_arguments.done
+        custom:    custom_tool_call_input.delta, custom_tool_call_input.done
       response.output_item.done
     response.completed | response.incomplete        (finish)
     error, response.failed                          (fail)
@@ -21,6 +22,10 @@ tool call, or one tool call -> the next) the open item is closed before the next
 opens. Chat streams send one tool call after another (OpenAI does, and so does the
 messages->chat translator, since messages content blocks are sequential); a late
 argument fragment for a call that was already closed cannot be reopened and is dropped.
+
+A call to a free-form (custom) tool arrives as chat arguments ``{"input": "..."}``
+(see ``responses_tools``); its fragments are gathered, and the raw input is sent when the
+call closes, as one ``custom_tool_call_input.delta`` and its ``.done``.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ from __future__ import annotations
 import attrs
 
 from gatewayd.formats.responses_output import (
+    call_prefix,
     envelope,
-    function_call_item,
     incomplete_reason,
     item_id,
     message_item,
@@ -39,6 +44,7 @@ from gatewayd.formats.responses_output import (
     refusal_part,
     usage_from_chat,
 )
+from gatewayd.formats.responses_tools import call_item, plan_tools
 
 __all__ = ["ChatToResponsesStream"]
 
@@ -56,6 +62,7 @@ class _OpenItem:
     call_id: str = ""
     name: str = ""
     chat_index: int | None = None
+    custom: bool = False  # function_call: a call to a free-form tool, sent as custom_tool_call
 
 
 def _response_error_code(code) -> str:
@@ -74,6 +81,7 @@ class ChatToResponsesStream:
 
     def __init__(self, *, request: dict, response_id: str, created_at: int) -> None:
         self._request = request
+        self._tools = plan_tools(request.get("tools"))
         self._response_id = response_id
         self._created_at = created_at
         self._sequence = 0
@@ -268,20 +276,23 @@ class ChatToResponsesStream:
         if index in self._closed_tools:
             return
         if index != current:
-            item = self._open_item(events, "function_call", "fc")
+            item = self._open_item(events, "function_call", call_prefix(self._tools, name))
             item.chat_index = index
             item.call_id = call.get("id") or item_id("call", self._response_id, item.output_index)
             item.name = name
+            item.custom = name in self._tools.custom
             self._emit(
                 events,
                 "response.output_item.added",
                 output_index=item.output_index,
-                item=function_call_item(item.id, item.call_id, item.name, "", "in_progress"),
+                item=self._call(item, "", "in_progress"),
             )
         elif name and not item.name:
             item.name = name
         if arguments:
             item.chunks.append(arguments)
+            if item.custom:
+                return  # JSON fragments of {"input": ...}: the raw input is sent at the close
             self._emit(
                 events,
                 "response.function_call_arguments.delta",
@@ -328,8 +339,14 @@ class ChatToResponsesStream:
             final = message_item(item.id, item.parts, status)
         else:
             arguments = "".join(item.chunks)
-            self._emit(events, "response.function_call_arguments.done", **where, name=item.name, arguments=arguments)
-            final = function_call_item(item.id, item.call_id, item.name, arguments, status)
+            final = self._call(item, arguments, status)
+            if item.custom:
+                if final["input"]:
+                    self._emit(events, "response.custom_tool_call_input.delta", **where, delta=final["input"])
+                self._emit(events, "response.custom_tool_call_input.done", **where, input=final["input"])
+            else:
+                self._emit(events, "response.function_call_arguments.done", **where, name=final["name"],
+                           arguments=arguments)
             self._closed_tools.add(item.chat_index)
         self._emit(events, "response.output_item.done", output_index=item.output_index, item=final)
         self._done.append(final)
@@ -347,4 +364,9 @@ class ChatToResponsesStream:
             elif item.part_kind == "refusal":
                 parts.append(refusal_part(text))
             return message_item(item.id, parts, status)
-        return function_call_item(item.id, item.call_id, item.name, text, status)
+        return self._call(item, text, status)
+
+    def _call(self, item: _OpenItem, arguments: str, status: str) -> dict:
+        """The item of a tool call: a function call (with its namespace, if any) or a custom
+        tool call, as ``responses_tools`` maps chat names back."""
+        return call_item(self._tools, item.id, item.call_id, item.name, arguments, status)

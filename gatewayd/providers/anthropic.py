@@ -24,7 +24,7 @@ from gatewayd.formats.responses import chat_response_to_responses, responses_req
 from gatewayd.formats.responses_output import envelope
 from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPipe, tell_cache_writes
 from gatewayd.providers.base import (
-    Call, Route, converted_error, encode_body, model_change, passthrough_error, translate, with_changes,
+    Call, Route, converted_error, dropped_tools_headers, encode_body, model_change, passthrough_error, translate, with_changes,
 )
 from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
 
@@ -156,6 +156,7 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
                                           created=created),
         finish=finish,
         upstream_error=converted_error,
+        headers=dropped_tools_headers(body),
     )
 
 

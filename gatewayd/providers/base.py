@@ -21,6 +21,7 @@ from gatewayd.errors import BodyError, UpstreamError
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.raw_json import replace_top_level_string
+from gatewayd.formats.responses_tools import DROPPED_REASON, plan_tools
 from gatewayd.formats.usage import Usage
 
 
@@ -48,6 +49,7 @@ class Route:
     # non-stream: upstream body -> (client body, usage or None when the upstream gave none)
     finish: Callable[[bytes], tuple[bytes, Usage | None]]
     upstream_error: Callable[[UpstreamError], tuple[int, bytes, dict[str, str]]]
+    headers: dict[str, str] = attrs.Factory(dict)  # sent to the client with the answer (e.g. dropped tools)
 
 
 Builder = Callable[[Call, ModelRoute, Any], Route]  # (call, route, upstream transport) -> Route
@@ -72,6 +74,16 @@ def encode_body(body: dict) -> bytes:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:
         raise BodyError("the request nests JSON more than 254 levels deep") from None
+
+
+DROPPED_TOOLS_HEADER = "x-gatewayd-dropped-tools"
+
+
+def dropped_tools_headers(body: dict) -> dict[str, str]:
+    """A translated responses request's tools that no translation can honour (hosted and
+    built-in tools it did not require) were dropped: say which, and why, to the client."""
+    dropped = plan_tools(body.get("tools")).dropped
+    return {DROPPED_TOOLS_HEADER: f'{", ".join(dropped)}; reason="{DROPPED_REASON}"'} if dropped else {}
 
 
 def model_change(call: Call, target: ModelRoute) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from gatewayd.formats.responses import chat_response_to_responses, responses_req
 from gatewayd.formats.responses_output import envelope
 from gatewayd.formats.translating_pipes import ToResponsesPipe
 from gatewayd.providers.base import (
-    Builder, Call, Route, converted_error, encode_body, model_change, passthrough_error, translate, with_changes,
+    Builder, Call, Route, converted_error, dropped_tools_headers, encode_body, model_change, passthrough_error, translate, with_changes,
 )
 
 SIM_BASE_PATH = "/v1"  # where the simulator serves this protocol (``--demo``)
@@ -110,6 +110,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
                                               response_id=response_id, created=created),
             finish=finish,
             upstream_error=converted_error,
+            headers=dropped_tools_headers(body),
         )
 
     def embeddings(call: Call, target: ModelRoute, upstream) -> Route:

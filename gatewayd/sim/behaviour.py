@@ -83,6 +83,8 @@ class Markers:
     text: str | None = None
     words: int | None = None
     tools: int | None = None
+    tool: str | None = None  #: ``[[sim:tool=NAME]]``: call this tool, as a named tool_choice would
+    args: dict | None = None  #: ``[[sim:args={...}]]``: the calls' arguments, instead of the schema's
     text_then_tool: bool = False
     thinking: bool = False
     cache_read: int = 0
@@ -120,6 +122,15 @@ def parse_markers(text: str) -> Markers:
             found["words"] = _int(value)
         elif name == "tools":
             found["tools"] = _int(value, 1) if has_value else 1
+        elif name == "tool":
+            found["tool"] = value.strip()
+        elif name == "args":
+            try:
+                args = json.loads(value)
+            except ValueError:
+                args = None
+            if isinstance(args, dict):
+                found["args"] = args
         elif name in ("text_then_tool", "thinking"):
             found[name] = True
         elif name in ("cache_read", "cache_write"):
@@ -326,7 +337,7 @@ def arguments_for(schema: dict | None) -> dict:
 def _call_count(prompt: Prompt, marks: Markers) -> int:
     if not prompt.tools or prompt.tool_choice == "none" or prompt.tool_result is not None:
         return 0
-    forced = prompt.tool_choice == "required" or prompt.forced_tool is not None
+    forced = prompt.tool_choice == "required" or prompt.forced_tool is not None or marks.tool is not None
     if marks.tools is not None:
         return max(marks.tools, 1 if forced else 0)
     if marks.text_then_tool or forced:
@@ -336,15 +347,16 @@ def _call_count(prompt: Prompt, marks: Markers) -> int:
     return 1 if prompt.ends_with_user else 0
 
 
-def _tool_calls(prompt: Prompt, count: int) -> list[ToolCall]:
+def _tool_calls(prompt: Prompt, count: int, marks: Markers = NO_MARKERS) -> list[ToolCall]:
     tools = prompt.tools
-    if prompt.forced_tool is not None:
-        named = [t for t in tools if t.name == prompt.forced_tool]
+    wanted = prompt.forced_tool if prompt.forced_tool is not None else marks.tool
+    if wanted is not None:
+        named = [t for t in tools if t.name == wanted]
         tools = tuple(named) or tools
     calls = []
     for index in range(count):
         tool = tools[index % len(tools)]
-        args = arguments_for(tool.schema)
+        args = marks.args if marks.args is not None else arguments_for(tool.schema)
         calls.append(ToolCall(index, tool.name, json.dumps(args, ensure_ascii=False), args))
     return calls
 
@@ -364,7 +376,7 @@ def plan(prompt: Prompt) -> Plan:
         text = explicit if explicit is not None else (TEXT_BEFORE_TOOL if marks.text_then_tool else "")
     else:
         text = explicit if explicit is not None else default_reply(prompt.user_text)
-    calls = _tool_calls(prompt, count) if count else []
+    calls = _tool_calls(prompt, count, marks) if count else []
     stop = "tool_use" if calls else "end_turn"
     stop_sequence = None
 

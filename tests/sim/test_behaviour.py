@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from gatewayd.sim.behaviour import (
     Faults,
     Prompt,
@@ -66,3 +68,16 @@ def test_plan_budget_order_thinking_text_tools():
     assert [c.name for c in forced.tool_calls] == ["g"] and forced.text == "hi"
     assert plan(Prompt(user_text="x", tools=tools, tool_choice="none")).tool_calls == ()
     assert plan(Prompt(user_text="x", tools=tools, ends_with_user=False)).tool_calls == ()
+
+
+def test_tool_and_args_markers_pick_the_tool_and_its_arguments():
+    tools = (Tool("f", {"type": "object", "properties": {"q": {"type": "string"}}}),
+             Tool("apply_patch", {"type": "object", "properties": {"input": {"type": "string"}}}))
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n"
+    text = '[[sim:tool=apply_patch]] [[sim:args={"input": "*** Begin Patch\\n*** Add File: a.txt\\n+hi\\n*** End Patch\\n"}]]'
+    [call] = plan(Prompt(user_text=text, tools=tools, ends_with_user=False)).tool_calls  # the marker forces a call
+    assert (call.name, json.loads(call.arguments)) == ("apply_patch", {"input": patch})
+    [named] = plan(Prompt(user_text="[[sim:tool=apply_patch]]", tools=tools)).tool_calls
+    assert (named.name, json.loads(named.arguments)) == ("apply_patch", {"input": "sim-input"})
+    [fallback] = plan(Prompt(user_text="[[sim:tool=nope]] [[sim:args=not json]]", tools=tools)).tool_calls
+    assert (fallback.name, json.loads(fallback.arguments)) == ("f", {"q": "sim-q"})

@@ -1,0 +1,177 @@
+"""Codex CLI, the real CLI from npm, pointed at gatewayd as a custom model provider.
+
+``codex exec`` runs a whole agent turn through the gateway's ``/v1/responses`` against the
+simulator, configured the way docs/responses.md tells Codex users to (``wire_api =
+"responses"``, base URL ``{gateway}/v1``, the key from an environment variable):
+
+- on a GPT-like model the Responses request passes through; the simulator asks for
+  Codex's ``exec_command`` function, Codex really runs it in a scratch directory, sends
+  the output back as a ``function_call_output``, and the simulator answers with it;
+- on a Claude-like model the request is translated to the messages format: Codex's free-form
+  ``apply_patch`` tool travels as a function with one string argument, the simulator's call
+  to it comes back to Codex as the ``custom_tool_call`` it expects, and Codex really applies
+  the patch (the file appears on disk); hosted tools (``web_search``) are dropped.
+
+Both bill exactly the tokens Codex reports. The CLI is installed once into ``.venv/npm``
+(ignored by git); the test is skipped, with the reason, when npm or the registry is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.live import ROOT
+
+pytestmark = pytest.mark.slow
+
+PREFIX = ROOT / ".venv" / "npm"
+CODEX = PREFIX / "node_modules" / ".bin" / "codex"
+PACKAGE_JSON = PREFIX / "node_modules" / "@openai" / "codex" / "package.json"
+# Pinned: the test relies on the CLI's config keys, tool names (exec_command, apply_patch) and
+# its model catalogue format; bump deliberately.
+VERSION = "0.169.0"
+
+# What a Codex user adds so that a gateway model gets Codex's free-form apply_patch tool
+# (docs/responses.md): Codex knows tool types only for OpenAI's own model ids.
+CATALOGUE_ENTRY = {
+    "display_name": "", "slug": "", "apply_patch_tool_type": "freeform", "shell_type": "shell_command",
+    "base_instructions": "You are Codex, a coding agent. Edit files with the apply_patch tool.",
+    "supported_reasoning_levels": [], "visibility": "list", "supported_in_api": True, "priority": 0,
+    "support_verbosity": False, "truncation_policy": {"mode": "tokens", "limit": 10000},
+    "experimental_supported_tools": [], "context_window": 200000,
+}
+
+
+def _installed_version() -> str | None:
+    try:
+        return json.loads(PACKAGE_JSON.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@pytest.fixture(scope="session")
+def codex_cli() -> Path:
+    if not CODEX.exists() or _installed_version() != VERSION:
+        if shutil.which("npm") is None:
+            pytest.skip("npm is not installed: cannot install @openai/codex")
+        try:
+            done = subprocess.run(
+                ["npm", "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund", "--fetch-retries=1",
+                 f"@openai/codex@{VERSION}"],
+                capture_output=True, text=True, timeout=300,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.skip("npm install @openai/codex timed out (registry unreachable?)")
+        if done.returncode != 0 or not CODEX.exists() or _installed_version() != VERSION:
+            pytest.skip(f"npm install @openai/codex failed (registry unreachable?): "
+                        f"{(done.stderr or done.stdout).strip()[-500:]}")
+    probe = subprocess.run([str(CODEX), "--version"], capture_output=True, text=True, timeout=60,
+                           env={"PATH": os.environ["PATH"], "HOME": str(PREFIX)})
+    if probe.returncode != 0:
+        pytest.skip(f"the installed codex CLI does not run here: {(probe.stderr or probe.stdout).strip()[-500:]}")
+    return CODEX
+
+
+def run_codex(cli: Path, gateway, secret: str, model: str, prompt: str, tmp_path: Path) -> tuple[list[dict], Path]:
+    """``codex exec --json`` in a fresh CODEX_HOME and work directory; returns its events."""
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir(exist_ok=True)
+    catalogue = home / "models.json"
+    catalogue.write_text(json.dumps({"models": [{**CATALOGUE_ENTRY, "slug": model, "display_name": model}]}))
+    (home / "config.toml").write_text(
+        f'model = "{model}"\n'
+        'model_provider = "gatewayd"\n'
+        f'model_catalog_json = "{catalogue}"\n'
+        "\n[model_providers.gatewayd]\n"
+        'name = "gatewayd"\n'
+        f'base_url = "{gateway.url}/v1"\n'
+        'env_key = "GATEWAYD_API_KEY"\n'
+        'wire_api = "responses"\n'
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home), "GATEWAYD_API_KEY": secret}
+    done = subprocess.run(
+        [str(cli), "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+         "-C", str(work), prompt],
+        env=env, cwd=work, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, f"codex exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")], work
+
+
+def _billed_as_codex_reports(gateway, account: dict, events: list[dict], input_price: int, output_price: int) -> None:
+    rows = gateway.admin.usage(account["id"])
+    assert [(r["endpoint"], r["stream"], r["status"]) for r in rows] == [("responses", True, "ok")] * 2
+    [usage] = [e["usage"] for e in events if e["type"] == "turn.completed"]
+    assert sum(r["input_tokens"] for r in rows) == usage["input_tokens"]
+    assert sum(r["output_tokens"] for r in rows) == usage["output_tokens"]
+    assert all(r["cost_nano"] == r["input_tokens"] * input_price + r["output_tokens"] * output_price for r in rows)
+    balance = gateway.admin.balance(account["id"])
+    assert balance["balance_nano"] == 10_000_000_000 - sum(r["cost_nano"] for r in rows)
+    assert balance["held_nano"] == 0
+
+
+def test_codex_runs_a_command_on_a_gpt_like_model(codex_cli, gateway, sim, funded, tmp_path):
+    account, _, secret = funded
+    marker = f"codex-gpt-{uuid.uuid4().hex[:8]}"
+    args = json.dumps({"cmd": "cat sim-found.txt", "login": False})
+    prompt = f"Show me the file please ({marker}) [[sim:tool=exec_command]] [[sim:args={args}]]"
+    (tmp_path / "work").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "work" / "sim-found.txt").write_text(f"found me {marker}\n")
+    events, _ = run_codex(codex_cli, gateway, secret, "gpt-4.1-mini", prompt, tmp_path)
+
+    [command] = [e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "command_execution"]
+    assert command["exit_code"] == 0 and f"found me {marker}" in command["aggregated_output"]
+    [answer] = [e["item"]["text"] for e in events if e["type"] == "item.completed"
+                and e["item"]["type"] == "agent_message"]
+    assert answer.startswith("Tool result received: ")
+
+    first, second = sim.requests(marker)
+    for turn in (first, second):  # passed through: the Responses API upstream, Codex's own body
+        assert turn["path"] == "/v1/responses" and turn["json"]["model"] == "gpt-4.1-mini"
+        assert turn["json"]["stream"] is True and turn["json"]["store"] is False
+        assert turn["headers"]["authorization"] == "Bearer sim-provider-key"
+        assert {"web_search", "custom", "function"} <= {t["type"] for t in turn["json"]["tools"]}
+    [call] = [i for i in second["json"]["input"] if i.get("type") == "function_call"]
+    [output] = [i for i in second["json"]["input"] if i.get("type") == "function_call_output"]
+    assert call["name"] == "exec_command" and json.loads(call["arguments"]) == json.loads(args)
+    assert output["call_id"] == call["call_id"] and f"found me {marker}" in output["output"]
+    _billed_as_codex_reports(gateway, account, events, 400, 1600)
+
+
+def test_codex_applies_a_patch_on_a_claude_like_model(codex_cli, gateway, sim, funded, tmp_path):
+    """Translated: Codex's free-form apply_patch reaches the model as a function and comes back
+    as a custom tool call, which Codex applies; its hosted web_search is dropped."""
+    account, _, secret = funded
+    marker = f"codex-claude-{uuid.uuid4().hex[:8]}"
+    patch = f"*** Begin Patch\n*** Add File: hello.txt\n+hello from the simulator {marker}\n*** End Patch\n"
+    prompt = (f"Add the file please ({marker}) [[sim:tool=apply_patch]] "
+              f"[[sim:args={json.dumps({'input': patch})}]]")
+    events, work = run_codex(codex_cli, gateway, secret, "claude-haiku-4-5", prompt, tmp_path)
+
+    assert (work / "hello.txt").read_text() == f"hello from the simulator {marker}\n"
+    [change] = [e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "file_change"]
+    assert change["status"] == "completed" and change["changes"] == [{"path": str(work / "hello.txt"), "kind": "add"}]
+
+    first, second = sim.requests(marker)
+    for turn in (first, second):  # translated: the messages upstream, Codex's tools as functions
+        assert turn["path"] == "/v1/messages" and turn["json"]["model"] == "claude-haiku-4-5"
+        assert turn["headers"]["x-api-key"] == "sim-provider-key"
+        tools = {t["name"]: t for t in turn["json"]["tools"]}
+        assert tools["apply_patch"]["input_schema"]["properties"] == {"input": {
+            "type": "string", "description": "The tool's whole input as raw text (a free-form tool: not JSON)."}}
+        assert "lark grammar" in tools["apply_patch"]["description"]
+        assert "exec_command" in tools and not {"web_search", "tool_search"} & set(tools)
+    [tool_use] = [b for b in second["json"]["messages"][-2]["content"] if b["type"] == "tool_use"]
+    assert (tool_use["name"], tool_use["input"]) == ("apply_patch", {"input": patch})
+    [result] = second["json"]["messages"][-1]["content"]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == tool_use["id"]
+    assert "A hello.txt" in json.dumps(result["content"])
+    _billed_as_codex_reports(gateway, account, events, 1000, 5000)
