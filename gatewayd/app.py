@@ -290,8 +290,17 @@ def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
             GatewayError(405, f"{request.method} is not allowed on {path}", "method_not_allowed"), "other"
         )
 
+    def log_exception(exc_info) -> None:
+        """Quart's own log line for an exception no handler caught, with the request id added."""
+        fields = {"request_id": request.scope.get("gateway.request_id"), "path": request.path}
+        logging.getLogger("gatewayd.app").error("internal error while handling the request", exc_info=exc_info,
+                                                extra={"fields": fields})
+
+    app.log_exception = log_exception  # type: ignore[method-assign]
+
     @app.errorhandler(500)
     async def internal(_error):
-        return error_response(GatewayError(500, "internal error in the gateway", "internal_error"), "other")
+        return error_response(GatewayError(500, "internal error in the gateway; this is a gateway bug",
+                                           "internal_error"), "other")
 
     return app

@@ -195,3 +195,23 @@ async def test_a_broken_chunk_mid_stream_is_the_providers_fault(tmp_path, caplog
     assert "the provider stream broke off" in response.text
     assert row["status"] == "upstream_broken"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_an_exception_outside_the_relay_is_a_logged_500_with_the_request_id(tmp_path, caplog, monkeypatch):
+    from gatewayd import endpoints
+
+    def broken(relay, ctx):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(endpoints, "models_list", broken)
+    gw = Gateway(tmp_path, lambda request: httpx.Response(500))
+    try:
+        _, secret = await gw.funded_key()
+        response = await gw.http.get("/v1/models", headers={"authorization": f"Bearer {secret}"})
+    finally:
+        await gw.aclose()
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    request_id = response.headers["x-request-id"]
+    assert request_id in response.json()["error"]["message"]
+    logged_fault(caplog, request_id)
