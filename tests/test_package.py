@@ -162,3 +162,27 @@ def test_wheel_installs_in_a_fresh_venv_and_serves_the_demo_from_anywhere(tmp_pa
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait()
+
+
+def _gatewayd_commands() -> list[list[str]]:
+    import typer.main
+
+    from gatewayd.cli import app
+
+    return [[]] + [[name] for name in sorted(typer.main.get_command(app).commands)]
+
+
+@pytest.mark.parametrize("command", _gatewayd_commands(), ids=lambda c: " ".join(c) or "gatewayd")
+def test_gatewayd_help_cites_only_what_a_user_has(command):
+    """An installed wheel has no design notes: --help points at docs/ files and commands only."""
+    from typer.testing import CliRunner
+
+    from gatewayd.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())
+    assert "Usage:" in text
+    assert not re.search(r"design\.md|section \d|issue \d", text, re.IGNORECASE), text
+    for cited in re.findall(r"docs/[\w./-]+\.md", text):
+        assert (ROOT / cited).is_file(), cited
