@@ -29,12 +29,24 @@ class SSEEvent:
         return self.data == b"[DONE]"
 
 
-def _terminator_end(buffer: bytes | bytearray, start: int) -> tuple[int, int]:
-    """Index of the first blank-line terminator at or after ``start`` and its length, or (-1, 0)."""
-    best = -1
-    length = 0
-    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
-        at = buffer.find(sep, start)
+_SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+
+
+def _terminator_end(buffer: bytes | bytearray, start: int, first: bytes = b"\n\n") -> tuple[int, int]:
+    """Index of the first blank-line terminator at or after ``start`` and its length, or (-1, 0).
+
+    ``first`` (the separator the stream used last) is looked for first; the others only
+    in front of where it was found. Looking for each one through the whole rest of the
+    buffer cost a scan of the rest per event: quadratic in a read holding many events of a
+    stream that never uses one of them (Gemini frames its events with ``\r\n\r\n``, so
+    ``\n\n`` was such a search: 1.6 ms an event at 2,000 events a read)."""
+    best = buffer.find(first, start)
+    length = len(first) if best != -1 else 0
+    for sep in _SEPARATORS:
+        if sep == first:
+            continue
+        # only a match starting before ``best`` matters: it ends before best - 1 + len(sep)
+        at = buffer.find(sep, start) if best == -1 else buffer.find(sep, start, best - 1 + len(sep))
         if at != -1 and (best == -1 or at < best):
             best, length = at, len(sep)
     return best, length
@@ -70,21 +82,24 @@ class SSESplitter:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self._separator = b"\n\n"  # with "\r" about: the terminator this stream used last, searched first
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         self._buffer += chunk
         events: list[SSEEvent] = []
         start = 0
         # Providers end lines with "\n": then one search per event finds its end. With a "\r"
-        # anywhere, each of the three terminators is searched for (each search scans the rest
-        # of the buffer, which made many events in one chunk cost quadratic time).
+        # anywhere (Gemini frames events with "\r\n\r\n"), the terminator seen last is searched
+        # first and the other two only in front of it, so that is linear too.
         plain = b"\r" not in self._buffer
         while True:
             if plain:
                 at = self._buffer.find(b"\n\n", start)
                 length = 2
             else:
-                at, length = _terminator_end(self._buffer, start)
+                at, length = _terminator_end(self._buffer, start, self._separator)
+                if at != -1:
+                    self._separator = bytes(self._buffer[at : at + length])
             if at == -1:
                 break
             raw = bytes(self._buffer[start : at + length])

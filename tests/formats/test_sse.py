@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from gatewayd.formats.sse import SSESplitter, parse_fields
 
@@ -72,3 +73,51 @@ def test_a_cr_arriving_later_switches_to_the_general_search():
     assert [e.data for e in splitter.feed(b'data: {"a":1}\n\ndata: {"b"')] == [b'{"a":1}']
     assert [e.data for e in splitter.feed(b':2}\r\n\r\n')] == [b'{"b":2}']
     assert splitter.pending == 0
+
+
+# -- mixed terminators: the earliest blank line wins, whatever kind was seen last ----------------
+
+
+def split(data: bytes, sizes=None) -> list[tuple[str | None, bytes, bytes]]:
+    splitter = SSESplitter()
+    events = []
+    if sizes is None:
+        events += splitter.feed(data)
+    else:
+        at = 0
+        for size in sizes:
+            events += splitter.feed(data[at : at + size])
+            at += size
+        events += splitter.feed(data[at:])
+    events += splitter.flush()
+    return [(e.event, e.data, e.raw) for e in events]
+
+
+@pytest.mark.parametrize("sep", [b"\n\n", b"\r\n\r\n", b"\r\r"])
+def test_each_separator(sep):
+    nl = sep[: len(sep) // 2]
+    data = b"event: a" + nl + b"data: 1" + sep + b"data: 2" + sep
+    assert [(e, d) for e, d, _ in split(data)] == [("a", b"1"), (None, b"2")]
+
+
+def test_mixed_separators_cut_at_the_earliest_blank_line():
+    data = b"data: 1\r\n\r\ndata: 2\n\ndata: 3\r\rdata: 4\r\n\r\ndata: 5\n\n"
+    assert [d for _, d, _ in split(data)] == [b"1", b"2", b"3", b"4", b"5"]
+    # a later separator of the kind seen last must not win over an earlier one of another kind
+    data = b"data: a\r\n\r\ndata: b\n\ndata: c\r\n\r\n"
+    assert [d for _, d, _ in split(data)] == [b"a", b"b", b"c"]
+
+
+_event = st.builds(lambda text, sep: b"data: " + text.encode() + sep,
+                   st.text("abc xyz{}:\"", min_size=1, max_size=20).filter(lambda t: t.strip()),
+                   st.sampled_from([b"\n\n", b"\r\n\r\n", b"\r\r"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_event, min_size=1, max_size=20), st.lists(st.integers(1, 40), max_size=30))
+def test_any_read_sizes_give_the_same_events(events, sizes):
+    data = b"".join(events)
+    whole = split(data)
+    assert split(data, sizes) == whole
+    assert b"".join(raw for _, _, raw in whole) == data
+    assert len(whole) == len(events)
