@@ -16,6 +16,8 @@ import httpx
 import openai
 import pytest
 
+from gatewayd.sim.behaviour import THINKING_TEXT, signature_for
+
 FLASH = "gemini-2.5-flash"
 PRO = "gemini-2.5-pro"
 PRICES = {  # nano-USD per token: the catalogue's USD per 1M tokens
@@ -129,6 +131,22 @@ def test_chat_tool_round_trip_with_parallel_calls(gateway, sim, funded):
         {"functionResponse": {"name": "get_weather", "response": {"output": "sunny, 21 C"}}},
         {"functionResponse": {"name": "lookup", "response": {"output": "found 3"}}}]}
     assert len(gateway.admin.usage(account["id"])) == 2
+
+
+def test_thought_signature_survives_a_tool_loop(gateway, sim, funded):
+    _, _, secret = funded
+    c = client(gateway, secret)
+    marker = tag()
+    messages = [{"role": "user", "content": f"Weather? {marker}"}]
+    first = c.chat.completions.create(model=FLASH, messages=messages, tools=[WEATHER], reasoning_effort="low")
+    [call] = first.choices[0].message.tool_calls
+    signature = call.id.split("__thought__")[1]
+    assert signature == signature_for(THINKING_TEXT)  # what the simulator signed the call with
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "cloudy"}]
+    c.chat.completions.create(model=FLASH, messages=messages, tools=[WEATHER], reasoning_effort="low")
+    model_turn = sim.last_request("cloudy")["json"]["contents"][1]
+    assert model_turn["parts"][0]["thoughtSignature"] == signature
 
 
 def test_thinking_and_cached_tokens_are_billed_at_their_rates(gateway, sim, funded):

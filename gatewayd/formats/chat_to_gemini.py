@@ -20,6 +20,9 @@ import orjson
 
 from gatewayd.formats.errors import TranslationError
 
+#: Between a tool call id the gateway made and the Gemini thought signature it carries.
+SIGNATURE_SEPARATOR = "__thought__"
+
 __all__ = [
     "EFFORT_THINKING_BUDGET",
     "chat_request_to_gemini",
@@ -307,7 +310,11 @@ def _function_call(call, where: str, call_names: dict[str, str]) -> dict:
     if not isinstance(call_id, str) or not call_id:
         raise TranslationError(f"{where}.id must be a non-empty string", f"{where}.id")
     call_names[call_id] = function["name"]
-    return {"functionCall": {"name": function["name"], "args": _arguments(function.get("arguments"), f"{where}.function.arguments")}}
+    part = {"functionCall": {"name": function["name"], "args": _arguments(function.get("arguments"), f"{where}.function.arguments")}}
+    _, separator, signature = call_id.partition(SIGNATURE_SEPARATOR)
+    if separator and signature:
+        part["thoughtSignature"] = signature  # Gemini's, carried in our id (see gemini_to_chat._call_id)
+    return part
 
 
 def _arguments(arguments, where: str) -> dict:

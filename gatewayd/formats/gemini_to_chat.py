@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import orjson
 
+from gatewayd.formats.chat_to_gemini import SIGNATURE_SEPARATOR
 from gatewayd.formats.errors import InvalidAnswer
 from gatewayd.formats.usage import Usage, from_gemini
 
 __all__ = [
     "FINISH_REASONS",
+    "SIGNATURE_SEPARATOR",
     "GeminiToChatStream",
     "PromptBlocked",
     "blocked_prompt_error",
@@ -128,8 +130,16 @@ def _parts(doc: dict) -> tuple[list, str | None]:
     return parts, reason if isinstance(reason, str) else None
 
 
-def _call_id(completion_id: str, index: int) -> str:
-    return f"call_{completion_id.removeprefix('chatcmpl-')}_{index}"
+def _call_id(completion_id: str, index: int, part: dict | None = None) -> str:
+    """``call_<completion id>_<n>``, plus ``__thought__<signature>`` when Gemini signed the
+    call (``thoughtSignature``, sent with function calls when the model thought). The chat
+    format has no field for it, and clients echo tool call ids back verbatim, so the id
+    carries it to the next turn, where ``chat_to_gemini`` puts it back on the call: Gemini
+    keeps its thought context across a tool loop that way, and Gemini 3 models refuse a
+    function call turn that comes back without its signature."""
+    base = f"call_{completion_id.removeprefix('chatcmpl-')}_{index}"
+    signature = part.get("thoughtSignature") if part is not None else None
+    return f"{base}{SIGNATURE_SEPARATOR}{signature}" if isinstance(signature, str) and signature else base
 
 
 def _arguments(call: dict) -> str:
@@ -158,7 +168,7 @@ def gemini_response_to_chat(doc: dict, *, model: str, created: int, completion_i
         call = part.get("functionCall")
         if isinstance(call, dict):
             tool_calls.append({
-                "id": _call_id(completion_id, len(tool_calls)),
+                "id": _call_id(completion_id, len(tool_calls), part),
                 "type": "function",
                 "function": {"name": call.get("name"), "arguments": _arguments(call)},
             })
@@ -277,7 +287,7 @@ class GeminiToChatStream:
             name = call.get("name") if isinstance(call.get("name"), str) else ""
             arguments = _arguments(call)
             self._output.extend((name, arguments))
-            start = {"index": index, "id": _call_id(self._chunk_id, index), "type": "function",
+            start = {"index": index, "id": _call_id(self._chunk_id, index, part), "type": "function",
                      "function": {"name": name, "arguments": ""}}
             return [self._chunk({"tool_calls": [start]}),
                     self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})]

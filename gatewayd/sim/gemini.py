@@ -174,8 +174,13 @@ def _blocked(plan: Plan, body: dict, n: int) -> dict:
     return doc
 
 
-def _call_part(call) -> dict:
-    return {"functionCall": {"name": call.name, "args": call.input}}
+def _call_part(call, plan: Plan) -> dict:
+    """When the model thought, its first function call carries the thought signature (as
+    Gemini signs the first call of a turn)."""
+    part = {"functionCall": {"name": call.name, "args": call.input}}
+    if plan.thinking and call.index == 0:
+        part["thoughtSignature"] = plan.signature
+    return part
 
 
 def render(plan: Plan, body: dict, n: int) -> dict:
@@ -186,7 +191,7 @@ def render(plan: Plan, body: dict, n: int) -> dict:
         parts.append({"text": plan.thinking, "thought": True})
     if plan.text:
         parts.append({"text": plan.text})
-    parts.extend(_call_part(call) for call in plan.tool_calls)
+    parts.extend(_call_part(call, plan) for call in plan.tool_calls)
     content: dict = {"role": "model"}
     if parts:
         content["parts"] = parts
@@ -224,7 +229,7 @@ def events(plan: Plan, body: dict, n: int) -> Iterator[tuple[bytes, int]]:
     for piece in pieces(plan.text):
         yield chunk({"text": piece}), CONTENT
     for call in plan.tool_calls:
-        yield chunk(_call_part(call)), CONTENT
+        yield chunk(_call_part(call, plan)), CONTENT
     closing: dict = {
         "candidates": [{"content": {"parts": [{"text": ""}], "role": "model"},
                         "finishReason": FINISH_REASON[plan.stop], "index": 0}],

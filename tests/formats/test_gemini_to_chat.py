@@ -363,3 +363,25 @@ def test_stream_translation_is_consistent_with_the_whole_answer(prompt, tools, m
     streamed = accumulate(sim_round(request, True))
     expected = whole(sim_round(request, False))
     assert streamed == expected
+
+
+# --- thought signatures ride in tool call ids ---------------------------------------------------
+
+
+def test_a_signed_call_carries_its_signature_in_the_id_and_back():
+    doc = answer([{"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2lnbmVk/+="},
+                  {"functionCall": {"name": "g", "args": {}}}])
+    calls = translate(doc)["choices"][0]["message"]["tool_calls"]
+    assert [c["id"] for c in calls] == ["call_abc_0__thought__c2lnbmVk/+=", "call_abc_1"]
+    s = stream()
+    chunks = s.feed(doc)
+    assert [tc["id"] for d in deltas(chunks) for tc in d.get("tool_calls", ()) if "id" in tc] == [c["id"] for c in calls]
+    echoed = chat_request_to_gemini({"messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": calls[0]["id"], "content": "one"},
+        {"role": "tool", "tool_call_id": calls[1]["id"], "content": "two"}]})
+    assert echoed["contents"][1]["parts"] == [
+        {"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2lnbmVk/+="},
+        {"functionCall": {"name": "g", "args": {}}}]
+    assert [p["functionResponse"]["name"] for p in echoed["contents"][2]["parts"]] == ["f", "g"]

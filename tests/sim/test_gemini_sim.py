@@ -90,6 +90,15 @@ async def test_parallel_function_calls_whole_and_streamed(sim):
     assert len(evs) == 3  # one event per call, then the closing one
 
 
+async def test_a_thinking_turn_signs_its_first_call(sim):
+    body = ask("[[sim:tools=2]] [[sim:thinking]]", tools=[WEATHER])
+    parts = (await sim.post(GEN, json=body, headers=KEY)).json()["candidates"][0]["content"]["parts"]
+    assert parts[0]["thoughtSignature"].startswith("sig-") and "thoughtSignature" not in parts[1]
+    evs = events((await sim.post(STREAM, json=body, headers=KEY)).content)
+    signed = [p for e in evs for p in e["candidates"][0]["content"]["parts"] if "thoughtSignature" in p]
+    assert signed == [parts[0]]
+
+
 async def test_tool_config_and_function_responses(sim):
     forced = ask("hi", tools=[WEATHER],
                  toolConfig={"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}})
