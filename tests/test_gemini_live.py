@@ -259,6 +259,16 @@ def test_responses_stream_with_a_tool_call(gateway, sim, funded):
     assert (final.usage.input_tokens, final.usage.output_tokens) == (row["input_tokens"], row["output_tokens"])
 
 
+def test_responses_hosted_tools_are_dropped_and_named(gateway, sim, funded):
+    _, _, secret = funded
+    marker = tag()
+    raw = client(gateway, secret).responses.with_raw_response.create(
+        model=FLASH, input=f"[[sim:words=2]] {marker}", tools=[{"type": "web_search"}])
+    assert raw.parse().output_text == "w1 w2"
+    assert raw.headers["x-gatewayd-dropped-tools"].startswith("web_search")
+    assert "tools" not in sim.last_request(marker)["json"]
+
+
 def test_responses_non_stream_with_cache_and_thinking(gateway, sim, funded):
     account, _, secret = funded
     marker = tag()

@@ -422,13 +422,22 @@ def gemini_schema(schema: dict, where: str = "schema") -> dict:
     unsupported ``format`` values, non-string ``enum``s ...) are dropped, since they only
     constrain, never change, what a valid call looks like.
     """
-    defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
+    defs: dict = {}
+    for key in ("definitions", "$defs"):
+        if isinstance(schema.get(key), dict):
+            defs.update(schema[key])
     return _clean(schema, defs, where, ())
 
 
-def _clean(schema, defs: dict, where: str, refs: tuple[str, ...]) -> dict:
+#: Deeper tool schemas are refused (a clear 400) rather than walked into Python's recursion limit.
+MAX_SCHEMA_DEPTH = 64
+
+
+def _clean(schema, defs: dict, where: str, refs: tuple[str, ...], depth: int = 0) -> dict:
     if not isinstance(schema, dict):
         raise TranslationError(f"{where} must be a JSON schema object", where)
+    if depth > MAX_SCHEMA_DEPTH:
+        raise TranslationError(f"{where} nests more than {MAX_SCHEMA_DEPTH} levels deep", where)
     ref = schema.get("$ref")
     if isinstance(ref, str):
         name = ref.rsplit("/", 1)[-1]
@@ -438,7 +447,7 @@ def _clean(schema, defs: dict, where: str, refs: tuple[str, ...]) -> dict:
             raise TranslationError(f"{where}.$ref {ref!r} is recursive, which this model's tool schemas cannot express",
                                    f"{where}.$ref")
         merged = {**defs[name], **{k: v for k, v in schema.items() if k != "$ref"}}
-        return _clean(merged, defs, where, (*refs, name))
+        return _clean(merged, defs, where, (*refs, name), depth + 1)
 
     out: dict = {k: schema[k] for k in _SCHEMA_KEYS if k in schema}
     kind = schema.get("type")
@@ -459,7 +468,7 @@ def _clean(schema, defs: dict, where: str, refs: tuple[str, ...]) -> dict:
             raise TranslationError(f"{where}.type {kind!r} is not a JSON schema type", f"{where}.type")
         out["type"] = _TYPES[kind.lower()]
     if isinstance(variants, list) and variants:
-        out["anyOf"] = [_clean(v, defs, f"{where}.anyOf[{i}]", refs) for i, v in enumerate(variants)]
+        out["anyOf"] = [_clean(v, defs, f"{where}.anyOf[{i}]", refs, depth + 1) for i, v in enumerate(variants)]
     if "const" in schema and isinstance(schema["const"], str):
         out["enum"] = [schema["const"]]
     enum = schema.get("enum")
@@ -472,7 +481,7 @@ def _clean(schema, defs: dict, where: str, refs: tuple[str, ...]) -> dict:
     if isinstance(properties, dict):
         out.setdefault("type", "OBJECT")
         out["properties"] = {
-            name: _clean(sub, defs, f"{where}.properties.{name}", refs) for name, sub in properties.items()
+            name: _clean(sub, defs, f"{where}.properties.{name}", refs, depth + 1) for name, sub in properties.items()
         }
         required = schema.get("required")
         if isinstance(required, list):
@@ -481,7 +490,7 @@ def _clean(schema, defs: dict, where: str, refs: tuple[str, ...]) -> dict:
                 out["required"] = kept
     items = schema.get("items")
     if isinstance(items, dict):
-        out["items"] = _clean(items, defs, f"{where}.items", refs)
+        out["items"] = _clean(items, defs, f"{where}.items", refs, depth + 1)
     if "type" not in out and "anyOf" not in out:
         out["type"] = "OBJECT" if "properties" in out else "STRING"
     return out

@@ -42,7 +42,8 @@ from gatewayd.formats.pipes import ChatClientPipe, Pipe
 from gatewayd.formats.responses import ChatToResponsesStream, chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.sse import SSEEvent, encode
 from gatewayd.formats.usage import Usage, from_gemini
-from gatewayd.providers.base import Call, Route, translate
+from gatewayd.formats.responses_output import envelope
+from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, translate
 
 __all__ = [
     "ROUTES",
@@ -163,7 +164,8 @@ def _message_text(chat_doc: dict) -> str:
                     *(c["function"]["name"] + c["function"]["arguments"] for c in calls)])
 
 
-def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe, client_body) -> Route:
+def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe, client_body,
+           headers: dict[str, str] | None = None) -> Route:
     """The route for a chat body (the client's, or translated from responses):
     ``client_body(chat completion, created) -> bytes`` gives the client's non-stream answer."""
     model = call.model
@@ -183,7 +185,7 @@ def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe,
         return client_body(chat_doc, created), usage
 
     return Route(
-        request=request(upstream, target, orjson.dumps(upstream_body), stream=call.stream),
+        request=request(upstream, target, encode_body(upstream_body), stream=call.stream),
         stream=call.stream,
         input_tokens_estimate=estimate,
         # Gemini needs no cap: without one the hold covers the model's whole allowance
@@ -192,6 +194,7 @@ def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe,
         make_pipe=lambda: make_pipe(completion_id, created),
         finish=finish,
         upstream_error=gemini_error,
+        headers=headers or {},
     )
 
 
@@ -212,6 +215,7 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     body, model_id = call.body, call.model.id
     chat_body = translate(responses_request_to_chat, body)
     response_id = "resp_" + os.urandom(12).hex()
+    encode_body(envelope(body, response_id=response_id, created_at=0, status=""))  # echoed later: encodable now
 
     def client_body(chat_doc: dict, created: int) -> bytes:
         return orjson.dumps(chat_response_to_responses(chat_doc, request=body, response_id=response_id,
@@ -222,6 +226,7 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
         lambda chunk_id, created: GeminiToResponsesPipe(body, model=model_id, response_id=response_id,
                                                         chunk_id=chunk_id, created=created),
         client_body,
+        dropped_tools_headers(body),
     )
 
 

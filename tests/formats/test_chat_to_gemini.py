@@ -343,6 +343,16 @@ def test_schema_refs_are_inlined_and_recursive_ones_refused():
         gemini_schema({"type": "object", "properties": {"x": {"$ref": "https://example.com/schema"}}})
 
 
+def test_a_schema_nested_too_deep_is_a_400_not_a_crash():
+    schema: dict = {"type": "string"}
+    for _ in range(300):
+        schema = {"type": "object", "properties": {"x": schema}}
+    with pytest.raises(TranslationError, match="levels deep"):
+        chat_request_to_gemini(body(user("hi"), tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}]))
+    assert gemini_schema({"type": "object", "$defs": [1], "properties": {"a": {"type": "string"}}}) == {
+        "type": "OBJECT", "properties": {"a": {"type": "STRING"}}}
+
+
 def test_schema_with_an_unknown_type_is_refused():
     with pytest.raises(TranslationError) as info:
         chat_request_to_gemini(body(user("hi"), tools=[{"type": "function", "function": {
