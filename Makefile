@@ -1,5 +1,6 @@
 # make run   - create .venv, install, start `gatewayd serve --demo` (SQLite, built-in simulator)
-# make test  - create .venv, install, run the whole suite (slow and browser tests included)
+# make test  - create .venv, install, run the whole suite (slow and browser tests included) on
+#             SQLite, then the keys, billing, faults and console tests on PostgreSQL
 # make bench - print the hot-path figures of issue 15 (CPU per request, requests/s, latency, memory)
 
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
@@ -9,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test test-fast bench clean
+.PHONY: install run test test-postgres test-fast bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "gatewayd needs Python 3.11 or newer on PATH"; exit 1; }
@@ -23,8 +24,17 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/gatewayd serve --demo
 
+# The keys, billing, faults and console tests again with every daemon on PostgreSQL
+# (a fresh database per daemon on 127.0.0.1:5432, dropped after the run; see tests/pg.py).
+PG_TESTS := tests/test_keys_live.py tests/test_keys_limits_live.py tests/test_chat_live.py \
+	tests/test_faults_crash.py tests/test_faults_streams.py tests/test_faults_upstream.py tests/test_console_http.py
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(MAKE) test-postgres
+
+test-postgres: $(STAMP)
+	GATEWAY_TEST_DATABASE=postgres $(BIN)/python -m pytest -q -p no:cacheprovider -m "not browser" $(PG_TESTS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"

@@ -135,7 +135,7 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
     one of ``serve --workers N``, on the supervisor's sockets."""
     protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
     Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
-    store = await open_store(config)
+    store = await open_store(config, worker_index=worker.index if worker is not None else 0)
     try:
         recovered = await store.release_dead_holds()
         if recovered:

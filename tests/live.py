@@ -1,5 +1,8 @@
 """Live-test harness: real processes on loopback, real files, real sockets.
 
+``GATEWAY_TEST_DATABASE=postgres`` runs every ``Daemon`` on a database of its own made on
+the machine's PostgreSQL (127.0.0.1:5432) and dropped when the run ends (tests/pg.py).
+
 ``Sim`` runs ``gatewayd simulate``; ``Daemon`` runs ``gatewayd serve`` with a config
 that points every provider at that simulator; ``Admin`` speaks the admin API over the
 daemon's Unix socket. Nothing here is mocked: the tests see what an operator would.
@@ -115,7 +118,15 @@ class Daemon:
             f'admin_socket = "{self.socket}"\n{server}\n' + catalogue_pointed_at(sim_url, extra)
         )
         self.args = list(args)
-        self.env = env or {}
+        self.env = dict(env or {})
+        self.database: str | None = None
+        if (os.environ.get("GATEWAY_TEST_DATABASE") == "postgres" and "GATEWAY_DATABASE_URL" not in self.env
+                and "[database]" not in extra):
+            # the live suite on PostgreSQL: a fresh database per daemon, dropped at the end of the run
+            from tests import pg
+
+            self.database, url = pg.create_database()
+            self.env["GATEWAY_DATABASE_URL"] = url
         self.start()
 
     def start(self) -> None:

@@ -33,8 +33,11 @@ def create_database(template: str | None = None) -> tuple[str, str]:
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     _made.add(name)
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    return name, f"{base}/{name}"
+    return name, url_of(name)
+
+
+def url_of(name: str) -> str:
+    return f"{ADMIN_URL.rsplit('/', 1)[0]}/{name}"
 
 
 def drop_database(name: str) -> None:

@@ -200,16 +200,24 @@ def test_gatewayctl_audit_fails_when_the_ledger_was_tampered_with(sim, tmp_path)
     """The audit is a real check: money changed behind the ledger's back makes it exit 1."""
     import sqlite3
 
+    from tests import pg
+
     d = Daemon(tmp_path, sim.url)
     try:
         account, _, secret = new_account(d)
         assert stream_all(d.url, "/v1/chat/completions", secret, chat_body("before"))[0] == 200
         assert gatewayctl_audit(d.socket)[0] == 0
         d.stop()
-        conn = sqlite3.connect(tmp_path / "data" / "gateway.db")
-        with conn:
-            conn.execute("UPDATE accounts SET credit_nano = credit_nano + 1 WHERE id = ?", (account["id"],))
-        conn.close()
+        if d.database:  # the suite on PostgreSQL: tamper with that database
+            import psycopg
+
+            with psycopg.connect(pg.url_of(d.database), autocommit=True) as conn:
+                conn.execute("UPDATE accounts SET credit_nano = credit_nano + 1 WHERE id = %s", (account["id"],))
+        else:
+            conn = sqlite3.connect(tmp_path / "data" / "gateway.db")
+            with conn:
+                conn.execute("UPDATE accounts SET credit_nano = credit_nano + 1 WHERE id = ?", (account["id"],))
+            conn.close()
         d.start()
         code, report = gatewayctl_audit(d.socket)
         assert code == 1 and report["ok"] is False

@@ -59,18 +59,22 @@ from __future__ import annotations
 from gatewayd.config import Config, ConfigError
 
 
-async def open_store(config: Config):
-    """The store ``config.database_url`` names, migrated and with this instance registered."""
+async def open_store(config: Config, *, worker_index: int = 0):
+    """The store ``config.database_url`` names, migrated and with this instance registered.
+
+    ``worker_index``: the worker number under ``serve --workers N`` (0 otherwise); with the
+    host and the admin socket it names this instance's slot, so a restarted process
+    releases its previous life's holds at once."""
     url = config.database_url
     if url.startswith("sqlite:///"):
         from gatewayd.store.sqlite import SQLiteStore
 
         return SQLiteStore(url[len("sqlite:///"):])
     if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from gatewayd.store.postgres import PostgresStore
-        except ImportError:
-            raise ConfigError("database.url: PostgreSQL is not supported by this build") from None
+        from gatewayd.store.postgres import PostgresStore
 
-        return await PostgresStore.open(url, pool_size=config.database_pool_size)
+        import socket
+
+        slot = f"{socket.gethostname()}|{config.server.admin_socket}|{worker_index}"
+        return await PostgresStore.open(url, pool_size=config.database_pool_size, slot=slot)
     raise ConfigError("database.url: must start with sqlite:/// or postgresql://")

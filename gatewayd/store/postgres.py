@@ -1,0 +1,436 @@
+"""The PostgreSQL store: any number of gatewayd instances on one database, money exact across them.
+
+psycopg's async API does not run under trio, so the sync ``psycopg_pool.ConnectionPool``
+runs in worker threads (``trio.to_thread.run_sync``), at most ``pool_size`` at a time
+(a ``CapacityLimiter`` of the pool's size, so no thread waits inside the pool).
+
+Money: a hold is taken by the database. ``reserve`` is one transaction of two
+conditional UPDATEs (the key: limit - spent - held >= amount; the account: credit -
+held >= amount) and the hold row, so no two requests on any instances can together hold
+more than is there. ``settle`` is one transaction: the hold row deleted, the usage row
+inserted, the account charged and released, the key's spend, hold and last-used time.
+It is idempotent (a retry after an unknown commit finds its own usage row), so it can be
+retried while the database is away: for ``SETTLE_WAIT_S`` with the request waiting, then
+in the background every ``SETTLE_RETRY_S`` until it succeeds (docs/operations.md).
+
+Instances: each registers a row and heartbeats every ``HEARTBEAT_S`` with the database's
+clock; hold rows carry their instance. Any live instance releases the holds of an
+instance whose heartbeat is older than ``DEAD_AFTER_S`` (recorded as ``interrupted``,
+nothing charged) and deletes it; a live instance's holds are never touched. A database
+that cannot be reached makes ``reserve`` raise ``StoreUnavailable`` (a 503, nothing held).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from importlib import resources
+from typing import Any, Iterable
+
+import psycopg
+import psycopg_pool
+import trio
+from psycopg.rows import dict_row
+
+from gatewayd.records import Account, Key, utc_now_iso
+from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
+from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.sql import (
+    ACCOUNT_COLUMNS,
+    KEY_COLUMNS,
+    Job,
+    SQLStore,
+    account_from_row,
+    key_from_row,
+    new_instance_id,
+    process_identity,
+)
+from gatewayd.store.sqlite import statements
+
+log = logging.getLogger("gatewayd.store")
+
+MIGRATION_LOCK = 0x6761_7465  # pg_advisory_lock key: one migrating instance at a time
+HEARTBEAT_S = 2.0
+DEAD_AFTER_S = 15.0  # an instance silent this long is dead: its holds are released
+POOL_WAIT_S = 3.0  # a request waits this long for a connection, then gets a 503
+SETTLE_WAIT_S = 30.0  # a settling request retries this long (backoff 0.25 s .. 4 s) before going on
+SETTLE_RETRY_S = 2.0  # then the settlement is retried in the background this often, until it succeeds
+
+UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pg(sql: str) -> str:
+    return sql.replace("?", "%s")
+
+
+class PgTx:
+    """The shared jobs' cursor surface over one psycopg connection (``?`` becomes ``%s``)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def rows(self, sql: str, args: Any = ()) -> list:
+        return self.conn.execute(_pg(sql), args).fetchall()
+
+    def one(self, sql: str, args: Any = ()) -> Any:
+        return self.conn.execute(_pg(sql), args).fetchone()
+
+    def run(self, sql: str, args: Any = ()) -> int:
+        return self.conn.execute(_pg(sql), args).rowcount
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
+
+
+def migrate(url: str) -> int:
+    """Apply ``migrations/postgres/NNNN_*.sql`` under an advisory lock: instances starting
+    together on an empty database take turns, and the second finds the work done."""
+    folder = resources.files("gatewayd.store").joinpath("migrations").joinpath("postgres")
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+            for f in files:
+                version = int(f.name.split("_", 1)[0])
+                if version <= current:
+                    continue
+                with conn.transaction():
+                    for statement in statements(f.read_text()):
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+                current = version
+            return current
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+class PostgresStore(SQLStore):
+    kind = "postgres"
+
+    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, pool_size: int, slot: str) -> None:
+        self.url = url
+        self.slot = slot
+        self.pool = pool
+        self.instance_id = new_instance_id()
+        self._limiter = trio.CapacityLimiter(pool_size)
+        self._pending: list[tuple[Hold, Job]] = []  # settlements waiting for the database
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str, *, pool_size: int = 10, slot: str | None = None) -> PostgresStore:
+        """Migrate, open the pool and register this instance; ``StoreUnavailable`` if the
+        database cannot be reached.
+
+        ``slot`` names the place this instance runs in (host, admin socket, worker number):
+        an earlier instance in the same slot is this one's previous life (the process
+        restarted), so its holds are released at once rather than after ``DEAD_AFTER_S``.
+        """
+        try:
+            await trio.to_thread.run_sync(migrate, url)
+        except psycopg.OperationalError as e:
+            raise StoreUnavailable(f"PostgreSQL at {_where(url)} cannot be reached: {_first_line(e)}") from None
+        pool = psycopg_pool.ConnectionPool(
+            url, min_size=min(2, pool_size), max_size=pool_size, open=False, timeout=POOL_WAIT_S,
+            kwargs={"row_factory": dict_row, "connect_timeout": 3}, check=psycopg_pool.ConnectionPool.check_connection,
+            reconnect_timeout=10 * 365 * 24 * 3600.0, name="gatewayd",
+        )
+        await trio.to_thread.run_sync(pool.open)
+        host, pid = process_identity()
+        store = cls(url, pool, pool_size, slot or f"{host}|{store_id_fallback()}")
+        await store._write(store._register)
+        previous = await store._read(lambda tx: tx.rows("SELECT id FROM instances WHERE slot = ? AND id != ?",
+                                                        (store.slot, store.instance_id)))
+        for row in previous:
+            await store._write(functools.partial(store._release_instance, row["id"], True))
+        return store
+
+    def _register(self, tx: PgTx) -> None:
+        host, pid = process_identity()
+        tx.run("INSERT INTO instances (id, host, pid, slot, started_at) VALUES (?, ?, ?, ?, ?)",
+               (self.instance_id, host, pid, self.slot, utc_now_iso()))
+
+    # -- primitives ---------------------------------------------------------------------
+
+    def _run(self, job: Job) -> Any:
+        with self.pool.connection() as conn:  # commits when the job returns, rolls back if it raises
+            return job(PgTx(conn))
+
+    async def _call(self, job: Job) -> Any:
+        try:
+            return await trio.to_thread.run_sync(self._run, job, limiter=self._limiter)
+        except UNAVAILABLE as e:
+            raise StoreUnavailable(f"PostgreSQL: {_first_line(e)}") from None
+
+    async def _write(self, job: Job) -> Any:
+        return await self._call(job)
+
+    async def _read(self, job: Job) -> Any:
+        return await self._call(job)
+
+    def _is_unique_violation(self, error: Exception) -> bool:
+        return isinstance(error, psycopg.errors.UniqueViolation)
+
+    def _lock_account_for_keys(self, tx: PgTx, account_id: str) -> None:
+        tx.one("SELECT id FROM accounts WHERE id = ? FOR UPDATE", (account_id,))
+
+    async def flush(self) -> None:
+        """Every write is committed before its call returns; settlements still waiting are tried now."""
+        await self._retry_pending()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._retry_pending()
+            await self._write(lambda tx: tx.run("DELETE FROM instances WHERE id = ? AND NOT EXISTS"
+                                                " (SELECT 1 FROM holds WHERE instance_id = ?)",
+                                                (self.instance_id, self.instance_id)))
+        except StoreUnavailable:
+            pass  # the database is away: our row ages out and another instance cleans up after us
+        finally:
+            await trio.to_thread.run_sync(self.pool.close)
+
+    # -- directory ----------------------------------------------------------------------
+
+    async def load_directory(self) -> tuple[list[Account], list[Key]]:
+        def read(tx: PgTx) -> tuple[list, list]:
+            accounts = [account_from_row(r, r["held_nano"])
+                        for r in tx.rows(f"SELECT {ACCOUNT_COLUMNS}, held_nano FROM accounts")]
+            keys = [key_from_row(r, r["held_nano"]) for r in tx.rows(
+                f"SELECT {KEY_COLUMNS}, k.held_nano FROM keys k JOIN accounts a ON a.id = k.account_id")]
+            return accounts, keys
+
+        return await self._read(read)
+
+    async def load_account(self, account_id: str) -> Account | None:
+        row = await self._read(lambda tx: tx.one(
+            f"SELECT {ACCOUNT_COLUMNS}, held_nano FROM accounts WHERE id = ?", (account_id,)))
+        return None if row is None else account_from_row(row, row["held_nano"])
+
+    async def load_key(self, key_id: str) -> Key | None:
+        row = await self._read(lambda tx: tx.one(
+            f"SELECT {KEY_COLUMNS}, k.held_nano FROM keys k JOIN accounts a ON a.id = k.account_id WHERE k.id = ?",
+            (key_id,)))
+        return None if row is None else key_from_row(row, row["held_nano"])
+
+    async def refresh_balance(self, account: Account) -> Account:
+        """Other instances move this account's money: read it from the database."""
+        row = await self._read(lambda tx: tx.one(
+            "SELECT credit_nano, held_nano, total_paid_nano FROM accounts WHERE id = ?", (account.id,)))
+        if row is not None:
+            account.credit_nano, account.held_nano = row["credit_nano"], row["held_nano"]
+            account.total_paid_nano = row["total_paid_nano"]
+        return account
+
+    async def refresh_key(self, key: Key) -> Key:
+        row = await self._read(lambda tx: tx.one(
+            "SELECT spent_nano, held_nano, last_used_at FROM keys WHERE id = ?", (key.id,)))
+        if row is not None:
+            key.spent_nano, key.held_nano, key.last_used_at = row["spent_nano"], row["held_nano"], row["last_used_at"]
+        return key
+
+    # -- holds and settlement -----------------------------------------------------------
+
+    async def reserve(
+        self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: str, endpoint: str,
+        stream: bool,
+    ) -> Hold | Refusal:
+        now = utc_now_iso()
+
+        def hold(tx: PgTx) -> tuple:
+            # keys before accounts, as in settle: one lock order, no deadlock
+            k = tx.one("UPDATE keys SET held_nano = held_nano + ? WHERE id = ? AND (spend_limit_nano IS NULL"
+                       " OR spend_limit_nano - spent_nano - held_nano >= ?) RETURNING spent_nano, held_nano",
+                       (amount_nano, key.id, amount_nano))
+            if k is None:
+                left = tx.one("SELECT spend_limit_nano - spent_nano - held_nano AS left FROM keys WHERE id = ?",
+                              (key.id,))
+                raise _Refused(Refusal("key", left["left"] if left and left["left"] is not None else 0))
+            a = tx.one("UPDATE accounts SET held_nano = held_nano + ? WHERE id = ? AND credit_nano - held_nano >= ?"
+                       " RETURNING credit_nano, held_nano, total_paid_nano", (amount_nano, account.id, amount_nano))
+            if a is None:
+                left = tx.one("SELECT credit_nano - held_nano AS left FROM accounts WHERE id = ?", (account.id,))
+                raise _Refused(Refusal("account", left["left"] if left else 0))
+            tx.run("INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at,"
+                   " instance_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   (request_id, account.id, key.id, model, endpoint, amount_nano, now, self.instance_id))
+            return k, a
+
+        try:
+            k, a = await self._write(hold)
+        except _Refused as refused:
+            return refused.refusal
+        key.spent_nano, key.held_nano = k["spent_nano"], k["held_nano"]
+        account.credit_nano, account.held_nano, account.total_paid_nano = (
+            a["credit_nano"], a["held_nano"], a["total_paid_nano"])
+        return Hold(request_id, account, key, amount_nano, model, endpoint, stream, time.monotonic())
+
+    def _settle_job(self, hold: Hold, result: Settlement, duration_ms: int) -> Job:
+        account, key, cost = hold.account, hold.key, result.cost_nano
+
+        def settle(tx: PgTx) -> tuple | None:
+            released = tx.one("DELETE FROM holds WHERE request_id = ? RETURNING amount_nano", (hold.request_id,))
+            if released is None and tx.one(
+                    "SELECT 1 AS done FROM usage WHERE request_id = ? AND status != 'interrupted'",
+                    (hold.request_id,)) is not None:
+                return None  # an earlier attempt committed (its answer was lost with the connection)
+            # released by another instance (this one looked dead): charge what was used, nothing to release
+            amount = released["amount_nano"] if released is not None else 0
+            now = utc_now_iso()
+            tx.run(
+                "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
+                " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
+                " duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream),
+                 result.status, result.http_status, result.input_tokens, result.output_tokens,
+                 result.cached_tokens, result.cache_write_tokens, cost, duration_ms))
+            k = tx.one("UPDATE keys SET spent_nano = spent_nano + ?, held_nano = held_nano - ?, last_used_at = ?"
+                       " WHERE id = ? RETURNING spent_nano, held_nano, last_used_at", (cost, amount, now, key.id))
+            a = tx.one("UPDATE accounts SET credit_nano = credit_nano - ?, held_nano = held_nano - ? WHERE id = ?"
+                       " RETURNING credit_nano, held_nano", (cost, amount, account.id))
+            return k, a
+
+        return settle
+
+    async def settle(self, hold: Hold, result: Settlement) -> None:
+        """Charge, release and record in one transaction, exactly once; retried while the database is away.
+
+        Callers run this shielded from cancellation. The request waits up to
+        ``SETTLE_WAIT_S``; after that the settlement goes on in the background (the hold
+        stays held, so the audit stays right) and the request finishes.
+        """
+        if hold.settled:
+            return
+        hold.settled = True
+        job = self._settle_job(hold, result, int((time.monotonic() - hold.started) * 1000))
+        deadline = time.monotonic() + SETTLE_WAIT_S
+        delay = 0.25
+        while True:
+            try:
+                self._apply_settled(hold, await self._write(job))
+                return
+            except StoreUnavailable as e:
+                if time.monotonic() + delay > deadline:
+                    log.error("settlement of %s waits for the database (%s); retrying in the background",
+                              hold.request_id, e)
+                    self._pending.append((hold, job))
+                    return
+                await trio.sleep(delay)
+                delay = min(delay * 2, 4.0)
+
+    @staticmethod
+    def _apply_settled(hold: Hold, done: tuple | None) -> None:
+        if done is None:
+            return
+        k, a = done
+        hold.key.spent_nano, hold.key.held_nano, hold.key.last_used_at = (
+            k["spent_nano"], k["held_nano"], k["last_used_at"])
+        hold.account.credit_nano, hold.account.held_nano = a["credit_nano"], a["held_nano"]
+
+    async def _retry_pending(self) -> None:
+        while self._pending:
+            hold, job = self._pending[0]
+            self._apply_settled(hold, await self._write(job))  # StoreUnavailable: try again next round
+            self._pending.pop(0)
+            log.warning("settlement of %s written after the database came back", hold.request_id)
+
+    # -- instances ----------------------------------------------------------------------
+
+    async def heartbeat(self) -> None:
+        def beat(tx: PgTx) -> None:
+            if not tx.run("UPDATE instances SET heartbeat_at = clock_timestamp() WHERE id = ?", (self.instance_id,)):
+                # declared dead while the database was away (our holds were released): register again
+                self._register(tx)
+
+        await self._write(beat)
+
+    async def instances(self) -> list[dict]:
+        return await self._read(lambda tx: tx.rows(
+            "SELECT id, host, pid, started_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8"
+            " AS heartbeat_age_s FROM instances ORDER BY started_at"))
+
+    async def release_dead_holds(self) -> int:
+        """Release the holds of every instance silent for ``DEAD_AFTER_S``; returns how many."""
+        dead = await self._read(lambda tx: tx.rows(
+            "SELECT id FROM instances WHERE id != ? AND heartbeat_at < clock_timestamp() - make_interval(secs => ?)"
+            " UNION SELECT DISTINCT h.instance_id FROM holds h LEFT JOIN instances i ON i.id = h.instance_id"
+            " WHERE i.id IS NULL AND h.instance_id != ?", (self.instance_id, DEAD_AFTER_S, self.instance_id)))
+        released = 0
+        for row in dead:
+            released += await self._write(functools.partial(self._release_instance, row["id"], False))
+        return released
+
+    def _release_instance(self, instance_id: str, previous_life: bool, tx: PgTx) -> int:
+        # SKIP LOCKED: when two live instances clean up the same dead one, one does it
+        silent_for = 0.0 if previous_life else DEAD_AFTER_S
+        claimed = tx.one("SELECT id FROM instances WHERE id = ? AND heartbeat_at < clock_timestamp()"
+                         " - make_interval(secs => ?) FOR UPDATE SKIP LOCKED", (instance_id, silent_for))
+        orphaned = tx.one("SELECT 1 AS gone FROM instances WHERE id = ?", (instance_id,)) is None
+        if claimed is None and not orphaned:
+            return 0  # alive again, or another instance is releasing it right now
+        now = utc_now_iso()
+        holds = tx.rows("DELETE FROM holds WHERE instance_id = ? RETURNING request_id, account_id, key_id, model,"
+                        " endpoint, amount_nano", (instance_id,))
+        for h in sorted(holds, key=lambda h: h["request_id"]):
+            tx.run("INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
+                   " http_status, cost_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0)",
+                   (h["request_id"], now, h["account_id"], h["key_id"], h["model"], h["endpoint"]))
+            tx.run("UPDATE keys SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["key_id"]))
+            tx.run("UPDATE accounts SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["account_id"]))
+        tx.run("DELETE FROM instances WHERE id = ?", (instance_id,))
+        if holds:
+            log.warning("released %d holds of stopped instance %s (recorded as interrupted)", len(holds), instance_id)
+        return len(holds)
+
+    async def maintain(self) -> None:
+        """Forever: heartbeat, retry waiting settlements, release dead instances' holds."""
+        while True:
+            await trio.sleep(HEARTBEAT_S)
+            try:
+                await self.heartbeat()
+                await self._retry_pending()
+                await self.release_dead_holds()
+            except StoreUnavailable as e:
+                log.warning("database unavailable: %s", e)
+
+    # -- audit --------------------------------------------------------------------------
+
+    async def audit(self, accounts: Iterable[Account] = (), keys: Iterable[Key] = ()) -> dict:
+        """The invariant from the database alone, in one snapshot (right while traffic flows)."""
+
+        def read(tx: PgTx) -> dict:
+            tx.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            sums = self._audit_sums(tx)
+            stored = [AuditAccount(r["id"], r["email"], r["credit_nano"], r["total_paid_nano"], r["held_nano"])
+                      for r in tx.rows("SELECT id, email, credit_nano, total_paid_nano, held_nano FROM accounts"
+                                       " ORDER BY created_at, id")]
+            stored_keys = [AuditKey(r["id"], r["spent_nano"], r["spend_limit_nano"], r["held_nano"])
+                           for r in tx.rows("SELECT id, spent_nano, spend_limit_nano, held_nano FROM keys"
+                                            " ORDER BY created_at, id")]
+            return build_audit(sums, stored, stored_keys)
+
+        return await self._read(read)
+
+
+def store_id_fallback() -> str:
+    import os
+
+    return f"pid{os.getpid()}"
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _where(url: str) -> str:
+    """host:port/db of a URL, never its password."""
+    return url.rsplit("@", 1)[-1].split("://", 1)[-1].split("?", 1)[0]

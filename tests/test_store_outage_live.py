@@ -1,0 +1,73 @@
+"""PostgreSQL going away mid-traffic, through a proxy the test cuts (tests/pgproxy.py).
+
+Requests that cannot take a hold get a clear 503 (nothing held, nothing charged, no row);
+a stream already running settles when the database is back; gatewayd needs no restart;
+the audit holds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests import pg
+from tests.faults import assert_money_consistent, chat_body, headers, new_account
+from tests.live import Daemon
+from tests.pgproxy import Proxy
+from tests.test_faults_crash import SlowStream
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not pg.available(), reason="no PostgreSQL on 127.0.0.1:5432")]
+
+
+def test_database_away_then_back_mid_stream(sim, tmp_path):
+    proxy = Proxy()
+    name, url = pg.create_database()
+    d = Daemon(tmp_path, sim.url, env={"GATEWAY_DATABASE_URL": url.replace(":5432/", f":{proxy.port}/")})
+    try:
+        account, _, secret = new_account(d)
+        stream = SlowStream(d, secret, "/v1/chat/completions",
+                            chat_body("outage [[sim:words=40]] [[sim:fault=chunk_delay_ms:100]]"))
+        stream.start()
+        assert stream.started.wait(15) and stream.status == 200
+
+        proxy.cut()
+        started = time.monotonic()
+        refused = httpx.post(d.url + "/v1/chat/completions", json=chat_body("during", stream=False),
+                             headers=headers(secret), timeout=30)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "store_unavailable"
+        assert "nothing was charged" in refused.json()["error"]["message"]
+        assert time.monotonic() - started < 10  # a clear answer, not a hang
+        time.sleep(3)  # the stream reaches its end while the database is away: its settlement waits
+        assert not stream.completed
+        proxy.restore()
+
+        stream.join(40)
+        assert stream.completed, stream.raw[-300:]
+        # no restart: new requests work, and the books are right
+        ok = httpx.post(d.url + "/v1/chat/completions", json=chat_body("after", stream=False),
+                        headers=headers(secret), timeout=30)
+        assert ok.status_code == 200, ok.text
+        rows = d.admin.usage(account["id"])
+        assert sorted(r["status"] for r in rows) == ["ok", "ok"]  # the refused request left no row
+        assert {r["request_id"] for r in rows} >= {stream.request_id}
+        assert all(r["cost_nano"] > 0 for r in rows)
+        assert_money_consistent(d, account["id"])
+    finally:
+        d.stop()
+        proxy.close()
+        pg.drop_database(name)
+
+
+def test_unreachable_database_at_start_is_one_clear_line(sim, tmp_path):
+    proxy = Proxy()
+    proxy.cut()
+    try:
+        with pytest.raises(RuntimeError) as failed:
+            Daemon(tmp_path, sim.url, env={"GATEWAY_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{proxy.port}/x"})
+        assert "cannot be reached" in str(failed.value) and "Traceback" not in str(failed.value)
+    finally:
+        proxy.close()
+
