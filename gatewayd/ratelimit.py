@@ -74,7 +74,13 @@ class StoreWindows:
         self.store = store
 
     async def take(self, account_id: str, model_id: str, requests: int, window_s: int) -> float | None:
-        return await self.store.take_rate_slot(account_id, model_id, requests, window_s)
+        from gatewayd.billing.ledger import store_unavailable
+        from gatewayd.store.base import StoreUnavailable
+
+        try:
+            return await self.store.take_rate_slot(account_id, model_id, requests, window_s)
+        except StoreUnavailable:
+            raise store_unavailable() from None  # a 503 like a hold that cannot be taken: nothing charged
 
 
 # KEYS[1]: the account+model log. ARGV: window in microseconds, limit, a unique member.

@@ -35,7 +35,7 @@ from psycopg.rows import dict_row
 
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
-from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -46,7 +46,6 @@ from gatewayd.store.sql import (
     new_instance_id,
     process_identity,
 )
-from gatewayd.store.sqlite import statements
 
 log = logging.getLogger("gatewayd.store")
 
@@ -103,8 +102,7 @@ def migrate(url: str) -> int:
                 if version <= current:
                     continue
                 with conn.transaction():
-                    for statement in statements(f.read_text()):
-                        conn.execute(statement)
+                    conn.execute(f.read_text())  # one script (function bodies hold ';'), no parameters
                     conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
                 current = version
             return current
@@ -343,6 +341,70 @@ class PostgresStore(SQLStore):
             self._pending.pop(0)
             log.warning("settlement of %s written after the database came back", hold.request_id)
 
+    # -- changes and rate limits ----------------------------------------------------------
+
+    async def follow_changes(self, apply, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """``await apply(Change)`` for every account or key whose rules another instance (or this
+        one) changed: LISTEN on ``pg_changes``, which triggers NOTIFY at commit. After a lost
+        connection it reconnects (backoff up to 5 s) and sends ``Change("all")``: notifications
+        sent while it was away are gone, so the caller reloads everything."""
+        listener: psycopg.Connection | None = None
+        limiter = trio.CapacityLimiter(1)  # its own thread: never waits behind the pool's queries
+        started = False
+        delay = 0.25
+        try:
+            while True:
+                try:
+                    if listener is None:
+                        listener = await trio.to_thread.run_sync(self._listen, limiter=limiter)
+                        delay = 0.25
+                        if started:
+                            await apply(Change("all"))
+                        else:
+                            started = True
+                            task_status.started()
+                    for payload in await trio.to_thread.run_sync(_wait_notifies, listener, limiter=limiter):
+                        change = Change.parse(payload)
+                        if change is not None:
+                            await apply(change)
+                except (psycopg.OperationalError, StoreUnavailable) as e:
+                    log.warning("change feed lost its connection (%s); reconnecting", _first_line(e))
+                    if listener is not None:
+                        listener.close()
+                        listener = None
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        finally:
+            if listener is not None:
+                listener.close()
+
+    def _listen(self) -> psycopg.Connection:
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=3)
+        conn.execute("LISTEN pg_changes")
+        return conn
+
+    async def take_rate_slot(self, account_id: str, model_id: str, requests: int, window_s: float) -> float | None:
+        """Admit and record one request of ``account_id`` on ``model_id`` (None), or the seconds
+        until a slot frees: a sliding log in one row, under its row lock, by the database's clock."""
+
+        def take(tx: PgTx) -> float | None:
+            tx.run("INSERT INTO rate_windows (account_id, model_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                   (account_id, model_id))
+            row = tx.one("SELECT times, extract(epoch FROM clock_timestamp())::float8 AS now FROM rate_windows"
+                         " WHERE account_id = ? AND model_id = ? FOR UPDATE", (account_id, model_id))
+            now = row["now"]
+            times = [t for t in row["times"] if t > now - window_s]
+            if len(times) >= requests:
+                if len(times) != len(row["times"]):
+                    tx.run("UPDATE rate_windows SET times = ? WHERE account_id = ? AND model_id = ?",
+                           (times, account_id, model_id))
+                return max(times[0] + window_s - now, 0.001)
+            tx.run("UPDATE rate_windows SET times = ? WHERE account_id = ? AND model_id = ?",
+                   (times + [now], account_id, model_id))
+            return None
+
+        return await self._write(take)
+
     # -- instances ----------------------------------------------------------------------
 
     async def heartbeat(self) -> None:
@@ -419,6 +481,11 @@ class PostgresStore(SQLStore):
             return build_audit(sums, stored, stored_keys)
 
         return await self._read(read)
+
+
+def _wait_notifies(conn: psycopg.Connection) -> list[str]:
+    """The payloads that arrive within half a second (in a worker thread)."""
+    return [n.payload for n in conn.notifies(timeout=0.5)]
 
 
 def store_id_fallback() -> str:
