@@ -484,8 +484,8 @@ class PostgresStore(SQLStore):
 
 
 def _wait_notifies(conn: psycopg.Connection) -> list[str]:
-    """The payloads that arrive within half a second (in a worker thread)."""
-    return [n.payload for n in conn.notifies(timeout=0.5)]
+    """The next payload as soon as it arrives, or none within half a second (in a worker thread)."""
+    return [n.payload for n in conn.notifies(timeout=0.5, stop_after=1)]
 
 
 def store_id_fallback() -> str:
