@@ -242,7 +242,7 @@ class Nginx:
         (workdir / "nginx.conf").write_text(
             f"{user}worker_processes 1;\npid {workdir}/nginx.pid;\nerror_log {workdir}/error.log warn;\n"
             "daemon off;\nevents { worker_connections 1024; }\n"
-            f"http {{\n  access_log {workdir}/access.log;\n  client_body_temp_path {temp}/body;\n"
+            f"http {{\n  log_format upstream '$status $upstream_addr';\n  access_log {workdir}/access.log upstream;\n  client_body_temp_path {temp}/body;\n"
             f"  proxy_temp_path {temp}/proxy;\n  fastcgi_temp_path {temp}/fastcgi;\n  uwsgi_temp_path {temp}/uwsgi;\n"
             f"  scgi_temp_path {temp}/scgi;\n  include {workdir}/gatewayd.conf;\n}}\n"
         )
@@ -260,6 +260,11 @@ class Nginx:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    def upstreams_used(self) -> list[str]:
+        """The upstream address of every request so far (the test's access log: status, upstream)."""
+        path = self.workdir / "access.log"
+        return [line.split(" ", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
 
     def error_log(self) -> str:
         path = self.workdir / "error.log"

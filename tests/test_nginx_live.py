@@ -1,17 +1,21 @@
 """docs/deploy/nginx.conf, run by Debian's nginx in front of gatewayd.
 
-What the example config must give: SSE streams passed through as they come (the official
-SDK streams through it), the client's address reaching key IP allowlists through
-X-Forwarded-For, and an instance that is down skipped without the client noticing.
+Two instances on one PostgreSQL database (one instance on SQLite where PostgreSQL is not
+available) plus an upstream that is down. What the example config must give: requests
+spread over the instances, SSE streams passed through as they come (the official SDK streams
+through it), the client's address reaching key IP allowlists through X-Forwarded-For, and an
+instance that is down (or killed) skipped without a request running twice.
 """
 
 from __future__ import annotations
+
+import signal
 
 import httpx
 import openai
 import pytest
 
-from tests.live import Daemon, Nginx, free_port, nginx_binary, unique_email
+from tests.live import Daemon, Nginx, free_port, nginx_binary, postgres_ready, unique_email
 
 pytestmark = [
     pytest.mark.slow,
@@ -20,13 +24,30 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def behind_nginx(sim, tmp_path_factory):
-    daemon = Daemon(tmp_path_factory.mktemp("gw-nginx"), sim.url, server='trusted_proxies = ["127.0.0.1/32"]\n')
+def instances(sim, tmp_path_factory):
+    server = 'trusted_proxies = ["127.0.0.1/32"]\n'
+    if not postgres_ready():
+        daemon = Daemon(tmp_path_factory.mktemp("gw-nginx"), sim.url, server=server)
+        yield [daemon]
+        daemon.stop()
+        return
+    from tests import pg
+
+    name, url = pg.create_database()
+    daemons = [Daemon(tmp_path_factory.mktemp(f"gw-nginx-{i}"), sim.url, server=server,
+                      env={"GATEWAY_DATABASE_URL": url}) for i in range(2)]
+    yield daemons
+    for d in daemons:
+        d.stop()
+    pg.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def behind_nginx(instances, tmp_path_factory):
     dead = f"127.0.0.1:{free_port()}"  # an instance that is down: nothing listens there
-    nginx = Nginx(tmp_path_factory.mktemp("nginx"), [daemon.url.removeprefix("http://"), dead])
-    yield nginx, daemon
+    nginx = Nginx(tmp_path_factory.mktemp("nginx"), [d.url.removeprefix("http://") for d in instances] + [dead])
+    yield nginx, instances[0]
     nginx.stop()
-    daemon.stop()
 
 
 def test_streams_pass_through_and_settle(behind_nginx):
@@ -79,3 +100,27 @@ def test_allowlist_sees_the_client_not_nginx(behind_nginx):
     # (127.0.0.1, nginx's own address, is the trusted proxy; clients come from elsewhere)
     spoofed = post("127.0.0.4", {"x-forwarded-for": "127.0.0.3"})
     assert spoofed.status_code == 403 and spoofed.json()["error"]["code"] == "access_denied"
+
+
+@pytest.mark.skipif(not postgres_ready(), reason="two instances need PostgreSQL on 127.0.0.1:5432")
+def test_requests_spread_over_instances_and_one_killed_is_skipped(behind_nginx, instances):
+    """Both instances serve; after kill -9 of one, every request still answers 200 exactly once."""
+    nginx, daemon = behind_nginx
+    account = daemon.admin.account(unique_email())
+    key = daemon.admin.key(account["id"])
+    body = {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"authorization": f"Bearer {key['secret']}"}
+    with httpx.Client(base_url=nginx.url, timeout=30) as http:
+        for _ in range(8):
+            assert http.post("/v1/chat/completions", headers=headers, json=body).status_code == 200
+        used = nginx.upstreams_used()
+        for d in instances:
+            assert any(d.url.removeprefix("http://") in u for u in used), (d.url, used)
+        victim = instances[1]
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(10)
+        for _ in range(8):
+            response = http.post("/v1/chat/completions", headers=headers, json=body)
+            assert response.status_code == 200, response.text
+    assert len(daemon.admin.usage(account["id"])) == 16
+    assert daemon.admin.audit()["ok"]
