@@ -23,6 +23,13 @@ simulator to core 1, so the generator never shares the gateway's core. Each wind
 
     .venv/bin/python bench/hot_path.py [--seconds 2] [--repeat 3] [--soak-requests 10000]
                                        [--open-streams 1000] [--write-readme]
+    .venv/bin/python bench/hot_path.py --only workers [--workers 1,2] [--databases sqlite,postgres]
+
+The ``workers`` section (not in the default run) starts ``gatewayd serve --workers N`` for each
+N and database (PostgreSQL: a fresh database on 127.0.0.1:5432, dropped after; SQLite serves
+one process, so only N = 1) and prints requests/s and CPU per request at 64 connections, the
+CPU summed over the supervisor, every worker and (PostgreSQL) the database's backends.
+Those daemons are not pinned: N workers are there to use every core.
 """
 
 from __future__ import annotations
@@ -132,6 +139,66 @@ class Target:
         return window
 
 
+def family(pid: int) -> list[int]:
+    """A daemon and its children (the workers of ``serve --workers N``)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    return [pid, *children]
+
+
+def backends(database: str) -> list[int]:
+    """The PostgreSQL server processes serving ``database`` (same machine)."""
+    import psycopg
+
+    from tests import pg
+
+    with psycopg.connect(pg.ADMIN_URL, autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (database,)).fetchall()
+    return [r[0] for r in rows if Path(f"/proc/{r[0]}").exists()]
+
+
+def workers_section(args, upstream_url: str, workdir: Path, figures: dict) -> None:
+    print("\n== serve --workers N: requests/s and CPU per request, pass-through 1 KB, 64 connections ==")
+    print(f"{'database':10} {'workers':>7} | {'req/s':>7} {'gw CPU ms':>9} {'db CPU ms':>9} {'p50':>7} {'p99':>7}")
+    body = chat_body("gpt-4.1-mini", 1024)
+    for database in args.databases.split(","):
+        for n in (int(w) for w in args.workers.split(",")):
+            if database == "sqlite" and n > 1:
+                print(f"{database:10} {n:7} | refused: a SQLite database is served by one process")
+                continue
+            env, name = {}, None
+            if database == "postgres":
+                from tests import pg
+
+                name, url = pg.create_database()
+                env["GATEWAY_DATABASE_URL"] = url
+            daemon = Daemon(workdir / f"workers-{database}-{n}", upstream_url, args=["--workers", str(n)], env=env)
+            try:
+                account = daemon.admin.account("bench@example.com", paid_usd="100000000")
+                secret = daemon.admin.key(account["id"], name="bench")["secret"]
+                db_pids = (lambda: backends(name)) if name else (lambda: [])
+                t = Target(daemon.url, "/v1/chat/completions", {"Authorization": f"Bearer {secret}"},
+                           lambda: family(daemon.proc.pid))
+                loadgen.closed_loop(t.host, t.port, t.raw(body), 16, 1.0)  # warm every worker's pools
+                windows = []
+                for _ in range(args.repeat):
+                    pids = db_pids()
+                    db_before = cpu_seconds(*pids)
+                    windows.append(t.measure(lambda: loadgen.closed_loop(t.host, t.port, t.raw(body), 64,
+                                                                         args.seconds)))
+                    windows[-1].db_ms = (cpu_seconds(*pids) - db_before) / max(1, windows[-1].result.done) * 1000
+                w = median_window(windows)
+                db_ms = statistics.median(x.db_ms for x in windows)
+                figures[("workers", database, n)] = {**w, "db_ms": db_ms}
+                print(f"{database:10} {n:7} | {w['rps']:7.0f} {w['cpu_ms']:9.3f} {db_ms:9.3f} {w['p50']:7.2f} "
+                      f"{w['p99']:7.2f}")
+            finally:
+                daemon.stop()
+                if name:
+                    pg.drop_database(name)
+
+
 def median_window(windows: list[Window]) -> dict:
     latencies = [x for w in windows for x in w.result.latencies]
     ttfb = [x for w in windows for x in w.result.ttfb]
@@ -175,7 +242,10 @@ def main() -> int:
                         help="requests in the memory-drift soak (issue 15's figure is 200000; 0 skips it)")
     parser.add_argument("--soak-concurrency", type=int, default=32)
     parser.add_argument("--slow-step-ms", type=float, default=2.0)
-    parser.add_argument("--only", default="", help="comma list of sections: concurrency,floors,sizes,paced,streams,memory,soak")
+    parser.add_argument("--only", default="", help="comma list of sections: concurrency,floors,sizes,paced,streams,"
+                        "memory,soak,workers (workers only when named)")
+    parser.add_argument("--workers", default="1,2", help="the workers section: worker counts")
+    parser.add_argument("--databases", default="sqlite,postgres", help="the workers section: databases")
     parser.add_argument("--write-readme", action="store_true", help="rewrite README.md's performance table")
     args = parser.parse_args()
     sections = set(args.only.split(",")) if args.only else {"concurrency", "floors", "sizes", "paced", "streams",
@@ -251,6 +321,9 @@ def main() -> int:
             slow = steps.since_mark()
             print(f"loop steps over {args.slow_step_ms:g} ms during this section: {len(slow)}"
                   + (f", longest {max(slow)[0]:.1f} ms at {max(slow)[1]}" if slow else ""))
+
+        if "workers" in sections:
+            workers_section(args, nginx.url, workdir, figures)
 
         if "floors" in sections:
             print("\n== the layers' floors, 1 KB, 1 and 64 connections (CPU per request of the server measured) ==")
