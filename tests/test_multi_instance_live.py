@@ -87,6 +87,11 @@ def status(daemon: Daemon, secret: str, **kw) -> int:
     return chat(daemon, secret, **kw).status_code
 
 
+def known(daemon: Daemon, secret: str) -> bool:
+    """The key works on ``daemon`` (a model listing: nothing held or charged)."""
+    return httpx.get(daemon.url + "/v1/models", headers={"authorization": f"Bearer {secret}"}, timeout=30).status_code == 200
+
+
 # -- keys and accounts changed on one, applied on the other --------------------------------------
 
 
@@ -180,7 +185,7 @@ def test_forty_requests_over_both_admit_at_most_eight_estimates(pair):
     paid = ESTIMATE_APPROX * 17 // 2  # 8.5 estimates: 8 fit, a 9th does not
     a.admin.call("POST", f"/accounts/{account['id']}/payments", {"amount_nano": paid})
     key = a.admin.key(account["id"])
-    until(lambda: b.admin.http.get(f"/admin/v1/keys/{key['id']}").status_code == 200, "key on b", bound=2)
+    until(lambda: known(b, key["secret"]), "key on b")
     statuses, samples = _storm(pair, key["secret"], lambda: b.admin.balance(account["id"])["balance_nano"])
     admitted = statuses.count(200)
     print(f"storm: {admitted} admitted of 40 over two instances; balance min sample {min(samples)}")
@@ -200,7 +205,7 @@ def test_forty_requests_over_both_respect_a_key_spend_limit(pair):
     account = a.admin.account(unique_email("storm-key"), paid_usd="100")
     limit = ESTIMATE_APPROX * 17 // 2
     key = a.admin.key(account["id"], spend_limit_nano=limit)
-    until(lambda: status(b, key["secret"], max_tokens=1) == 200, "key on b", bound=2)
+    until(lambda: known(b, key["secret"]), "key on b")
     spent_before = a.admin.call("GET", f"/keys/{key['id']}")["spent_nano"]
     statuses, samples = _storm(pair, key["secret"], lambda: b.admin.call("GET", f"/keys/{key['id']}")["spent_nano"])
     admitted = statuses.count(200)
@@ -221,7 +226,7 @@ def test_rate_limit_counts_across_instances(pair):
     a, b = pair
     account = a.admin.account(unique_email("limited"))
     key = a.admin.key(account["id"])
-    until(lambda: status(b, key["secret"]) == 200, "key on b", bound=2)
+    until(lambda: known(b, key["secret"]), "key on b")
     statuses = [status((a, b)[i % 2], key["secret"], model="limited-mini") for i in range(8)]
     assert statuses.count(200) == 2 and statuses.count(429) == 6, statuses
     audit_holds(a, b)
@@ -261,7 +266,7 @@ def test_kill_one_mid_stream_the_other_keeps_streaming(pair):
     a, b = pair
     account = a.admin.account(unique_email("crash"))
     key = a.admin.key(account["id"])
-    until(lambda: status(b, key["secret"]) == 200, "key on b", bound=2)
+    until(lambda: known(b, key["secret"]), "key on b")
     slow = {"model": "gpt-4.1-mini", "stream": True, "max_tokens": 400,
             "messages": [{"role": "user", "content": "[[sim:words=60]] [[sim:fault=chunk_delay_ms:50]]"}]}
     results: dict[str, object] = {}
@@ -295,7 +300,7 @@ def test_kill_one_mid_stream_the_other_keeps_streaming(pair):
     rows = b.admin.usage(account["id"])
     statuses = sorted(r["status"] for r in rows)
     assert b.admin.balance(account["id"])["held_nano"] == 0, rows
-    assert statuses.count("interrupted") == 1 and statuses.count("ok") == 3, statuses
+    assert statuses.count("interrupted") == 1 and statuses.count("ok") == 2, statuses  # b's stream, the request after
     assert len({r["request_id"] for r in rows}) == len(rows)  # nothing recorded (or charged) twice
     audit_holds(b)
     a.start()  # a restarts on the same database and serves again

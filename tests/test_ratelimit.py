@@ -18,7 +18,15 @@ import trio
 from gatewayd import ratelimit
 from gatewayd.config import RateLimit, load_config
 from gatewayd.errors import GatewayError
-from gatewayd.ratelimit import MemoryWindows, RateLimiter, RedisUnavailable, RedisWindows, open_rate_limiter
+from gatewayd.ratelimit import (
+    MemoryWindows,
+    RateLimiter,
+    RedisUnavailable,
+    RedisWindows,
+    StoreWindows,
+    open_rate_limiter,
+)
+from tests.live import postgres_ready
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -273,3 +281,44 @@ async def test_open_rate_limiter_uses_redis_when_configured():
             assert isinstance(limiter.windows, MemoryWindows) and limiter.fallback is None
     finally:
         await clear(p)
+
+
+# -- the database's log (PostgreSQL): shared by every instance -------------------------------
+
+
+@pytest.mark.skipif(not postgres_ready(), reason="no PostgreSQL on 127.0.0.1:5432 (.ci/run starts it)")
+async def test_store_log_is_shared_by_every_instance_on_the_database():
+    """Two stores (two instances) on one fresh database: 20 concurrent requests, exactly 2 admitted;
+    the window slides on the database's clock."""
+    from gatewayd.store.postgres import PostgresStore
+    from tests import pg
+
+    name, url = pg.create_database()
+    stores = [await PostgresStore.open(url, pool_size=4), await PostgresStore.open(url, pool_size=4)]
+    try:
+        windows = [StoreWindows(s) for s in stores]
+        results = []
+
+        async def attempt(i):
+            results.append(await windows[i % 2].take("acct", "m", 2, 1))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(attempt, i)
+        assert results.count(None) == 2, results
+        waits = [w for w in results if w is not None]
+        assert all(0 < w <= 1 for w in waits)
+        assert await windows[0].take("other-acct", "m", 2, 1) is None  # per account
+        assert await windows[1].take("acct", "other-model", 2, 1) is None  # per model
+        await trio.sleep(min(waits) + 0.05)
+        assert await windows[1].take("acct", "m", 2, 1) is None  # a slot left the window
+        limiter = RateLimiter(windows[0])
+        model = limited_model(requests=1, minutes=1)
+        await limiter.check("acct2", model)
+        with pytest.raises(GatewayError) as info:
+            await RateLimiter(windows[1]).check("acct2", model)
+        assert info.value.status == 429 and info.value.headers["Retry-After"] == "60"
+    finally:
+        for s in stores:
+            await s.close()
+        pg.drop_database(name)
