@@ -194,6 +194,10 @@ class Directory:
             await self.store.insert_account(account)
         except EmailTaken:
             raise DirectoryError(f"an account with email {email} exists already", status=409, code="conflict") from None
+        # the change feed may have cached it while this call waited for the commit: one object per id
+        known = self.accounts.get(account.id)
+        if known is not None:
+            return known
         self._remember_account(account)
         return account
 
@@ -323,6 +327,10 @@ class Directory:
                 f"this account has {MAX_KEYS_PER_ACCOUNT} keys, the most allowed; revoke one first", status=409,
                 code="too_many_keys",
             ) from None
+        # the change feed may have cached it while this call waited for the commit: one object per id
+        known = self.keys.get(key.id)
+        if known is not None:
+            return known, secret
         self._remember_key(key)
         return key, secret
 

@@ -130,3 +130,30 @@ async def test_propagation_is_measured_under_a_burst(two_instances):
     lag = sorted(seen[s] - committed[s] for s in committed)
     print(f"burst of 50 keys: lag p50 {lag[25] * 1000:.1f} ms, worst {lag[-1] * 1000:.1f} ms")
     assert lag[-1] < BOUND_S
+
+
+@needs_postgres
+async def test_an_instance_that_hears_its_own_creations_caches_each_once(two_instances):
+    """The feed can deliver a new account or key to the creating instance before ``create_*``
+    resumes after its commit: the cache still holds one object per id."""
+    (a, _), (follow_a, _) = two_instances
+    store = a.store
+    insert_account, insert_key = store.insert_account, store.insert_key
+
+    async def account_then_feed(account):
+        await insert_account(account)
+        await follow_a.apply(Change("account", account.id))  # heard before create_account resumes
+
+    async def key_then_feed(key, max_keys):
+        await insert_key(key, max_keys)
+        await follow_a.apply(Change("key", key.id))
+
+    store.insert_account, store.insert_key = account_then_feed, key_then_feed
+    try:
+        account = await a.create_account("own@example.com", "", "UTC")
+        made = [await a.create_key(account, name=f"k{i}") for i in range(3)]
+    finally:
+        del store.insert_account, store.insert_key
+    assert a.accounts[account.id] is account and a.account("own@example.com") is account
+    assert len(a.keys_by_account[account.id]) == 3
+    assert all(a.keys[key.id] is key and a.key_for_secret(secret) is key for key, secret in made)
