@@ -565,7 +565,7 @@ USAGE_PAGE = 1000  # rows per admin call when exporting: memory stays flat whate
 
 USAGE_FIELDS = (
     "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status", "input_tokens",
-    "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms",
+    "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms", "provider", "attempts",
 )
 
 DateOpt = Annotated[Optional[str], typer.Option(metavar="YYYY-MM-DD", parser=parse_date)]
@@ -719,6 +719,22 @@ def reload(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
             c.print(f"  not applied until a restart: {', '.join(answer['restart_needed'])}", markup=False)
 
     s.emit(answer, human)
+
+
+@app.command("routes")
+def routes(
+    model: Annotated[Optional[str], typer.Option("--model", metavar="MODEL", help="Only this model's routes.")] = None,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Every model's routes with their state (healthy, cooling, probing), recent errors and latency.
+
+    Health is what this gatewayd process has seen since it started (docs/operations.md)."""
+    s = session(socket, json_output)
+    rows = data(s.api.get("/admin/v1/routes"))
+    if model is not None:
+        rows = [r for r in rows if r.get("model") == model]
+    s.emit(rows, lambda c: render.show_list(c, rows, render.ROUTE_COLUMNS, empty="No routes."))
 
 
 def main() -> None:

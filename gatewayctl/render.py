@@ -109,6 +109,8 @@ USAGE_COLUMNS = (
     Field("endpoint", "endpoint"),
     Field("stream", "stream"),
     Field("status", "status"),
+    Field("provider", "provider"),
+    Field("attempts", "tries"),
     Field("input_tokens", "in"),
     Field("output_tokens", "out"),
     Field("cached_tokens", "cached"),
@@ -126,6 +128,20 @@ _SUM_COLUMNS = (
 )
 REPORT_MODEL_COLUMNS = (Field("model", "model"), *_SUM_COLUMNS)
 REPORT_KEY_COLUMNS = (Field("key_id", "key"), Field("account_id", "account"), *_SUM_COLUMNS)
+
+ROUTE_COLUMNS = (
+    Field("model", "model"),
+    Field("route", "route"),
+    Field("protocol", "protocol"),
+    Field("priority", "prio"),
+    Field("weight", "weight"),
+    Field("state", "state"),
+    Field("cooling_for_s", "cooling s"),
+    Field("requests", "requests"),
+    Field("failures", "failures"),
+    Field("latency_ms", "latency ms", text()),
+    Field("last_error", "last error", text()),
+)
 
 AUDIT_ACCOUNT_COLUMNS = (
     Field("account_id", "account"),
@@ -145,13 +161,18 @@ AUDIT_KEY_COLUMNS = (
     Field("problems", "problems", problems),
 )
 
-_NUMERIC = {"input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "requests"}
+_NUMERIC = {"input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "attempts", "priority",
+            "weight", "cooling_for_s", "requests", "failures", "latency_ms"}
 _STATE_STYLE = {
     "enabled": "green",
     "disabled": "yellow",
     "expired": "red",
     "used_up": "red",
     "deleted": "dim",
+    "healthy": "green",
+    "ready_to_probe": "yellow",
+    "probing": "yellow",
+    "cooling": "red",
 }
 
 

@@ -102,6 +102,21 @@ class Model:
 
 
 @attrs.frozen
+class RoutingSettings:
+    """``[routing]`` in the config file (documented in docs/operations.md)."""
+
+    max_attempts: int = 3  # routes tried per request, the first included
+    deadline_s: float = 30.0  # no new attempt starts later than this after the request's first
+    first_byte_timeout_s: float = 20.0  # a stream's headers and first event, when another route remains
+    non_stream_timeout_s: float = 0.0  # non-streaming answer, when another route remains; 0 = no limit
+    failures_to_cool: int = 3
+    cooldown_s: float = 30.0
+    max_cooldown_s: float = 300.0
+    sticky_ttl_s: float = 3600.0
+    sticky_max: int = 100_000
+
+
+@attrs.frozen
 class Group:
     name: str
     price_ratio: Fraction
@@ -141,6 +156,7 @@ class Config:
     providers: dict[str, Provider]
     models: dict[str, Model]
     groups: dict[str, Group]
+    routing: RoutingSettings = RoutingSettings()
     demo: bool = False
     log: LogSettings = LogSettings(format=None, level="info")
     database_pool_size: int = 10  # PostgreSQL connections per instance ([database] pool_size)
@@ -402,7 +418,7 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
 
 
 def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
-    from gatewayd.providers import client_formats
+    from gatewayd.providers import ADAPTERS, client_formats
 
     if not isinstance(raw, list):
         raise ConfigError("models: must be an array of tables ([[models]])")
@@ -417,7 +433,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         if model_id in models:
             raise ConfigError(f"models[{i}].id: duplicate model {model_id!r}")
         routes = _model_routes(s, f"models[{i}]", providers, model_id)
-        default_family = {"anthropic": "claude", "gemini": "other"}.get(routes[0].provider.protocol, "gpt")
+        default_family = getattr(ADAPTERS[routes[0].provider.protocol], "DEFAULT_FAMILY", "other")
         rate = None
         if "rate_limit" in s.table:
             r = _Section(s.table["rate_limit"], f"models[{i}].rate_limit")
@@ -467,6 +483,23 @@ def _groups(raw: Any) -> dict[str, Group]:
     return groups
 
 
+def _routing(raw: Any) -> RoutingSettings:
+    s = _Section(raw, "routing")
+    s.unknown({f.name for f in attrs.fields(RoutingSettings)})
+    d = RoutingSettings()
+    return RoutingSettings(
+        max_attempts=s.number("max_attempts", d.max_attempts, minimum=1, integer=True),
+        deadline_s=float(s.number("deadline_s", d.deadline_s)),
+        first_byte_timeout_s=float(s.number("first_byte_timeout_s", d.first_byte_timeout_s, minimum=0.001)),
+        non_stream_timeout_s=float(s.number("non_stream_timeout_s", d.non_stream_timeout_s)),
+        failures_to_cool=s.number("failures_to_cool", d.failures_to_cool, minimum=1, integer=True),
+        cooldown_s=float(s.number("cooldown_s", d.cooldown_s)),
+        max_cooldown_s=float(s.number("max_cooldown_s", d.max_cooldown_s)),
+        sticky_ttl_s=float(s.number("sticky_ttl_s", d.sticky_ttl_s)),
+        sticky_max=s.number("sticky_max", d.sticky_max, minimum=0, integer=True),
+    )
+
+
 def load_config(
     path: str | os.PathLike | None = None,
     *,
@@ -482,7 +515,7 @@ def load_config(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
-    allowed = {"server", "database", "redis", "providers", "models", "groups", "log"}
+    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -517,4 +550,5 @@ def load_config(
         models=models,
         groups=groups,
         log=_log(raw.get("log"), env, overrides),
+        routing=_routing(raw.get("routing", {})),
     )

@@ -12,6 +12,7 @@ the client receives the last byte.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, AsyncIterator
 
@@ -24,7 +25,7 @@ from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.billing.estimate import charge, estimate_cost
 from gatewayd.billing.ledger import Hold, Ledger
-from gatewayd.config import Config
+from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
 from gatewayd.errors import BodyError, GatewayError, UpstreamError, model_not_found, our_fault
@@ -37,6 +38,7 @@ from gatewayd import providers
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 from gatewayd.ratelimit import MemoryWindows, RateLimiter
+from gatewayd.routing import Router, retry_after_seconds, sticky_key
 
 # What counts as the provider's bad answer (a 502): JSON that does not parse (or a body that
 # is not SSE, whose first event then does not parse), and the few shape checks made on
@@ -92,19 +94,67 @@ def positive_int(body: dict, name: str) -> int | None:
     return value
 
 
+class AttemptFailed(Exception):
+    """One route failed before any byte reached the client: another route may serve the request.
+
+    ``error`` is what the client gets if this was the last attempt (``upstream`` instead
+    when the provider answered with an error status); ``usage_status`` names the fault in
+    the usage row; ``reached`` says whether the provider answered at all.
+    """
+
+    def __init__(self, error: GatewayError | None, usage_status: str, *, reason: str,
+                 upstream: UpstreamError | None = None, retryable: bool = True,
+                 retry_after_s: float | None = None, reached: bool = True) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.usage_status = usage_status
+        self.reason = reason
+        self.upstream = upstream
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        self.reached = reached or upstream is not None
+
+
 class Relay:
     def __init__(self, config: Config, directory: Directory, ledger: Ledger, upstream: Upstream,
-                 limiter: RateLimiter | None = None) -> None:
-        self.config = config
+                 limiter: RateLimiter | None = None, router: Router | None = None) -> None:
+        self._config = config
         self.directory = directory
         self.ledger = ledger
         self.upstream = upstream
+        self.router = router or Router(config.routing)
         self.limiter = limiter or RateLimiter(MemoryWindows())
         self.drain = Drain()  # cuts upstream reads when a shutdown's grace period ends
         self.draining = False  # set when shutdown starts: /readyz answers 503 from then on
         self.metrics = Metrics()
         self.metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
         self._provider_up: dict[str, bool] = {}
+        self.router.on_change = self._route_changed
+        self._publish_routes()
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @config.setter
+    def config(self, config: Config) -> None:
+        """A reloaded config (gatewayd.reload) brings its ``[routing]`` settings with it."""
+        self._config = config
+        self.router.settings = config.routing
+        self._publish_routes()
+
+    def _publish_routes(self) -> None:
+        """``gateway_route_up`` exists for every route from the start (1: nothing failed yet)."""
+        for model in self._config.models.values():
+            for route in model.routes:
+                if route.name not in self.router.health:
+                    self.metrics.route_up.labels(route.name).set(1)
+
+    def _route_changed(self, route: ModelRoute, up: bool, reason: str) -> None:
+        """A route was first used, cooled down, or answers again: ``gateway_route_up`` and a log line."""
+        self.metrics.route_up.labels(route.name).set(1 if up else 0)
+        logs.event(f"route {route.name} is {'healthy again' if up else 'cooling down'}", 20 if up else 30,
+                       route=route.name, provider=route.provider.name, reason=reason)
 
     def provider_seen(self, name: str, up: bool, reason: str = "") -> None:
         """Passive provider health: down when it cannot be reached, up when it answers.
@@ -139,27 +189,36 @@ class Relay:
         await self.limiter.check(caller.account.id, grant.model)
         return grant
 
-    # -- running a route -------------------------------------------------------------
+    # -- running a call over the model's routes --------------------------------------
 
-    def build_route(self, call: Call) -> Route:
-        """The upstream request and answer handling for ``call``, from the adapter table."""
-        for target in call.model.routes:
-            build = providers.builder(call.client_format, target.provider.protocol)
-            if build is not None:
-                t = trace.get()
-                if t is not None:
-                    t.provider = target.provider.name
-                    t.route = target.name
-                return build(call, target, self.upstream)
-        raise model_not_found(call.model.id)  # authorize() checked the model serves this format
+    def _build(self, call: Call, target: ModelRoute) -> Route:
+        build = providers.builder(call.client_format, target.provider.protocol)
+        assert build is not None  # Router.plan only lists routes that serve the client's format
+        return build(call, target, self.upstream)
 
     async def run(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
-        """Hold, call, answer, settle. Returns (status, headers, body-or-async-iterator)."""
+        """Hold, try the routes in the router's order, answer, settle.
+
+        One hold, one settlement, one usage row per client request whatever the attempts.
+        A route that fails before any byte has reached the client (connect failure, no
+        first byte in time, 429, 5xx, an invalid or broken answer) gives way to the next,
+        up to ``routing.max_attempts`` and ``routing.deadline_s``; a 4xx other than 429
+        is the client's error and is answered at once. Returns (status, headers,
+        body-or-async-iterator).
+        """
         if len(call.raw) > LARGE_BODY_BYTES:
             # parsing a large body and building its upstream request (estimate, translation,
             # model swap) each take a millisecond or more: let other tasks run in between
             await trio.lowlevel.checkpoint()
-        route = self.build_route(call)
+        model = call.model
+        sticky = len(model.routes) > 1 and self.config.routing.sticky_ttl_s > 0
+        key = sticky_key(call.client_format, call.body) if sticky else None
+        plan = self.router.plan(model, call.client_format, key)
+        if not plan:
+            raise model_not_found(model.id)  # authorize() checked some route serves this format
+        settings = self.config.routing
+        plan = plan[:settings.max_attempts]
+        route = self._build(call, plan[0])  # a body the translation refuses is a 400 before any hold
         estimate = estimate_cost(grant.model, route.input_tokens_estimate, route.output_tokens, grant.price_ratio)
         t = trace.get()
         if t is not None:
@@ -169,24 +228,49 @@ class Relay:
             endpoint=ctx.endpoint, stream=route.stream,
         )
         handed_to_stream = False
+        deadline = time.monotonic() + settings.deadline_s
+        failures: list[tuple[AttemptFailed, Route]] = []
         try:
-            try:
-                response = await self._call(route, hold, grant)
-                if route.stream:
-                    # Read up to the first bytes for the client before answering 200, so a stream
-                    # that fails before it starts (invalid, dropped, silent) is a plain 502/504.
-                    pump = self._pump(response, route, hold, grant)
+            for n, target in enumerate(plan):
+                if n:
+                    if time.monotonic() >= deadline:
+                        break
                     try:
-                        first = await pump.__anext__()
-                    except StopAsyncIteration:
-                        first = b""
-                    handed_to_stream = True
-                    return 200, {**route.headers, "cache-control": "no-cache"}, _prepend(first, pump)
-                return 200, route.headers, await self._finish(response, route, hold, grant)
-            except UpstreamError as e:
-                # an error status, or a refusal inside a 200 (a blocked prompt) told before any byte
-                status, body, headers = route.upstream_error(e)
-                return status, {**route.headers, **headers}, body
+                        route = self._build(call, target)
+                    except BodyError:  # this route's translation cannot carry the request
+                        continue
+                hold.provider = target.provider.name
+                hold.attempts += 1
+                if t is not None:
+                    t.provider = target.provider.name
+                    t.route = target.name
+                last = n == len(plan) - 1
+                self.router.started(target)
+                began = time.monotonic()
+                try:
+                    if route.stream:
+                        first, pump = await self._open_stream(route, hold, grant, target, last, deadline)
+                        self.router.succeeded(target, time.monotonic() - began)
+                        self.router.remember(model, key, target)
+                        handed_to_stream = True
+                        return 200, {**route.headers, "cache-control": "no-cache"}, _prepend(first, pump)
+                    body, usage = await self._answer(route, hold, grant, last, deadline)
+                except AttemptFailed as failure:
+                    failures.append((failure, route))
+                    if failure.retryable:
+                        self.router.failed(target, failure.reason, failure.retry_after_s)
+                        continue
+                    self.router.succeeded(target)  # it answered: the refusal is about the request
+                    break
+                except BaseException:
+                    self.router.abandoned(target)
+                    raise
+                self.router.succeeded(target, time.monotonic() - began)
+                self.router.remember(model, key, target)
+                with trio.CancelScope(shield=True):
+                    await self._settle(hold, grant, usage, status="ok", http_status=200)
+                return 200, route.headers, body
+            return await self._all_failed(hold, grant, model.id, failures)
         except GatewayError:
             raise
         except Exception as e:  # a route callback or the store failed: ours, not the provider's
@@ -199,6 +283,70 @@ class Relay:
                 usage = Usage(input_tokens=route.input_tokens_estimate)
                 with trio.CancelScope(shield=True):
                     await self._settle(hold, grant, usage, status="client_disconnected", http_status=499)
+
+    async def _all_failed(self, hold: Hold, grant: Grant, model_id: str,
+                          failures: list[tuple["AttemptFailed", Route]]):
+        """No route answered: the last provider error (status and message kept), else, when
+        several routes were tried and none could be reached, 503 ``model_not_found``; a lone
+        attempt keeps its own 502/504."""
+        answered = [(f, r) for f, r in failures if f.upstream is not None]
+        if answered:
+            failure, route = answered[-1]
+            status, body, headers = route.upstream_error(failure.upstream)
+            await self._release(hold, grant, "upstream_error", status)
+            return status, {**route.headers, **headers}, body
+        failure, _ = failures[-1]
+        if len(failures) > 1 and not any(f.reached for f, _ in failures):
+            await self._release(hold, grant, failure.usage_status, 503)
+            raise GatewayError(
+                503, f"No available channel for model {model_id} right now: none of its {len(failures)} routes "
+                     f"could be reached (last: {failure.reason})", "model_not_found", model_step=True)
+        await self._release(hold, grant, failure.usage_status, failure.error.status)
+        raise failure.error
+
+    def _cut_off(self, limit: float, last: bool, deadline: float) -> float:
+        """How long an attempt may wait: no limit for the last route, nor when no other attempt
+        could start after the cut (the deadline would have passed): cutting would gain nothing."""
+        if last or not limit or time.monotonic() + limit >= deadline:
+            return math.inf
+        return limit
+
+    async def _open_stream(self, route: Route, hold: Hold, grant: Grant, target: ModelRoute, last: bool,
+                           deadline: float):
+        """Call the provider and read up to the first bytes for the client, before answering
+        200: a stream that fails before it starts (invalid, dropped, silent) can still go to
+        another route, or be a plain 502/504. Unless this is the last route, the first bytes
+        must come within ``first_byte_timeout_s``."""
+        limit = self._cut_off(self.config.routing.first_byte_timeout_s, last, deadline)
+        with trio.move_on_after(limit) as waiting:
+            response = await self._call(route, hold, grant)
+            pump = self._pump(response, route, hold, grant, target)
+            try:
+                first = await pump.__anext__()
+            except StopAsyncIteration:
+                first = b""
+            return first, pump
+        assert waiting.cancelled_caught
+        raise AttemptFailed(
+            GatewayError(504, f"the provider sent nothing within {limit:g} seconds", "upstream_timeout",
+                         model_step=True),
+            "idle_timeout", reason=f"no first byte within {limit:g} s", reached=False,
+        )
+
+    async def _answer(self, route: Route, hold: Hold, grant: Grant, last: bool,
+                      deadline: float) -> tuple[bytes, Usage]:
+        """A non-streaming answer. No cut-off (the spec's rule), unless another route remains
+        and ``routing.non_stream_timeout_s`` is set."""
+        limit = self._cut_off(self.config.routing.non_stream_timeout_s, last, deadline)
+        with trio.move_on_after(limit) as waiting:
+            response = await self._call(route, hold, grant)
+            return await self._finish(response, route, hold, grant)
+        assert waiting.cancelled_caught
+        raise AttemptFailed(
+            GatewayError(504, f"the provider did not answer within {limit:g} seconds", "upstream_timeout",
+                         model_step=True),
+            "idle_timeout", reason=f"no answer within {limit:g} s", reached=False,
+        )
 
     async def _settle(self, hold: Hold, grant: Grant, usage: Usage, *, status: str, http_status: int) -> None:
         if hold.settled:
@@ -227,7 +375,7 @@ class Relay:
 
     async def _call(self, route: Route, hold: Hold, grant: Grant) -> httpx.Response:
         t = trace.get()
-        provider = t.provider if t is not None and t.provider else grant.model.provider.name
+        provider = hold.provider or grant.model.provider.name
         try:
             sent = time.perf_counter()
             with self.drain.read() as reading:
@@ -239,18 +387,22 @@ class Relay:
             self.provider_seen(provider, True)
         except httpx.ConnectTimeout:
             self.provider_seen(provider, False, "connect timeout")
-            await self._release(hold, grant, "upstream_unreachable", 504)
-            raise GatewayError(504, "the provider did not accept a connection in time", "upstream_timeout",
-                               model_step=True) from None
+            raise AttemptFailed(
+                GatewayError(504, "the provider did not accept a connection in time", "upstream_timeout",
+                             model_step=True),
+                "upstream_unreachable", reason="connect timeout", reached=False) from None
         except httpx.ReadTimeout:  # only streams have a read timeout: the idle cut-off
-            await self._release(hold, grant, "idle_timeout", 504)
-            raise GatewayError(504, f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds",
-                               "upstream_timeout", model_step=True) from None
+            idle = self.upstream.stream_idle_timeout_s
+            raise AttemptFailed(
+                GatewayError(504, f"the provider sent nothing for {idle:g} seconds", "upstream_timeout",
+                             model_step=True),
+                "idle_timeout", reason=f"no status line within {idle:g} s", reached=False) from None
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
             self.provider_seen(provider, False, type(e).__name__)
-            await self._release(hold, grant, "upstream_unreachable", 502)
-            raise GatewayError(502, f"the provider could not be reached ({type(e).__name__})", "bad_gateway",
-                               model_step=True) from None
+            raise AttemptFailed(
+                GatewayError(502, f"the provider could not be reached ({type(e).__name__})", "bad_gateway",
+                             model_step=True),
+                "upstream_unreachable", reason=f"unreachable ({type(e).__name__})", reached=False) from None
         if response.status_code != 200:
             try:
                 body = await response.aread()
@@ -258,47 +410,51 @@ class Relay:
                 body = b""
             finally:
                 await response.aclose()
-            await self._release(hold, grant, "upstream_error", response.status_code)
-            raise UpstreamError(response.status_code, body, dict(response.headers)) from None
+            error = UpstreamError(response.status_code, body, dict(response.headers))
+            retryable = error.status == 429 or error.status >= 500
+            raise AttemptFailed(
+                None, "upstream_error", upstream=error, retryable=retryable,
+                reason=f"{error.status}: {error.message()[:200]}",
+                retry_after_s=retry_after_seconds(error.headers.get("retry-after")) if retryable else None,
+            ) from None
         return response
 
-    async def _finish(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant) -> bytes:
+    async def _finish(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant) -> tuple[bytes, Usage]:
         try:
             with self.drain.read() as reading:
                 raw = await response.aread()
             if reading.cancelled_caught:
                 raise await self._cut_by_shutdown(hold, grant)
         except httpx.HTTPError as e:
-            await self._release(hold, grant, "upstream_broken", 502)
-            raise GatewayError(502, f"the provider dropped the connection ({type(e).__name__})", "bad_gateway",
-                               model_step=True) from None
+            raise AttemptFailed(
+                GatewayError(502, f"the provider dropped the connection ({type(e).__name__})", "bad_gateway",
+                             model_step=True),
+                "upstream_broken", reason=f"answer broke off ({type(e).__name__})") from None
         finally:
             await response.aclose()
         try:
             body, usage = route.finish(raw)
         except UpstreamError as e:  # the provider refused inside a 200 (a blocked prompt): nothing charged
-            await self._release(hold, grant, "upstream_error", e.status)
-            raise
-        except PROVIDER_FAULTS:
-            await self._release(hold, grant, "upstream_invalid", 502)
-            raise GatewayError(502, "the provider returned an invalid response", "bad_gateway",
-                               model_step=True) from None
+            raise AttemptFailed(None, "upstream_error", upstream=e, retryable=False,
+                                reason=f"refused: {e.message()[:200]}") from None
+        except PROVIDER_FAULTS as e:
+            raise AttemptFailed(
+                GatewayError(502, "the provider returned an invalid response", "bad_gateway", model_step=True),
+                "upstream_invalid", reason=f"invalid answer ({type(e).__name__})") from None
         except Exception as e:  # our translator failed on an answer it did not expect: nothing is charged
             await self._release(hold, grant, "internal_error", 500)
             raise our_fault(hold.request_id, "while translating the provider's answer", e) from None
-        if usage is None:
-            usage = Usage(input_tokens=route.input_tokens_estimate)
-        with trio.CancelScope(shield=True):
-            await self._settle(hold, grant, usage, status="ok", http_status=200)
-        return body
+        return body, usage if usage is not None else Usage(input_tokens=route.input_tokens_estimate)
 
-    async def _pump(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant) -> AsyncIterator[bytes]:
+    async def _pump(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant,
+                    target: ModelRoute) -> AsyncIterator[bytes]:
         """Forward the stream as it arrives; settle before the terminal event is sent.
 
         Until the first bytes are yielded nothing has reached the client (``run`` reads
-        that far before answering 200), so a failure there raises a 502/504 GatewayError
-        and charges nothing; after that, failures become an error event in the client's
-        format and what was streamed is charged.
+        that far before answering 200), so a failure there raises ``AttemptFailed`` and
+        leaves the hold to ``run`` (another route may serve the request); after that,
+        failures become an error event in the client's format and what was streamed is
+        charged.
         """
         pipe = route.make_pipe()
         splitter = SSESplitter()
@@ -340,21 +496,24 @@ class Relay:
                 # a pipe raises it only for a refusal in the first event (a blocked prompt), before
                 # any byte reached the client: answered as the provider's error, nothing charged
                 status = "upstream_error"
-                await self._release(hold, grant, status, e.status)
-                raise
+                raise AttemptFailed(None, status, upstream=e, retryable=False,
+                                    reason=f"refused: {e.message()[:200]}") from None
             except httpx.ReadTimeout:
                 status = "idle_timeout"
                 idle = f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds"
                 if not started:
-                    raise GatewayError(504, idle, "upstream_timeout", model_step=True) from None
+                    raise AttemptFailed(GatewayError(504, idle, "upstream_timeout", model_step=True), status,
+                                        reason="no first event within the idle time") from None
                 await self._settle_stream(hold, grant, pipe, route, status)
                 yield pipe.error_event(f"{idle}; the stream was closed and is incomplete", "timeout_error")
                 return
             except (httpx.HTTPError, *PROVIDER_FAULTS) as e:
                 if not started:
                     status = "upstream_invalid"
-                    raise GatewayError(502, f"the provider returned an invalid response ({type(e).__name__})",
-                                       "bad_gateway", model_step=True) from None
+                    raise AttemptFailed(
+                        GatewayError(502, f"the provider returned an invalid response ({type(e).__name__})",
+                                     "bad_gateway", model_step=True),
+                        status, reason=f"invalid stream ({type(e).__name__})") from None
                 status = "upstream_broken"
                 await self._settle_stream(hold, grant, pipe, route, status)
                 yield pipe.error_event(f"the provider stream broke off ({type(e).__name__}); the output is incomplete")
@@ -379,8 +538,10 @@ class Relay:
                 return
             status = "upstream_broken"
             if not started:
-                raise GatewayError(502, "the provider ended the stream before sending anything", "bad_gateway",
-                                   model_step=True)
+                raise AttemptFailed(
+                    GatewayError(502, "the provider ended the stream before sending anything", "bad_gateway",
+                                 model_step=True),
+                    status, reason="stream ended before its first event")
             await self._settle_stream(hold, grant, pipe, route, status)
             yield pipe.error_event("the provider ended the stream early; the output is incomplete")
         finally:
@@ -389,12 +550,15 @@ class Relay:
                     await _drain(chunks)
                 await chunks.aclose()
                 await response.aclose()
+                if started and status in ("idle_timeout", "upstream_broken", "upstream_error"):
+                    self.router.failed(target, f"stream {status.replace('_', ' ')} after its first byte")
                 if not hold.settled:
-                    if started or status == "client_disconnected":
+                    if started:
                         await self._settle_stream(hold, grant, pipe, route, status)
-                    else:  # refused with a 502/503/504: the client got nothing, nothing is charged
-                        http_status = {"idle_timeout": 504, "shutdown": 503, "internal_error": 500}.get(status, 502)
+                    elif status in ("shutdown", "internal_error"):  # refused: the client got nothing
+                        http_status = {"shutdown": 503, "internal_error": 500}[status]
                         await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
+                    # otherwise nothing reached the client: ``run`` settles (or tries another route)
 
     async def _settle_stream(self, hold: Hold, grant: Grant, pipe: Pipe, route: Route, status: str) -> None:
         usage = pipe.usage

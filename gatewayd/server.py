@@ -170,7 +170,8 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
             first = config
             reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], relay.metrics)
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
-            admin_app = create_admin_app(directory, store, time.time, reload=reload)
+            admin_app = create_admin_app(directory, store, time.time, reload=reload,
+                                         routes=lambda: relay.router.report(relay.config.models))
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket

@@ -62,7 +62,8 @@ def test_csv_export_of_a_day_in_the_accounts_zone(gateway, traffic):
     assert [r["request_id"] for r in rows] == [r["request_id"] for r in traffic["rows"]]  # newest first
     assert list(rows[0]) == ["request_id", "created_at", "key_id", "model", "endpoint", "stream", "status",
                              "http_status", "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens",
-                             "cost_nano", "duration_ms", "cost_usd"]
+                             "cost_nano", "duration_ms", "provider", "attempts", "cost_usd"]
+    assert all(r["provider"] == "openai" and r["attempts"] == "1" for r in rows if r["model"].startswith("gpt"))
     assert sum(int(r["cost_nano"]) for r in rows) == sum(r["cost_nano"] for r in traffic["rows"])
 
     before = gatewayctl(gateway, "usage", traffic["account"]["id"], "--until", traffic["yesterday"], "--csv")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import zoneinfo
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 from quart import Response, request
@@ -50,7 +50,9 @@ def _json(doc: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(doc), status=status, content_type=JSON)
 
 
-def create_admin_app(directory: Directory, store, clock, reload=None) -> QuartTrio:
+def create_admin_app(directory: Directory, store, clock, reload=None,
+                     routes: Callable[[], list[dict]] | None = None) -> QuartTrio:
+    """``routes`` reports every model route's health (``Router.report``), for ``gatewayctl routes``."""
     app = QuartTrio(__name__ + ".admin")
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None)
 
@@ -250,5 +252,9 @@ def create_admin_app(directory: Directory, store, clock, reload=None) -> QuartTr
     @app.get("/admin/v1/audit")
     async def run_audit():
         return _json(await store.audit(directory.accounts.values(), directory.keys.values()))
+
+    @app.get("/admin/v1/routes")
+    async def list_routes():
+        return _json({"data": routes() if routes is not None else []})
 
     return app

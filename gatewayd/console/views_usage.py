@@ -24,6 +24,7 @@ from gatewayd.records import Account
 CSV_HEADER = (
     "time", "request_id", "key_id", "key_name", "model", "endpoint", "stream", "status", "http_status",
     "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "cost_usd", "cost_nano", "duration_ms",
+    "provider", "attempts",
 )
 
 
@@ -112,6 +113,7 @@ def register(bp: Blueprint, console: Console) -> None:
                         "true" if r["stream"] else "false", r["status"], r["http_status"], r["input_tokens"],
                         r["output_tokens"], r["cached_tokens"], r["cache_write_tokens"],
                         nano_to_usd_str(r["cost_nano"]), r["cost_nano"], r["duration_ms"],
+                        _safe_cell(r["provider"] or ""), r["attempts"],
                     ))
                 yield out.getvalue().encode()
                 out.seek(0)

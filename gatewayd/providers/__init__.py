@@ -1,7 +1,8 @@
 """The adapter table: (client format, upstream protocol) -> route builder.
 
 One module per upstream protocol, each exposing ``ROUTES`` (client format -> builder, see
-:mod:`.base`) and ``SIM_BASE_PATH`` (where the simulator serves it, for ``--demo``).
+:mod:`.base`), ``SIM_BASE_PATH`` (where the simulator serves it, for ``--demo``) and
+optionally ``DEFAULT_FAMILY`` (a model's ``family`` when its first route speaks it).
 Adding a protocol is one module here, its translators in ``gatewayd.formats``, the
 simulator, their tests, and one line in ``ADAPTERS``.
 """

@@ -29,6 +29,7 @@ from gatewayd.providers.base import (
 from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
 
 SIM_BASE_PATH = ""  # where the simulator serves this protocol (``--demo``)
+DEFAULT_FAMILY = "claude"  # the family of a model whose first route speaks this protocol, unless set
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 
 # Without a client cap, a translated request asks for at most this many tokens (and the

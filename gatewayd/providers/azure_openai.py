@@ -19,6 +19,7 @@ from gatewayd.config import ModelRoute
 from gatewayd.providers import openai
 
 SIM_BASE_PATH = "/openai"  # where the simulator serves this protocol (``--demo``)
+DEFAULT_FAMILY = "gpt"  # the family of a model whose first route speaks this protocol, unless set
 
 _DEPLOYMENT_OPERATIONS = frozenset({"chat/completions", "embeddings"})
 

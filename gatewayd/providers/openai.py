@@ -31,6 +31,7 @@ from gatewayd.providers.base import (
 )
 
 SIM_BASE_PATH = "/v1"  # where the simulator serves this protocol (``--demo``)
+DEFAULT_FAMILY = "gpt"  # the family of a model whose first route speaks this protocol, unless set
 
 # (upstream, route, operation, body, stream) -> the request; operation is "chat/completions",
 # "responses" or "embeddings"

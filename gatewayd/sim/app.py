@@ -27,6 +27,7 @@ from quart_trio import QuartTrio
 
 from . import anthropic, embeddings, gemini, openai_chat, openai_responses
 from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, parse_markers, plan
+from .prompt_cache import PromptCache
 
 LOG_LIMIT = 1000
 _SEND_KEY = "gatewayd.sim.send"
@@ -88,6 +89,11 @@ class SimState:
     def __init__(self, limit: int = LOG_LIMIT) -> None:
         self.log: deque[Recorded] = deque(maxlen=limit)
         self._seq = itertools.count(1)
+        self.markers = ""  #: markers applied to every request (``PUT /_sim/settings``): a provider outage
+        self.prompt_cache: PromptCache | None = None  #: on with ``PUT /_sim/settings``
+
+    def settings(self) -> dict:
+        return {"markers": self.markers, "prompt_cache": self.prompt_cache is not None}
 
     def record(self, body: bytes) -> Recorded:
         scope = request.scope
@@ -168,6 +174,17 @@ def _google_headers(headers) -> Response | None:
     return None
 
 
+def _azure_headers(headers) -> Response | None:
+    """Azure OpenAI: the key in ``api-key`` (or a bearer token), ``?api-version=`` on every call."""
+    if not headers.get("api-key") and not _bearer(headers):
+        return openai_error(401, "Access denied due to invalid subscription key or wrong API endpoint. Make sure "
+                                 "to provide a valid key for an active subscription and use a correct regional "
+                                 "API endpoint for your resource.", code="401")
+    if not request.args.get("api-version"):
+        return openai_error(404, "Resource not found", code="404")
+    return None
+
+
 # -- one wire protocol, as the handler sees it -----------------------------------------
 
 
@@ -182,9 +199,10 @@ class Wire:
     stream_error: Callable[[int], bytes]
     invalid_json: bytes
     invalid_stream: bytes
+    protocol: str  #: "chat", "responses" or "messages" (token counting)
 
 
-def _wire(module, error, check_headers) -> Wire:
+def _wire(module, protocol, error, check_headers) -> Wire:
     return Wire(
         error,
         check_headers,
@@ -195,13 +213,16 @@ def _wire(module, error, check_headers) -> Wire:
         module.stream_error,
         module.INVALID_JSON,
         module.INVALID_STREAM,
+        protocol,
     )
 
 
-CHAT = _wire(openai_chat, openai_error, _openai_headers)
-RESPONSES = _wire(openai_responses, openai_error, _openai_headers)
-MESSAGES = _wire(anthropic, anthropic_error, _anthropic_headers)
-GEMINI = _wire(gemini, google_error, _google_headers)
+CHAT = _wire(openai_chat, "chat", openai_error, _openai_headers)
+RESPONSES = _wire(openai_responses, "responses", openai_error, _openai_headers)
+MESSAGES = _wire(anthropic, "messages", anthropic_error, _anthropic_headers)
+AZURE_CHAT = _wire(openai_chat, "chat", openai_error, _azure_headers)
+AZURE_RESPONSES = _wire(openai_responses, "responses", openai_error, _azure_headers)
+GEMINI = _wire(gemini, "gemini", google_error, _google_headers)
 
 
 # -- connection faults -----------------------------------------------------------------
@@ -347,7 +368,13 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
 
     if url_model is not None:
         body["model"] = url_model
-    reply = plan(wire.extract(body))
+    prompt = wire.extract(body)
+    if state.markers:
+        prompt = attrs.evolve(prompt, user_text=f"{prompt.user_text} {state.markers}")
+    reply = plan(prompt)
+    if state.prompt_cache is not None:
+        cached = min(state.prompt_cache.cached_tokens(body, wire.protocol), reply.input_tokens)
+        reply = attrs.evolve(reply, input_tokens=reply.input_tokens - cached, cache_read=reply.cache_read + cached)
     faults = reply.faults
     stream = body.get("stream") is True if url_stream is None else url_stream
     entry.stream = stream
@@ -367,10 +394,10 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
     return Response(orjson.dumps([rendered] if as_array else rendered), 200, content_type=_JSON)
 
 
-async def _embed(state: SimState) -> Response:
+async def _embed(state: SimState, check_headers: Callable[..., Response | None] = _openai_headers) -> Response:
     raw = await request.get_data()
     entry = state.record(raw)
-    denied = _openai_headers(request.headers)
+    denied = check_headers(request.headers)
     if denied is not None:
         return _done(entry, denied)
     body = _load(raw)
@@ -379,7 +406,7 @@ async def _embed(state: SimState) -> Response:
     problem = embeddings.validate(body)
     if problem is not None:
         return _done(entry, openai_error(400, problem[0], param=problem[1]))
-    faults = parse_markers(embeddings.marker_text(body)).faults
+    faults = parse_markers(f"{embeddings.marker_text(body)} {state.markers}").faults
     early = await _before_reply(faults, entry, openai_error)
     if early is not None:
         return _done(entry, early)
@@ -431,6 +458,19 @@ def create_sim_app() -> QuartTrio:
     async def embed() -> Response:
         return await _embed(state)
 
+    # Azure OpenAI: deployments in the path, the Responses API beside them (docs/simulator.md)
+    @app.post("/openai/deployments/<deployment>/chat/completions")
+    async def azure_chat(deployment: str) -> Response:
+        return await _answer(state, AZURE_CHAT)
+
+    @app.post("/openai/deployments/<deployment>/embeddings")
+    async def azure_embed(deployment: str) -> Response:
+        return await _embed(state, _azure_headers)
+
+    @app.post("/openai/responses")
+    async def azure_responses() -> Response:
+        return await _answer(state, AZURE_RESPONSES)
+
     @app.get("/_sim/requests")
     async def list_requests() -> Response:
         contains = request.args.get("contains")
@@ -448,6 +488,22 @@ def create_sim_app() -> QuartTrio:
         cleared = len(state.log)
         state.log.clear()
         return Response(orjson.dumps({"cleared": cleared}), 200, content_type=_JSON)
+
+    @app.get("/_sim/settings")
+    async def get_settings() -> Response:
+        return Response(orjson.dumps(state.settings()), 200, content_type=_JSON)
+
+    @app.put("/_sim/settings")
+    async def put_settings() -> Response:
+        doc = _load(await request.get_data())
+        if doc is None or not set(doc) <= {"markers", "prompt_cache"} or not isinstance(
+                doc.get("markers", ""), str) or not isinstance(doc.get("prompt_cache", False), bool):
+            return openai_error(400, 'expected {"markers": "<markers>", "prompt_cache": true|false}')
+        if "markers" in doc:
+            state.markers = doc["markers"]
+        if "prompt_cache" in doc:
+            state.prompt_cache = PromptCache() if doc["prompt_cache"] else None
+        return Response(orjson.dumps(state.settings()), 200, content_type=_JSON)
 
     @app.get("/_sim/health")
     async def health() -> Response:

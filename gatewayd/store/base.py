@@ -37,7 +37,9 @@ class KeyRevoked(StoreError):
 
 @attrs.define(eq=False)
 class Hold:
-    """Money held for one request until it settles. Mutable only in ``settled`` (exactly once)."""
+    """Money held for one request until it settles. Mutable only in ``settled`` (exactly once)
+    and in the route facts the relay updates before each attempt (``provider``, ``attempts``),
+    which the usage row records."""
 
     request_id: str
     account: Account
@@ -48,6 +50,8 @@ class Hold:
     stream: bool
     started: float  # time.monotonic() at reserve, for the usage row's duration
     settled: bool = False
+    provider: str | None = None  # the provider of the route tried last (the one that served, on success)
+    attempts: int = 0  # routes tried for this request
 
 
 @attrs.frozen
@@ -87,6 +91,7 @@ class Payment:
 USAGE_FIELDS = (
     "id", "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status",
     "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms",
+    "provider", "attempts",
 )
 
 
@@ -109,6 +114,8 @@ class UsageRow:
     cache_write_tokens: int
     cost_nano: int
     duration_ms: int
+    provider: str | None  # the provider that served it (the last one tried when none did)
+    attempts: int  # routes tried
 
     @classmethod
     def from_row(cls, row: Any) -> UsageRow:

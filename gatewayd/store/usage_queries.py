@@ -16,7 +16,7 @@ import attrs
 
 USAGE_COLUMNS = (
     "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status", "input_tokens",
-    "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms",
+    "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms", "provider", "attempts",
 )
 
 

@@ -1,0 +1,306 @@
+"""Failover in-process: the real relay, ledger and SQLite store; providers are an httpx.MockTransport.
+
+Each provider is a host (``a.test``, ``b.test``, ``c.test``) whose behaviour a test sets:
+answer, fail with a status, refuse the connection, or hang before the first byte. Every
+client request must be answered once, held once, settled once, with one usage row that
+names the provider that served it and the number of attempts.
+"""
+
+from __future__ import annotations
+
+import orjson
+import httpx
+import pytest
+import trio
+from werkzeug.datastructures import Headers
+
+from gatewayd import endpoints
+from gatewayd.billing.ledger import Ledger
+from gatewayd.config import load_config
+from gatewayd.directory import Directory
+from gatewayd.errors import GatewayError
+from gatewayd.providers.upstream import Upstream
+from gatewayd.relay import Ctx, Relay
+from gatewayd.store.sqlite import SQLiteStore
+
+CONFIG = """
+[routing]
+max_attempts = {max_attempts}
+deadline_s = {deadline_s}
+first_byte_timeout_s = 0.3
+failures_to_cool = 2
+cooldown_s = 60
+[[providers]]
+name = "a"
+protocol = "openai"
+base_url = "http://a.test/v1"
+api_key = "ka"
+[[providers]]
+name = "b"
+protocol = "openai"
+base_url = "http://b.test/v1"
+api_key = "kb"
+[[providers]]
+name = "c"
+protocol = "azure-openai"
+base_url = "http://c.test/openai"
+api_version = "2024-10-21"
+api_key = "kc"
+[[models]]
+id = "m"
+input_price = 1.0
+output_price = 2.0
+[[models.routes]]
+provider = "a"
+priority = 2
+[[models.routes]]
+provider = "b"
+upstream_id = "m-at-b"
+priority = 1
+[[models.routes]]
+provider = "c"
+upstream_id = "m-deployment"
+"""
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def completion(host: str) -> bytes:
+    return orjson.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": host,
+                         "choices": [{"index": 0, "message": {"role": "assistant", "content": f"from {host}"},
+                                      "finish_reason": "stop"}], "usage": USAGE})
+
+
+def stream_body(host: str) -> bytes:
+    chunk = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": host,
+             "choices": [{"index": 0, "delta": {"content": f"from {host}"}, "finish_reason": None}]}
+    usage = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": host, "choices": [], "usage": USAGE}
+    return b"data: " + orjson.dumps(chunk) + b"\n\ndata: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n"
+
+
+class Providers:
+    """What each host does; what each host was asked."""
+
+    def __init__(self) -> None:
+        self.mode: dict[str, str] = {}
+        self.seen: list[httpx.Request] = []
+
+    def hosts(self) -> list[str]:
+        return [r.url.host.split(".")[0] for r in self.seen]
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        host = request.url.host.split(".")[0]
+        mode = self.mode.get(host, "ok")
+        stream = orjson.loads(request.content).get("stream") is True
+        if mode == "refuse":
+            raise httpx.ConnectError("connection refused", request=request)
+        if mode == "hang":
+            await trio.sleep_forever()
+        if mode.isdigit():
+            headers = {"retry-after": "30"} if mode == "429" else {}
+            return httpx.Response(int(mode), headers=headers, json={
+                "error": {"message": f"{host} says {mode}", "type": "server_error", "code": None}})
+        if stream:
+            return httpx.Response(200, content=_body(stream_body(host)), headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, content=_body(completion(host)), headers={"content-type": "application/json"})
+
+
+async def _body(data: bytes):
+    """A body still to be read, as from a real connection (the relay streams it)."""
+    yield data
+
+
+@pytest.fixture
+async def world(tmp_path):
+    async def make(max_attempts: int = 3, deadline_s: float = 30):
+        path = tmp_path / f"g{max_attempts}.toml"
+        path.write_text(CONFIG.format(max_attempts=max_attempts, deadline_s=deadline_s))
+        config = load_config(path, environ={})
+        store = SQLiteStore(str(tmp_path / f"g{max_attempts}.db"))
+        directory = Directory(config, store)
+        account = await directory.create_account(f"f{max_attempts}@example.com")
+        await directory.pay(account, 10_000_000_000)
+        _, secret = await directory.create_key(account, name="k")
+        upstream = Upstream(connect_timeout_s=1, stream_idle_timeout_s=5)
+        fake = Providers()
+        upstream.transport = httpx.MockTransport(fake.handle)
+        relay = Relay(config, directory, Ledger(store), upstream)
+        stores.append(store)
+        return World(relay, store, account, secret, fake)
+
+    stores: list[SQLiteStore] = []
+    yield make
+    for store in stores:
+        await store.close()
+
+
+class World:
+    def __init__(self, relay, store, account, secret, fake) -> None:
+        self.relay, self.store, self.account, self.secret, self.providers = relay, store, account, secret, fake
+        self.n = 0
+
+    async def chat(self, stream: bool = False, **extra):
+        self.n += 1
+        body = {"model": "m", "messages": [{"role": "user", "content": f"hi {self.n}"}], "stream": stream, **extra}
+        ctx = Ctx(request_id=f"req_{self.n}", client_ip="127.0.0.1",
+                  headers=Headers({"authorization": f"Bearer {self.secret}"}), endpoint="chat")
+        status, headers, out = await endpoints.chat_completions(self.relay, ctx, orjson.dumps(body))
+        if not isinstance(out, bytes):
+            out = b"".join([piece async for piece in out])
+        return status, headers, out
+
+    async def rows(self) -> list[dict]:
+        await self.store.flush()
+        return self.store.read_blocking(lambda conn: [dict(r) for r in conn.execute(
+            "SELECT request_id, status, http_status, provider, attempts, cost_nano FROM usage ORDER BY id")])
+
+    def money_is_consistent(self) -> None:
+        assert self.account.held_nano == 0
+
+
+# 10 input tokens at $1/M + 5 output at $2/M
+COST = 10 * 1000 + 5 * 2000
+
+
+@pytest.mark.parametrize("fault", ["503", "500", "429", "refuse"])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_a_failing_first_route_gives_way_and_one_row_names_the_second(world, fault, stream):
+    w = await world()
+    w.providers.mode["a"] = fault
+    status, _, out = await w.chat(stream=stream)
+    assert status == 200 and b"from b" in out
+    assert w.providers.hosts() == ["a", "b"]
+    assert orjson.loads(w.providers.seen[1].content)["model"] == "m-at-b"
+    rows = await w.rows()
+    assert rows == [{"request_id": "req_1", "status": "ok", "http_status": 200, "provider": "b", "attempts": 2,
+                     "cost_nano": COST}]
+    w.money_is_consistent()
+
+
+async def test_a_client_error_is_returned_as_is_without_trying_another_route(world):
+    w = await world()
+    w.providers.mode["a"] = "400"
+    status, _, out = await w.chat()
+    assert status == 400 and orjson.loads(out)["error"]["message"] == "a says 400"
+    assert w.providers.hosts() == ["a"]
+    assert (await w.rows())[0] | {} == {"request_id": "req_1", "status": "upstream_error", "http_status": 400,
+                                        "provider": "a", "attempts": 1, "cost_nano": 0}
+
+
+async def test_every_route_failing_gives_the_last_provider_error(world):
+    w = await world()
+    w.providers.mode.update(a="503", b="429", c="refuse")
+    status, headers, out = await w.chat()
+    assert w.providers.hosts() == ["a", "b", "c"]
+    assert status == 429 and orjson.loads(out)["error"]["message"] == "b says 429"
+    assert headers.get("retry-after") == "30"
+    row = (await w.rows())[0]
+    assert (row["status"], row["http_status"], row["attempts"], row["cost_nano"]) == ("upstream_error", 429, 3, 0)
+    w.money_is_consistent()
+
+
+async def test_no_route_reachable_is_503_model_not_found(world):
+    w = await world()
+    w.providers.mode.update(a="refuse", b="refuse", c="refuse")
+    with pytest.raises(GatewayError) as e:
+        await w.chat()
+    assert e.value.status == 503 and e.value.code == "model_not_found"
+    assert "none of its 3 routes could be reached" in e.value.message
+    row = (await w.rows())[0]
+    assert (row["status"], row["http_status"], row["attempts"], row["cost_nano"]) == ("upstream_unreachable", 503, 3, 0)
+
+
+async def test_attempts_are_capped(world):
+    w = await world(max_attempts=2)
+    w.providers.mode.update(a="502", b="502")
+    status, _, out = await w.chat()
+    assert status == 502 and w.providers.hosts() == ["a", "b"]
+    assert (await w.rows())[0]["attempts"] == 2
+
+
+async def test_a_stream_that_hangs_before_its_first_byte_moves_on_in_time(world):
+    w = await world()
+    w.providers.mode["a"] = "hang"
+    with trio.fail_after(3):
+        status, _, out = await w.chat(stream=True)
+    assert status == 200 and b"from b" in out and out.endswith(b"data: [DONE]\n\n")
+    rows = await w.rows()
+    assert [(r["provider"], r["attempts"], r["status"]) for r in rows] == [("b", 2, "ok")]
+
+
+async def test_the_last_route_is_not_cut_by_the_first_byte_timeout(world):
+    """The first-byte limit only exists to try another route: alone, a slow provider is waited for."""
+    w = await world(max_attempts=1)
+    slow = w.providers.handle
+
+    async def late(request):
+        await trio.sleep(0.6)  # twice first_byte_timeout_s
+        return await slow(request)
+
+    w.relay.upstream.transport = httpx.MockTransport(late)
+    status, _, out = await w.chat(stream=True)
+    assert status == 200 and b"from a" in out
+
+
+async def test_no_cut_when_the_deadline_leaves_no_time_for_another_route(world):
+    """Cutting a slow first route is only worth it if another attempt may still start."""
+    w = await world(deadline_s=0.2)
+    slow = w.providers.handle
+
+    async def late(request):
+        await trio.sleep(0.6)
+        return await slow(request)
+
+    w.relay.upstream.transport = httpx.MockTransport(late)
+    status, _, out = await w.chat(stream=True)
+    assert status == 200 and b"from a" in out
+    assert (await w.rows())[0]["attempts"] == 1
+
+
+async def test_a_failing_route_cools_down_and_is_skipped(world):
+    w = await world()
+    w.providers.mode["a"] = "503"
+    await w.chat()
+    await w.chat()  # a's second failure in a row: cooled for 60 s
+    assert w.providers.hosts() == ["a", "b", "a", "b"]
+    w.providers.seen.clear()
+    for _ in range(3):
+        status, _, _ = await w.chat()
+        assert status == 200
+    assert w.providers.hosts() == ["b", "b", "b"]
+    report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
+    assert report["a"]["state"] == "cooling" and report["a"]["last_error"] == "503: a says 503"
+    assert report["b"]["state"] == "healthy" and report["b"]["latency_ms"] is not None
+
+
+async def test_retry_after_takes_the_route_out_at_once(world):
+    w = await world()
+    w.providers.mode["a"] = "429"
+    await w.chat()
+    w.providers.mode["a"] = "ok"
+    w.providers.seen.clear()
+    await w.chat()
+    assert w.providers.hosts() == ["b"]  # a asked for 30 s
+
+
+async def test_azure_route_is_addressed_by_deployment_with_api_key(world):
+    w = await world()
+    w.providers.mode.update(a="503", b="503")
+    status, _, out = await w.chat()
+    assert status == 200 and b"from c" in out
+    request = w.providers.seen[-1]
+    assert str(request.url) == "http://c.test/openai/deployments/m-deployment/chat/completions?api-version=2024-10-21"
+    assert request.headers["api-key"] == "kc" and "authorization" not in request.headers
+
+
+async def test_a_client_that_leaves_during_failover_pays_only_the_input_once(world):
+    w = await world()
+    w.providers.mode.update(a="503", b="hang", c="hang")
+    with trio.move_on_after(0.1):
+        await w.chat(stream=False)
+    rows = await w.rows()
+    assert len(rows) == 1 and rows[0]["status"] == "client_disconnected" and rows[0]["provider"] == "b"
+    w.money_is_consistent()
+    report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
+    assert report["b"]["state"] == "healthy" and report["b"]["failures"] == 0  # leaving says nothing of b
