@@ -21,7 +21,7 @@ from gatewayd.directory import Directory
 from gatewayd.errors import GatewayError
 from gatewayd.providers.upstream import Upstream
 from gatewayd.relay import Ctx, Relay
-from gatewayd.store.sqlite import SQLiteStore
+from gatewayd.store.base import UsageQuery
 
 CONFIG = """
 [routing]
@@ -112,12 +112,13 @@ async def _body(data: bytes):
 
 
 @pytest.fixture
-async def world(tmp_path):
+async def world(tmp_path, store):
+    """On each store (SQLite file, PostgreSQL database: tests/conftest.py)."""
+
     async def make(max_attempts: int = 3, deadline_s: float = 30):
         path = tmp_path / f"g{max_attempts}.toml"
         path.write_text(CONFIG.format(max_attempts=max_attempts, deadline_s=deadline_s))
         config = load_config(path, environ={})
-        store = SQLiteStore(str(tmp_path / f"g{max_attempts}.db"))
         directory = Directory(config, store)
         account = await directory.create_account(f"f{max_attempts}@example.com")
         await directory.pay(account, 10_000_000_000)
@@ -126,13 +127,9 @@ async def world(tmp_path):
         fake = Providers()
         upstream.transport = httpx.MockTransport(fake.handle)
         relay = Relay(config, directory, Ledger(store), upstream)
-        stores.append(store)
         return World(relay, store, account, secret, fake)
 
-    stores: list[SQLiteStore] = []
-    yield make
-    for store in stores:
-        await store.close()
+    return make
 
 
 class World:
@@ -151,9 +148,11 @@ class World:
         return status, headers, out
 
     async def rows(self) -> list[dict]:
+        """The account's usage rows, oldest first, as the store contract gives them."""
         await self.store.flush()
-        return self.store.read_blocking(lambda conn: [dict(r) for r in conn.execute(
-            "SELECT request_id, status, http_status, provider, attempts, cost_nano FROM usage ORDER BY id")])
+        rows = await self.store.usage_rows(UsageQuery(account_id=self.account.id), 100)
+        return [{name: getattr(r, name) for name in ("request_id", "status", "http_status", "provider", "attempts",
+                                                      "cost_nano")} for r in reversed(rows)]
 
     def money_is_consistent(self) -> None:
         assert self.account.held_nano == 0

@@ -287,10 +287,10 @@ class PostgresStore(SQLStore):
             tx.run(
                 "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
                 " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
-                " duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " duration_ms, provider, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream),
                  result.status, result.http_status, result.input_tokens, result.output_tokens,
-                 result.cached_tokens, result.cache_write_tokens, cost, duration_ms))
+                 result.cached_tokens, result.cache_write_tokens, cost, duration_ms, hold.provider, hold.attempts))
             k = tx.one("UPDATE keys SET spent_nano = spent_nano + ?, held_nano = held_nano - ?, last_used_at = ?"
                        " WHERE id = ? RETURNING spent_nano, held_nano, last_used_at", (cost, amount, now, key.id))
             a = tx.one("UPDATE accounts SET credit_nano = credit_nano - ?, held_nano = held_nano - ? WHERE id = ?"
