@@ -69,6 +69,18 @@ def cpu_seconds(*pids: int) -> float:
     return total / ticks
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``--workers N``: the master and its workers)."""
+    pids = [pid]
+    for p in pids:
+        try:
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except FileNotFoundError:
+            continue
+        pids += [int(c) for c in children]
+    return pids
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -216,19 +228,35 @@ class SlowSteps:
 
     LINE = re.compile(r'slow task step: ([\d.]+) ms CPU .*? in task (.*?), next suspended at ([^"]*)')
 
+    GC = re.compile(r"slow garbage collection: ([\d.]+) ms CPU, generation (\d)")
+
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self.mark = 0
+        self.collections: list[float] = []  # slow GC passes (ms) seen by the last since_mark()
 
     def since_mark(self) -> list[tuple[float, str]]:
         lines = self.daemon.output.lines[self.mark:]
         self.mark += len(lines)
         found = []
+        self.collections = []
         for line in lines:
             m = self.LINE.search(line)
             if m:
                 found.append((float(m.group(1)), m.group(3)))
+            m = self.GC.search(line)
+            if m:
+                self.collections.append(float(m.group(1)))
         return found
+
+    def summary(self, slow: list[tuple[float, str]], threshold: float) -> str:
+        text = f"loop steps over {threshold:g} ms: {len(slow)}"
+        if slow:
+            text += f", longest {max(slow)[0]:.1f} ms (next suspended at {max(slow)[1]})"
+        if self.collections:
+            text += (f"; garbage collections over {threshold:g} ms: {len(self.collections)}, "
+                     f"longest {max(self.collections):.1f} ms")
+        return text
 
 
 def main() -> int:
@@ -256,8 +284,17 @@ def main() -> int:
 
     sim = Sim()
     workdir = Path(tempfile.mkdtemp(prefix="gatewayd-bench-"))
-    nginx = Nginx(workdir / "nginx", capture(sim.url))
-    daemon = Daemon(workdir / "gw", nginx.url, env={"GATEWAYD_SLOW_STEP_MS": str(args.slow_step_ms)})
+    try:
+        nginx = Nginx(workdir / "nginx", capture(sim.url))
+    except BaseException:
+        sim.stop()
+        raise
+    try:
+        daemon = Daemon(workdir / "gw", nginx.url, env={"GATEWAYD_SLOW_STEP_MS": str(args.slow_step_ms)})
+    except BaseException:
+        nginx.stop()
+        sim.stop()
+        raise
     figures: dict = {"args": vars(args)}
     try:
         if pinned:
@@ -270,10 +307,11 @@ def main() -> int:
         gw_headers = {"Authorization": f"Bearer {secret}"}
         steps = SlowSteps(daemon)
         gw_pid = daemon.proc.pid
+        gw_pids = process_tree(gw_pid)
         rss_idle = rss_kib(gw_pid)
 
         def gateway() -> Target:
-            return Target(daemon.url, "/v1/chat/completions", gw_headers, lambda: [gw_pid])
+            return Target(daemon.url, "/v1/chat/completions", gw_headers, lambda: gw_pids)
 
         routes = {
             # name: (gateway model, floor target, floor body maker)
@@ -284,11 +322,14 @@ def main() -> int:
                                   lambda: nginx.pids),
                            lambda size, stream=False: chat_body("claude-haiku-4-5", size, stream)),
         }
-        print(f"gatewayd bench: {os.cpu_count()} cores, gateway pinned to core {min(GATEWAY_CORE)}, load generator, "
-              f"nginx and simulator to core {min(BENCH_CORE)}" if pinned else "gatewayd bench: 1 core, not pinned")
+        where = f"gateway pinned to core {min(GATEWAY_CORE)}"
+        print(f"gatewayd bench: {os.cpu_count()} cores, {where}, load generator, nginx and simulator pinned to core "
+              f"{min(BENCH_CORE)}; store: SQLite (--only workers: 2 workers, PostgreSQL)"
+              if pinned else "gatewayd bench: 1 core, not pinned")
         print(f"windows of {args.seconds:g} s x {args.repeat} (median); upstream: nginx serving the simulator's "
               f"answers; gateway RSS at start {rss_idle / 1024:.1f} MiB")
         load = os.getloadavg()
+        figures["load"] = load
         print(f"machine load average at start: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
 
         # warm both routes (tokenizer tables, pools) before anything is measured
@@ -318,9 +359,7 @@ def main() -> int:
                 print(f"{'':14} CPU at 64 vs 1: {(many['cpu_ms'] / one['cpu_ms'] - 1) * 100:+.0f}% (goal within 10%); "
                       f"p99/p50 at 64: {many['p99'] / many['p50']:.1f}x (goal under 3x); "
                       f"LiteLLM CPU / ours at 1 conn: {LITELLM['cpu_1'] / one['cpu_ms']:.1f}x (goal 10x)")
-            slow = steps.since_mark()
-            print(f"loop steps over {args.slow_step_ms:g} ms during this section: {len(slow)}"
-                  + (f", longest {max(slow)[0]:.1f} ms at {max(slow)[1]}" if slow else ""))
+            print(steps.summary(steps.since_mark(), args.slow_step_ms))
 
         if "workers" in sections:
             workers_section(args, nginx.url, workdir, figures)
@@ -340,7 +379,7 @@ def main() -> int:
                                                                         {"Authorization": "Bearer sim"},
                                                                         lambda: [sim.proc.pid]), "POST"),
                     ("gateway GET /healthz (hypercorn, Quart, listener, request log)",
-                     Target(daemon.url, "/healthz", {}, lambda: [gw_pid]), "GET"),
+                     Target(daemon.url, "/healthz", {}, lambda: gw_pids), "GET"),
                 )
                 for label, target, method in layers:
                     raw = target.raw(chat_body("gpt-4.1-mini", 1024)) if method == "POST" else (
@@ -414,9 +453,7 @@ def main() -> int:
                       f"{gw['ttfb50']:.2f} ms | floor {fl['rps']:6.0f}/s, TTFB p50 {fl['ttfb50']:.2f} ms | added TTFB "
                       f"p50 {gw['ttfb50'] - fl['ttfb50']:+.2f} ms p99 {gw['ttfb99'] - fl['ttfb99']:+.2f} ms | "
                       f"{gw['rps'] / LITELLM['streams_16']:.0f}x LiteLLM's 22/s")
-            slow = steps.since_mark()
-            print(f"loop steps over {args.slow_step_ms:g} ms since the sizes: {len(slow)}"
-                  + (f", longest {max(slow)[0]:.1f} ms at {max(slow)[1]}" if slow else ""))
+            print("since the sizes: " + steps.summary(steps.since_mark(), args.slow_step_ms))
     finally:
         daemon.stop()
         nginx.stop()
@@ -522,6 +559,9 @@ def write_readme(f: dict) -> None:
         s = f["soak"]
         row(f"memory: RSS drift over a {s['tally'].requests:,}-request soak with faults",
             f"{s['drift'] * 100:+.1f}% ({s['rss_warm'] / 1024:.0f} -> {s['rss_end'] / 1024:.0f} MiB)", "")
+    if "load" in f:
+        row("the machine's load average (1 / 5 / 15 min) when the run started", " / ".join(f"{x:.1f}" for x in f["load"]),
+            f"{os.cpu_count()} cores")
     table = "| | gatewayd | floor (nginx direct) |\n|---|---|---|\n" + "\n".join(rows) + "\n"
     readme = ROOT / "README.md"
     text = readme.read_text()

@@ -191,6 +191,7 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
+                loopwatch.freeze_startup_heap()  # full GC passes stop walking the startup objects
                 fields = {"listen": binds, "admin_socket": admin_path, "models": len(config.models),
                           "providers": len(config.providers), "database": _database_label(config.database_url)}
                 if metrics_listen is not None:

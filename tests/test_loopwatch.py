@@ -45,11 +45,43 @@ def test_a_step_over_the_threshold_is_logged_with_its_task(caplog):
 
 
 def test_environment_switch(monkeypatch):
+    import gc
+
+    monkeypatch.setattr(gc, "callbacks", [])
     monkeypatch.delenv(loopwatch.ENV, raising=False)
-    assert loopwatch.from_environment() == []
+    assert loopwatch.from_environment() == [] and gc.callbacks == []
     monkeypatch.setenv(loopwatch.ENV, "2.5")
+    loopwatch.from_environment()
     [watch] = loopwatch.from_environment()
     assert watch.threshold_s == pytest.approx(0.0025)
+    [hook] = gc.callbacks  # one collector hook however often it is asked for
+    assert isinstance(hook, loopwatch.SlowCollections)
     monkeypatch.setenv(loopwatch.ENV, "soon")
     with pytest.raises(SystemExit, match="GATEWAYD_SLOW_STEP_MS"):
         loopwatch.from_environment()
+
+
+def test_startup_heap_is_frozen_out_of_collections():
+    import gc
+
+    try:
+        frozen = loopwatch.freeze_startup_heap()
+        assert frozen == gc.get_freeze_count() > 1000  # this test process's modules at least
+        young = [[i] for i in range(100)]  # made after the freeze: still collected normally
+        assert gc.is_tracked(young[0]) and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
+def test_a_slow_collection_is_logged(caplog):
+    import gc
+
+    hook = loopwatch.SlowCollections(threshold_ms=0)
+    gc.callbacks.append(hook)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gatewayd.loopwatch"):
+            gc.collect()
+    finally:
+        gc.callbacks.remove(hook)
+    assert any("slow garbage collection" in r.getMessage() and "generation 2" in r.getMessage()
+               for r in caplog.records)
