@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import coredis
 import httpx
 import pytest
 import trio
 
-from tests.live import Daemon, unique_email
+from tests.live import Daemon, postgres_ready, unique_email
 from tests.test_ratelimit import REDIS_URL, clear, needs_redis
 
 LIMITED = """
@@ -77,3 +78,34 @@ def test_redis_down_limits_still_hold(tmp_path, sim):
         assert daemon.output.text.count("redis unavailable") == 1
     finally:
         daemon.stop()
+
+
+@pytest.mark.slow
+@needs_redis
+@pytest.mark.skipif(not postgres_ready(), reason="no PostgreSQL on 127.0.0.1:5432 (.ci/run starts it)")
+def test_two_instances_share_the_count_in_redis(tmp_path, sim):
+    """Two instances on one PostgreSQL database, both counting in Redis: 2 a minute admits 2 across both."""
+    from tests import pg
+
+    prefix = f"gatewayd-test-{os.getpid()}-{os.urandom(4).hex()}:"
+    name, url = pg.create_database()
+    extra = f'\n[redis]\nurl = "{REDIS_URL}"\nkey_prefix = "{prefix}"\n' + LIMITED
+    daemons = [Daemon(tmp_path / f"i{i}", sim.url, extra=extra, env={"GATEWAY_DATABASE_URL": url}) for i in range(2)]
+    try:
+        a, b = daemons
+        account = a.admin.account(unique_email())
+        secret = a.admin.key(account["id"])["secret"]
+        deadline = time.monotonic() + 5
+        while httpx.get(b.url + "/v1/models", headers={"authorization": f"Bearer {secret}"}).status_code != 200:
+            assert time.monotonic() < deadline, "the key never reached the second instance"
+            time.sleep(0.02)
+        statuses = [post(daemons[i % 2], secret).status_code for i in range(8)]
+        assert statuses.count(200) == 2 and statuses.count(429) == 6, statuses
+        assert redis_members(f"{prefix}rl:{account['id']}:limited-mini") == 2
+        for d in daemons:
+            assert "redis unavailable" not in d.output.text
+    finally:
+        for d in daemons:
+            d.stop()
+        pg.drop_database(name)
+        trio.run(clear, prefix)
