@@ -104,6 +104,12 @@ class Listener:
                 if metrics is not None and t.stream and message["status"] == 200:
                     streaming = True
                     metrics.open_streams.inc()
+                if has_body and not body_done and (b"connection", b"close") not in headers:
+                    # Answered before the whole body arrived (a 404/501 that never needed it):
+                    # hypercorn closes such a connection after the response instead of
+                    # recycling it, so say so, or a keep-alive client sends its next request
+                    # into a socket that is closing and gets no answer.
+                    headers = [*headers, (b"connection", b"close")]
                 message = {**message, "headers": [*headers, id_header]}
             elif t.first_byte_s is None and message.get("body"):
                 t.first_byte_s = time.perf_counter() - t.started
@@ -118,6 +124,7 @@ class Listener:
                 return
             await send(message)
 
+        has_body = body_done = False  # read by send_with_id: the request's body is not all in yet
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
@@ -126,15 +133,19 @@ class Listener:
                     declared = 0
                 if declared > self.max_body_bytes:
                     return await self._too_large(send_with_id, request_id)
+                has_body = declared > 0
+            elif name == b"transfer-encoding":
+                has_body = True
         received = 0
         too_large = False
 
         async def capped_receive():
-            nonlocal received, too_large
+            nonlocal received, too_large, body_done
             if too_large:
                 return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
                     too_large = True

@@ -241,3 +241,25 @@ def test_next_keep_alive_request_never_hangs_when_the_body_came_late(gateway, pa
             assert second is not None, "the server neither answered nor closed the connection"
             outcomes.add("answered" if second.startswith(b"HTTP/1.1 200") else "closed")
     assert outcomes <= {"answered", "closed"}
+
+
+def test_an_answer_before_the_body_arrived_closes_the_connection(gateway):
+    """A 501 answered before the request body came in: hypercorn will not recycle that
+    connection, so the answer must say ``connection: close`` (a keep-alive client would
+    otherwise send its next request into a closing socket and get no answer)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(gateway.url)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/files HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+                     b"content-length: 20\r\n\r\n")  # the body is never sent
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(65536)
+            assert chunk, "the gateway closed the connection without answering"
+            head += chunk
+    status_line, *header_lines = head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+    assert b" 501 " in status_line
+    headers = [line.lower() for line in header_lines]
+    assert b"connection: close" in headers, headers
