@@ -478,8 +478,15 @@ def main() -> int:
             # a first batch grows the pools to steady state; the figure is what 1,000 more cost
             base_seen, base = loadgen.open_streams(target.host, target.port, target.raw(stalled), 100,
                                                    lambda: rss_kib(pid))
-            time.sleep(1)
-            before = rss_kib(pid)
+            # wait for RSS to settle: closing those streams counts their output, which loads the
+            # tokenizer (tens of MB) the first time; counting that as per-stream cost doubled it
+            before, deadline = rss_kib(pid), time.monotonic() + 15
+            while time.monotonic() < deadline:
+                time.sleep(1)
+                now = rss_kib(pid)
+                if abs(now - before) < 512:
+                    break
+                before = now
             seen, during = loadgen.open_streams(target.host, target.port, target.raw(stalled), args.open_streams,
                                                 lambda: rss_kib(pid))
             time.sleep(1)
