@@ -14,10 +14,11 @@ API's JSON mapping of its protobufs): ``systemInstruction``, ``generationConfig`
 
 from __future__ import annotations
 
-import re
-
 import orjson
 
+from gatewayd.formats.chat_fields import parse_data_url as _parse_data_url
+from gatewayd.formats.chat_fields import stop_sequences as _stop_sequences
+from gatewayd.formats.chat_fields import text_part as _text_part
 from gatewayd.formats.errors import TranslationError
 
 #: Between a tool call id the gateway made and the Gemini thought signature it carries.
@@ -54,7 +55,6 @@ _URL_MEDIA_TYPES = {
     ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp",
     ".heic": "image/heic", ".heif": "image/heif", ".pdf": "application/pdf",
 }
-_DATA_URL = re.compile(r"^data:(?P<media_type>[\w.+-]+/[\w.+-]+)(?P<params>(?:;[^,;]*)*?);base64,(?P<data>.*)$", re.S)
 
 _TOOL_CHOICE_MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 
@@ -165,12 +165,6 @@ def _blank(text: str) -> bool:
     return not text.strip()
 
 
-def _text_part(part, where: str) -> str:
-    if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-        raise TranslationError(f"{where} must be a text part: {{\"type\": \"text\", \"text\": ...}}", where)
-    return part["text"]
-
-
 def _text_only_parts(content, where: str) -> list[dict]:
     if isinstance(content, str):
         return [] if _blank(content) else [{"text": content}]
@@ -205,13 +199,6 @@ def _user_part(part, where: str) -> dict | None:
     if kind == "input_audio":
         return _audio_part(part.get("input_audio"), f"{where}.input_audio")
     raise TranslationError(f"{where} has an unsupported content part type: {kind!r}", f"{where}.type")
-
-
-def _parse_data_url(url: str, where: str) -> tuple[str, str]:
-    match = _DATA_URL.match(url)
-    if match is None or not match["data"]:
-        raise TranslationError("data URLs must look like data:<media type>;base64,<data>", where)
-    return match["media_type"].lower(), match["data"]
 
 
 def _image_part(image_url, where: str) -> dict:
@@ -557,16 +544,6 @@ def _max_tokens(body: dict) -> int | None:
             raise TranslationError(f"{field} must be a positive integer", field)
         return value
     return None
-
-
-def _stop_sequences(stop) -> list[str]:
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        return [stop] if stop else []
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return [s for s in stop if s]
-    raise TranslationError("stop must be a string or an array of strings", "stop")
 
 
 def _response_format(value) -> dict:

@@ -17,6 +17,9 @@ import re
 
 import orjson
 
+from gatewayd.formats.chat_fields import parse_data_url as _parse_data_url
+from gatewayd.formats.chat_fields import stop_sequences as _stop_sequences
+from gatewayd.formats.chat_fields import text_part as _text_part
 from gatewayd.formats.errors import TranslationError
 
 __all__ = [
@@ -48,7 +51,6 @@ THINKING_ANSWER_ROOM = 4096
 CONTINUE_PLACEHOLDER = "(continue)"
 
 _IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-_DATA_URL = re.compile(r"^data:(?P<media_type>[\w.+-]+/[\w.+-]+)(?P<params>(?:;[^,;]*)*?);base64,(?P<data>.*)$", re.S)
 _NOT_TOOL_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _FORCED_TOOL_CHOICES = frozenset({"any", "tool"})
 _THINKING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
@@ -214,12 +216,6 @@ def _text_only_blocks(content, where: str) -> list[dict]:
     return blocks
 
 
-def _text_part(part, where: str) -> str:
-    if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-        raise TranslationError(f"{where} must be a text part: {{\"type\": \"text\", \"text\": ...}}", where)
-    return part["text"]
-
-
 def _user_blocks(content, where: str) -> list[dict]:
     if isinstance(content, str):
         return [] if _is_blank(content) else [_text(content)]
@@ -283,13 +279,6 @@ def _document_block(file, where: str) -> dict:
     if media_type != "application/pdf":
         raise TranslationError(f"file type {media_type!r} is not supported for this model; only PDF", f"{where}.file_data")
     return {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data}}
-
-
-def _parse_data_url(url: str, where: str) -> tuple[str, str]:
-    match = _DATA_URL.match(url)
-    if match is None or not match["data"]:
-        raise TranslationError("data URLs must look like data:<media type>;base64,<data>", where)
-    return match["media_type"].lower(), match["data"]
 
 
 def _assistant_blocks(message: dict, where: str) -> list[dict]:
@@ -481,16 +470,6 @@ def _max_tokens(body: dict, default_max_tokens: int) -> int:
             raise TranslationError(f"{field} must be a positive integer", field)
         return value
     return default_max_tokens
-
-
-def _stop_sequences(stop) -> list[str]:
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        return [stop] if stop else []
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return [s for s in stop if s]
-    raise TranslationError("stop must be a string or an array of strings", "stop")
 
 
 def _unit_interval(body: dict, field: str) -> float | int | None:

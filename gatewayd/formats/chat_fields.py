@@ -1,0 +1,37 @@
+"""Readers of chat-format request fields that every chat -> X translator needs alike.
+
+One place for what a text part, a base64 data URL and ``stop`` must look like, so the
+messages and Gemini translators refuse the same bad input with the same words.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gatewayd.formats.errors import TranslationError
+
+DATA_URL = re.compile(r"^data:(?P<media_type>[\w.+-]+/[\w.+-]+)(?P<params>(?:;[^,;]*)*?);base64,(?P<data>.*)$", re.S)
+
+
+def text_part(part, where: str) -> str:
+    if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+        raise TranslationError(f"{where} must be a text part: {{\"type\": \"text\", \"text\": ...}}", where)
+    return part["text"]
+
+
+def parse_data_url(url: str, where: str) -> tuple[str, str]:
+    """``data:<media type>;base64,<data>`` -> (media type, base64 data)."""
+    match = DATA_URL.match(url)
+    if match is None or not match["data"]:
+        raise TranslationError("data URLs must look like data:<media type>;base64,<data>", where)
+    return match["media_type"].lower(), match["data"]
+
+
+def stop_sequences(stop) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop] if stop else []
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return [s for s in stop if s]
+    raise TranslationError("stop must be a string or an array of strings", "stop")
