@@ -14,52 +14,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.live import ROOT
+from tests.npm_cli import pinned_cli
 
 pytestmark = pytest.mark.slow
 
-PREFIX = ROOT / ".venv" / "npm"
-CLAUDE = PREFIX / "node_modules" / ".bin" / "claude"
-PACKAGE_JSON = PREFIX / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json"
 # Pinned: the test relies on the CLI's flags (--tools) and tool names (Glob); bump deliberately.
 VERSION = "2.1.197"
 
 
-def _installed_version() -> str | None:
-    try:
-        return json.loads(PACKAGE_JSON.read_text())["version"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 @pytest.fixture(scope="session")
 def claude_cli() -> Path:
-    if not CLAUDE.exists() or _installed_version() != VERSION:
-        if shutil.which("npm") is None:
-            pytest.skip("npm is not installed: cannot install @anthropic-ai/claude-code")
-        try:
-            done = subprocess.run(
-                ["npm", "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund", "--fetch-retries=1",
-                 f"@anthropic-ai/claude-code@{VERSION}"],
-                capture_output=True, text=True, timeout=300,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.skip("npm install @anthropic-ai/claude-code timed out (registry unreachable?)")
-        if done.returncode != 0 or not CLAUDE.exists() or _installed_version() != VERSION:
-            pytest.skip(f"npm install @anthropic-ai/claude-code failed (registry unreachable?): "
-                        f"{(done.stderr or done.stdout).strip()[-500:]}")
-    probe = subprocess.run([str(CLAUDE), "--version"], capture_output=True, text=True, timeout=60,
-                           env={"PATH": os.environ["PATH"], "HOME": str(PREFIX)})
-    if probe.returncode != 0:
-        pytest.skip(f"the installed claude CLI does not run here: {(probe.stderr or probe.stdout).strip()[-500:]}")
-    return CLAUDE
+    return pinned_cli("@anthropic-ai/claude-code", VERSION, "claude")
 
 
 def test_claude_code_tool_round_trip_through_the_gateway(claude_cli, gateway, sim, funded, tmp_path):

@@ -20,20 +20,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.live import ROOT
+from tests.npm_cli import pinned_cli
 
 pytestmark = pytest.mark.slow
 
-PREFIX = ROOT / ".venv" / "npm"
-CODEX = PREFIX / "node_modules" / ".bin" / "codex"
-PACKAGE_JSON = PREFIX / "node_modules" / "@openai" / "codex" / "package.json"
 # Pinned: the test relies on the CLI's config keys, tool names (exec_command, apply_patch) and
 # its model catalogue format; bump deliberately.
 VERSION = "0.169.0"
@@ -49,34 +45,9 @@ CATALOGUE_ENTRY = {
 }
 
 
-def _installed_version() -> str | None:
-    try:
-        return json.loads(PACKAGE_JSON.read_text())["version"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 @pytest.fixture(scope="session")
 def codex_cli() -> Path:
-    if not CODEX.exists() or _installed_version() != VERSION:
-        if shutil.which("npm") is None:
-            pytest.skip("npm is not installed: cannot install @openai/codex")
-        try:
-            done = subprocess.run(
-                ["npm", "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund", "--fetch-retries=1",
-                 f"@openai/codex@{VERSION}"],
-                capture_output=True, text=True, timeout=300,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.skip("npm install @openai/codex timed out (registry unreachable?)")
-        if done.returncode != 0 or not CODEX.exists() or _installed_version() != VERSION:
-            pytest.skip(f"npm install @openai/codex failed (registry unreachable?): "
-                        f"{(done.stderr or done.stdout).strip()[-500:]}")
-    probe = subprocess.run([str(CODEX), "--version"], capture_output=True, text=True, timeout=60,
-                           env={"PATH": os.environ["PATH"], "HOME": str(PREFIX)})
-    if probe.returncode != 0:
-        pytest.skip(f"the installed codex CLI does not run here: {(probe.stderr or probe.stdout).strip()[-500:]}")
-    return CODEX
+    return pinned_cli("@openai/codex", VERSION, "codex")
 
 
 def run_codex(cli: Path, gateway, secret: str, model: str, prompt: str, tmp_path: Path) -> tuple[list[dict], Path]:
