@@ -1,9 +1,12 @@
-"""The public HTTP app: the listener (request id, body cap) and thin endpoint handlers.
+"""The public HTTP app: the listener (request id, body cap) and the Quart app behind it.
 
-The ``Listener`` is plain ASGI around the Quart app, because two rules must hold for
+The ``Listener`` is plain ASGI in front of everything, because two rules must hold for
 every response, even ones Quart produces itself: each carries ``X-Request-Id``, and a
 body over ``max_body_bytes`` is refused with 413 without being read into memory,
-whether or not the client sent a Content-Length.
+whether or not the client sent a Content-Length. It hands the /v1 API routes to
+``gatewayd.api_routes`` (plain ASGI, the hot path) and the rest to the Quart app made by
+``create_app``: the console, the operator's endpoints, ``/v1/models/{id}``, and the
+answers for paths and methods the gateway does not serve.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from quart_trio import QuartTrio
 
 from gatewayd import endpoints, logs, trace
 from gatewayd.access import client_address
-from gatewayd.errors import GatewayError, not_found_path, not_implemented, our_fault
+from gatewayd.api_routes import ApiRoutes
+from gatewayd.errors import GatewayError, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
 from gatewayd.relay import Ctx, Relay
 from gatewayd.trace import Trace
@@ -60,10 +64,12 @@ class Listener:
     """ASGI middleware: request id on every response, the request body cap, and, once the
     last byte is sent, the request's log line and metrics (``gatewayd.trace``)."""
 
-    def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None) -> None:
+    def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None,
+                 api: ApiRoutes | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
+        self.api = api  # the /v1 API routes, served without Quart (gatewayd.api_routes)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -152,8 +158,9 @@ class Listener:
                     return {"type": "http.disconnect"}  # the app stops; we answer 413 below
             return message
 
+        app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
         try:
-            await self.app(scope, capped_receive, send_with_id)
+            await (app or self.app)(scope, capped_receive, send_with_id)
             if too_large and not started:
                 await self._too_large(send_with_id, request_id)
         finally:
@@ -227,44 +234,6 @@ def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
         else:
             body = error.chat_body(request_id)
         return Response(body, status=error.status, content_type=JSON, headers=error.headers)
-
-    async def relay_call(handler, endpoint: str) -> Response:
-        ctx = context(endpoint)
-        try:
-            raw = await request.get_data(cache=False)
-            status, headers, body = await handler(relay, ctx, raw)
-        except GatewayError as error:
-            return error_response(error, endpoint)
-        except Exception as e:  # a bug of ours before the relay (a request translator, the estimator)
-            return error_response(our_fault(ctx.request_id, "while handling the request", e), endpoint)
-        if isinstance(body, (bytes, bytearray)):
-            return Response(body, status=status, content_type=JSON, headers=headers)
-        response = Response(body, status=status, content_type="text/event-stream", headers=headers)
-        response.timeout = None
-        return response
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions():
-        return await relay_call(endpoints.chat_completions, "chat")
-
-    @app.post("/v1/messages")
-    async def messages():
-        return await relay_call(endpoints.messages, "messages")
-
-    @app.post("/v1/responses")
-    async def responses():
-        return await relay_call(endpoints.responses, "responses")
-
-    @app.post("/v1/embeddings")
-    async def embeddings():
-        return await relay_call(endpoints.embeddings, "embeddings")
-
-    @app.get("/v1/models")
-    async def models():
-        try:
-            return Response(endpoints.models_list(relay, context("models")), content_type=JSON)
-        except GatewayError as error:
-            return error_response(error, "models")
 
     @app.get("/v1/models/<path:model_id>")
     async def model(model_id: str):

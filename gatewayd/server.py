@@ -23,6 +23,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from gatewayd.admin.api import create_admin_app
+from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, ConfigError, parse_host_port
@@ -187,7 +188,7 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        Listener(public_app, config.server.max_body_bytes, relay.metrics), _public_config(config, worker),
+                        Listener(public_app, config.server.max_body_bytes, relay.metrics, ApiRoutes(relay)), _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )

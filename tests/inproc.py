@@ -14,6 +14,7 @@ from typing import Callable
 import attrs
 import httpx
 
+from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import load_config
@@ -38,7 +39,8 @@ class Gateway:
         upstream.transport = httpx.MockTransport(handler)
         self.ledger = Ledger(self.store)
         self.relay = Relay(self.config, self.directory, self.ledger, upstream)
-        self.app = Listener(create_app(self.relay), self.config.server.max_body_bytes, self.relay.metrics)
+        self.app = Listener(create_app(self.relay), self.config.server.max_body_bytes, self.relay.metrics,
+                            ApiRoutes(self.relay))
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway.test")
 
     async def funded_key(self, usd: int = 10) -> tuple[str, str]:
