@@ -56,7 +56,8 @@ from tests.live import Daemon, Sim  # noqa: E402
 from upstreams import Nginx, capture  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-LITELLM = {"cpu_1": 19.0, "cpu_64": 14.7, "streams_16": 22.0}  # issue 15's measurement, same class of machine
+# issue 15's measurement of LiteLLM 1.106.2 (one worker), used when no --litellm is given
+LITELLM_ISSUE_15 = {"cpu_1": 19.0, "cpu_64": 14.7, "streams_16": 22.0, "source": "issue 15's figures, not this run"}
 GATEWAY_CORE, BENCH_CORE = {0}, {1}
 
 
@@ -211,6 +212,39 @@ def workers_section(args, upstream_url: str, workdir: Path, figures: dict) -> No
                     pg.drop_database(name)
 
 
+def peer_section(args, upstream_url: str, workdir: Path, pinned: bool) -> dict:
+    """LiteLLM's CPU per request at 1 and 64 connections and its streams/s at 16, same upstream."""
+    from litellm_peer import LiteLLM
+
+    print("\n== the peer: LiteLLM proxy, one worker, pinned like the gateway, same nginx upstream ==")
+    peer = LiteLLM(args.litellm, workdir / "litellm", upstream_url)
+    try:
+        if pinned:
+            for pid in peer.pids:
+                pin(pid, GATEWAY_CORE)
+        t = Target(peer.url, "/v1/chat/completions", peer.headers, lambda: peer.pids)
+        body, stream_body = chat_body("gpt-4.1-mini", 1024), chat_body("gpt-4.1-mini", 1024, stream=True)
+        loadgen.closed_loop(t.host, t.port, t.raw(body), 4, 2.0)  # warm up (its first requests are slow)
+        figures = {"source": "measured in this run"}
+        for conns in (1, 64):
+            w = median_window([t.measure(lambda: loadgen.closed_loop(t.host, t.port, t.raw(body), conns,
+                                                                     args.seconds * 2)) for _ in range(args.repeat)])
+            figures[f"cpu_{conns}"] = w["cpu_ms"]
+            figures[f"rps_{conns}"] = w["rps"]
+            print(f"LiteLLM        {conns:5} conns | CPU {w['cpu_ms']:.2f} ms/request, {w['rps']:.0f} req/s, "
+                  f"p50 {w['p50']:.1f} p99 {w['p99']:.1f} ms")
+        ts = Target(peer.url, "/v1/chat/completions", {**peer.headers, "Accept": "text/event-stream"}, lambda: peer.pids)
+        w = median_window([ts.measure(lambda: loadgen.closed_loop(ts.host, ts.port, ts.raw(stream_body), 16,
+                                                                  args.seconds * 2)) for _ in range(args.repeat)])
+        figures["streams_16"] = w["rps"]
+        figures["ttfb50_16"] = w["ttfb50"]
+        print(f"LiteLLM           16 streams | {w['rps']:.0f} streams/s, CPU {w['cpu_ms']:.2f} ms/stream, "
+              f"TTFB p50 {w['ttfb50']:.1f} ms")
+        return figures
+    finally:
+        peer.stop()
+
+
 def median_window(windows: list[Window]) -> dict:
     latencies = [x for w in windows for x in w.result.latencies]
     ttfb = [x for w in windows for x in w.result.ttfb]
@@ -275,6 +309,8 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2", help="the workers section: worker counts")
     parser.add_argument("--databases", default="sqlite,postgres", help="the workers section: databases")
     parser.add_argument("--write-readme", action="store_true", help="rewrite README.md's performance table")
+    parser.add_argument("--litellm", default=os.environ.get("GATEWAYD_BENCH_LITELLM", ""),
+                        help="LiteLLM's `litellm` command: measure it as the peer in this run (bench/litellm_peer.py)")
     args = parser.parse_args()
     sections = set(args.only.split(",")) if args.only else {"concurrency", "floors", "sizes", "paced", "streams",
                                                              "memory", "soak"}
@@ -339,6 +375,11 @@ def main() -> int:
         rss_warm = rss_kib(gw_pid)
         figures["rss_idle"], figures["rss_warm"] = rss_idle, rss_warm
 
+        peer = dict(LITELLM_ISSUE_15)
+        if args.litellm:
+            peer = peer_section(args, nginx.url, workdir, pinned)
+        figures["peer"] = peer
+
         if "concurrency" in sections:
             print("\n== CPU per request and requests/s, 1 KB non-streaming, closed loop ==")
             print(f"{'route':14} {'conns':>5} | {'gw CPU ms':>9} {'gw req/s':>8} {'p50':>7} {'p99':>7} | "
@@ -358,7 +399,8 @@ def main() -> int:
                 one, many = figures[("conc", name, 1)][0], figures[("conc", name, 64)][0]
                 print(f"{'':14} CPU at 64 vs 1: {(many['cpu_ms'] / one['cpu_ms'] - 1) * 100:+.0f}% (goal within 10%); "
                       f"p99/p50 at 64: {many['p99'] / many['p50']:.1f}x (goal under 3x); "
-                      f"LiteLLM CPU / ours at 1 conn: {LITELLM['cpu_1'] / one['cpu_ms']:.1f}x (goal 10x)")
+                      f"LiteLLM CPU / ours at 1 / 64 conns: {peer['cpu_1'] / one['cpu_ms']:.1f}x / "
+                      f"{peer['cpu_64'] / many['cpu_ms']:.1f}x (goal 10x; {peer['source']})")
             print(steps.summary(steps.since_mark(), args.slow_step_ms))
 
         if "workers" in sections:
@@ -452,7 +494,7 @@ def main() -> int:
                 print(f"{name:14} gateway {gw['rps']:6.0f} streams/s, CPU {gw['cpu_ms']:.2f} ms/stream, TTFB p50 "
                       f"{gw['ttfb50']:.2f} ms | floor {fl['rps']:6.0f}/s, TTFB p50 {fl['ttfb50']:.2f} ms | added TTFB "
                       f"p50 {gw['ttfb50'] - fl['ttfb50']:+.2f} ms p99 {gw['ttfb99'] - fl['ttfb99']:+.2f} ms | "
-                      f"{gw['rps'] / LITELLM['streams_16']:.0f}x LiteLLM's 22/s")
+                      f"{gw['rps'] / peer['streams_16']:.1f}x LiteLLM's {peer['streams_16']:.0f}/s (goal 20x)")
             print("since the sizes: " + steps.summary(steps.since_mark(), args.slow_step_ms))
     finally:
         daemon.stop()
@@ -523,6 +565,10 @@ def write_readme(f: dict) -> None:
     def row(label: str, *cells: str) -> None:
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
 
+    peer = f.get("peer")
+    if peer and peer.get("source") == "measured in this run":
+        row("peer: LiteLLM 1 worker, CPU per request at 1 / 64 connections (ms); streams/s at 16 connections",
+            f"{peer['cpu_1']:.1f} / {peer['cpu_64']:.1f}; {peer['streams_16']:.0f}", "")
     for name in ("pass-through", "translated"):
         if ("conc", name, 1) not in f:
             continue
@@ -535,6 +581,9 @@ def write_readme(f: dict) -> None:
             " / ".join(f"{c[n][1]['rps']:.0f}" for n in (1, 16, 64)))
         row(f"{name}: p50 / p99 at 64 connections (ms)", f"{c[64][0]['p50']:.1f} / {c[64][0]['p99']:.1f}",
             f"{c[64][1]['p50']:.1f} / {c[64][1]['p99']:.1f}")
+        if peer:
+            row(f"{name}: LiteLLM's CPU per request / ours, at 1 / 64 connections ({peer['source']})",
+                f"{peer['cpu_1'] / c[1][0]['cpu_ms']:.1f}x / {peer['cpu_64'] / c[64][0]['cpu_ms']:.1f}x", "")
     for (kind, label), cells in [(k, v) for k, v in f.items() if isinstance(k, tuple) and k[0] == "floor"]:
         row(f"floor: {label}, CPU per request at 1 / 64 connections (ms)", "",
             f"{cells[0]['cpu_ms']:.3f} / {cells[1]['cpu_ms']:.3f}")
@@ -559,6 +608,8 @@ def write_readme(f: dict) -> None:
             gw, fl = f[("streams", name)]
             row(f"{name}: streams/s at 16 connections; added time to first byte p50 (ms)",
                 f"{gw['rps']:.0f}; +{gw['ttfb50'] - fl['ttfb50']:.2f}", f"{fl['rps']:.0f}; {fl['ttfb50']:.2f}")
+            if peer:
+                row(f"{name}: streams/s, ours / LiteLLM's ({peer['source']})", f"{gw['rps'] / peer['streams_16']:.1f}x", "")
     if "mem_per_stream" in f:
         row("memory: RSS idle (after warm-up) / with 1,000 open streams (MiB); per stream (KiB)",
             f"{f['mem_before'] / 1024:.0f} / {f['mem_during'] / 1024:.0f}; {f['mem_per_stream']:.0f}", "")
