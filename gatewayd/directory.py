@@ -154,6 +154,22 @@ class Directory:
             raise DirectoryError(f"no key {key_id!r}", status=404, code="not_found")
         return key
 
+    async def find_key(self, key_id: str) -> Key | None:
+        """The key, read from the store when this cache has not got it yet: a key created on
+        another instance a moment ago (the console's redirect after creating one may land
+        here before the change feed does)."""
+        key = self.keys.get(key_id)
+        if key is not None:
+            return key
+        fresh = await self.store.load_key(key_id)
+        if fresh is None or fresh.account_id not in self.accounts:
+            return None
+        key = self.keys.get(key_id)  # the change feed may have brought it meanwhile
+        if key is None:
+            self._remember_key(fresh)
+            key = fresh
+        return key
+
     def key_for_secret(self, presented: str) -> Key | None:
         key = self._keys_by_presented.get(presented)
         if key is None:

@@ -11,7 +11,7 @@ from gatewayd.console.charts import daily_spend_svg, nice_ceiling, series
 from gatewayd.console.forms import FormError, KeyForm, nano_to_plain_usd
 from gatewayd.console.formatting import day_start_utc, local_time, usd
 from gatewayd.console.queries import UsageFilter, daily_spend
-from gatewayd.console.session import MAX_AGE_S, Sessions, SignInThrottle
+from gatewayd.console.session import MAX_AGE_S, REVEAL_TTL_S, Sessions, SignInThrottle
 from gatewayd.store.sqlite import SQLiteStore
 
 
@@ -56,6 +56,34 @@ async def test_session_expires_after_max_age(monkeypatch, store):
     assert (await sessions.read(cookie)).account_id == "acct_1"
     clock.now += 120
     assert (await sessions.read(cookie)).account_id is None
+
+
+async def test_a_new_keys_secret_rides_in_the_cookie_encrypted_and_is_taken_once(store):
+    import json
+
+    from itsdangerous import URLSafeTimedSerializer
+
+    clock = Clock()
+    sessions = Sessions(b"k" * 32, store, clock=clock)
+    session = sessions.signed_in("acct_1", "h")
+    secret = "sk-" + "a1B2" * 12
+    sessions.park_reveal(session, "key_1", secret)
+    cookie = sessions.dump(session)
+    _, data = URLSafeTimedSerializer(b"anyone").loads_unsafe(cookie)  # what the cookie says, unverified
+    assert data["a"] == "acct_1" and data["r"][0] == "key_1"
+    assert "a1B2" not in json.dumps(data)  # the secret is not readable from the cookie
+    # another instance (same signing secret) reads it; the wrong key id gets nothing
+    elsewhere = Sessions(b"k" * 32, store, clock=clock)
+    back = await elsewhere.read(cookie)
+    assert elsewhere.take_reveal(back, "key_2") is None
+    assert elsewhere.take_reveal(back, "key_1") == secret
+    assert back.dirty and elsewhere.take_reveal(back, "key_1") is None  # shown once
+    assert (await elsewhere.read(elsewhere.dump(back))).reveal is None
+    # a different signing secret cannot read it, and a parked secret expires
+    assert (await Sessions(b"x" * 32, store, clock=clock).read(cookie)).reveal is None
+    clock.now += REVEAL_TTL_S + 1
+    late = await sessions.read(cookie)
+    assert late.account_id == "acct_1" and sessions.take_reveal(late, "key_1") is None
 
 
 async def test_throttle_counts_per_email_and_address_within_the_window(store):

@@ -17,6 +17,7 @@ import time
 import httpx
 import pytest
 
+from gatewayd.console.formatting import usd
 from tests import pg
 from tests.faults import gatewayctl_audit
 from tests.live import Daemon, postgres_ready, unique_email
@@ -272,6 +273,45 @@ def test_console_session_opened_on_one_works_on_the_other(pair):
         # the same cookie, replayed on a after signing out on b
         after = on_a.get("/console/keys")
         assert after.status_code in (302, 303) and "/console/signin" in after.headers["location"]
+    audit_holds(a, b)
+
+
+def test_console_key_made_on_one_is_revealed_on_the_other_and_money_is_fresh(pair):
+    """Behind a balancer the redirect after creating a key lands anywhere: the other instance
+    shows the secret once (it travels in the session cookie, not in one process's memory),
+    and a charge made through one instance shows on the other's console pages at once."""
+    a, b = pair
+    email = unique_email("reveal")
+    account = a.admin.call("POST", "/accounts", {"email": email, "password": "correct horse battery"})
+    a.admin.call("POST", f"/accounts/{account['id']}/payments", {"amount_nano": 10 * 10**9})
+
+    def csrf(page: httpx.Response) -> str:
+        return re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+
+    with httpx.Client(base_url=a.url, follow_redirects=False, timeout=30) as on_a:
+        form = {"email": email, "password": "correct horse battery", "csrf_token": csrf(on_a.get("/console/signin"))}
+        assert on_a.post("/console/signin", data=form).status_code in (302, 303)
+        created = on_a.post("/console/keys/new", data={"name": "made on a", "model_scope": "all",
+                                                       "csrf_token": csrf(on_a.get("/console/keys/new"))})
+        assert created.status_code in (302, 303), created.text
+        with httpx.Client(base_url=b.url, follow_redirects=False, cookies=on_a.cookies, timeout=30) as on_b:
+            shown = on_b.get(created.headers["location"])
+            assert shown.status_code == 200, shown.text
+            secret = re.search(r'id="secret" class="mono" value="(sk-[^"]+)"', shown.text).group(1)
+            on_b.cookies.update(shown.cookies)
+            again = on_b.get(created.headers["location"])  # shown once
+            assert again.status_code == 200 and secret not in again.text
+            def shown_balance() -> str:
+                return re.search(r'id="balance">([^<]+)<', on_b.get("/console/balance").text).group(1)
+
+            assert shown_balance() == usd(10 * 10**9)
+            assert chat(a, secret, "spend a little").status_code == 200  # charged through a
+            balance = a.admin.call("GET", f"/accounts/{account['id']}/balance")["balance_nano"]
+            assert balance < 10 * 10**9
+            assert shown_balance() == usd(balance), "b's console shows a stale balance"
+            [key] = a.admin.call("GET", f"/accounts/{account['id']}/keys")["data"]
+            assert key["spent_nano"] > 0
+            assert usd(key["spent_nano"]) in on_b.get("/console/keys").text, "b's key list shows a stale spend"
     audit_holds(a, b)
 
 

@@ -10,10 +10,17 @@ others, and a sign-out or a throttle on one applies on all. Every visitor, signe
 or not, gets a session id, so the sign-in form carries a CSRF token too.
 
 CSRF tokens are an HMAC of the session id: tied to one session, nothing to store.
+
+A new key's secret travels from the form's POST to the page that shows it once inside
+the cookie, encrypted (an HMAC-SHA256 keystream under a key derived from the signing
+secret and a random nonce) and signed with the rest: the redirect may land on another
+instance, and the secret is never written to the database. It is dropped from the
+cookie when shown, and is good for ``REVEAL_TTL_S`` at most.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -27,6 +34,7 @@ from gatewayd.config import Config
 COOKIE = "gatewayd_console"
 MAX_AGE_S = 7 * 24 * 3600  # a session lasts a week from its last refresh
 REFRESH_AFTER_S = 24 * 3600  # re-sign at most once a day (sliding expiry)
+REVEAL_TTL_S = 600  # a new key's secret waits this long at most for the page that shows it
 
 
 async def load_secret(config: Config, store) -> bytes:
@@ -48,6 +56,8 @@ class Session:
     fingerprint: str | None = None
     issued_at: float = 0.0
     dirty: bool = False  # the cookie must be (re)written on the response
+    reveal: tuple[str, str] | None = None  # (key id, secret) of a key just created, until it is shown
+    reveal_at: float = 0.0
 
 
 class Sessions:
@@ -56,6 +66,7 @@ class Sessions:
     def __init__(self, secret: bytes, store, clock=time.time) -> None:
         self._serializer = URLSafeTimedSerializer(secret, salt="gatewayd.console.session")
         self._csrf_key = hmac.new(secret, b"gatewayd.console.csrf", hashlib.sha256).digest()
+        self._reveal_key = hmac.new(secret, b"gatewayd.console.reveal", hashlib.sha256).digest()
         self._clock = clock
         self._store = store  # signed-out session ids, shared by every instance
 
@@ -75,6 +86,7 @@ class Sessions:
                     sid=data["s"], account_id=data.get("a"), fingerprint=data.get("p"),
                     issued_at=issued.timestamp(),
                 )
+                self._read_reveal(session, data.get("r"))
                 if self._clock() - session.issued_at > REFRESH_AFTER_S:
                     session.issued_at = self._clock()
                     session.dirty = True
@@ -82,7 +94,47 @@ class Sessions:
         return self.new()
 
     def dump(self, session: Session) -> str:
-        return self._serializer.dumps({"s": session.sid, "a": session.account_id, "p": session.fingerprint})
+        data = {"s": session.sid, "a": session.account_id, "p": session.fingerprint}
+        if session.reveal is not None:
+            nonce = secrets.token_bytes(16)
+            key_id, secret = session.reveal
+            sealed = _xor(secret.encode(), self._keystream(nonce, len(secret.encode())))
+            data["r"] = [key_id, _b64(nonce), _b64(sealed), int(session.reveal_at)]
+        return self._serializer.dumps(data)
+
+    def park_reveal(self, session: Session, key_id: str, secret: str) -> None:
+        """Carry a new key's secret to the page that shows it (in this session's cookie)."""
+        session.reveal = (key_id, secret)
+        session.reveal_at = self._clock()
+        session.dirty = True
+
+    def take_reveal(self, session: Session, key_id: str) -> str | None:
+        """The parked secret of ``key_id``, dropped from the session: shown once."""
+        if session.reveal is None or session.reveal[0] != key_id:
+            return None
+        secret = session.reveal[1]
+        session.reveal = None
+        session.dirty = True
+        return secret
+
+    def _keystream(self, nonce: bytes, size: int) -> bytes:
+        blocks = (hmac.new(self._reveal_key, nonce + i.to_bytes(4, "big"), hashlib.sha256).digest()
+                  for i in range((size + 31) // 32))
+        return b"".join(blocks)[:size]
+
+    def _read_reveal(self, session: Session, sealed) -> None:
+        if not (isinstance(sealed, list) and len(sealed) == 4 and isinstance(sealed[0], str)
+                and isinstance(sealed[3], int)):
+            return
+        if self._clock() - sealed[3] > REVEAL_TTL_S:
+            session.dirty = True  # expired: write the cookie back without it
+            return
+        try:
+            nonce, body = base64.urlsafe_b64decode(sealed[1]), base64.urlsafe_b64decode(sealed[2])
+            secret = _xor(body, self._keystream(nonce, len(body))).decode("ascii")
+        except (TypeError, ValueError):
+            return
+        session.reveal, session.reveal_at = (sealed[0], secret), float(sealed[3])
 
     def signed_in(self, account_id: str, password_hash: str | None) -> Session:
         """A new session id at sign-in, so a session id seen before sign-in is worth nothing after."""
@@ -103,6 +155,14 @@ class Sessions:
 
     def csrf_valid(self, session: Session, token: str) -> bool:
         return hmac.compare_digest(self.csrf_token(session), token)
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(data, stream))
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
 
 
 class SignInThrottle:

@@ -58,8 +58,8 @@ def group_choices(console: Console, account: Account, form: KeyForm) -> list[dic
 def register(bp: Blueprint, console: Console) -> None:
     directory = console.directory
 
-    def own_key(account: Account, key_id: str) -> Key:
-        key = directory.keys.get(key_id)
+    async def own_key(account: Account, key_id: str) -> Key:
+        key = await directory.find_key(key_id)
         if key is None or key.account_id != account.id:
             raise not_found("This key")
         return key
@@ -76,7 +76,7 @@ def register(bp: Blueprint, console: Console) -> None:
     async def keys():
         account = signed_in()
         now = time.time()
-        mine = directory.keys_by_account.get(account.id, [])
+        mine = await console.store.refresh_keys(list(directory.keys_by_account.get(account.id, [])))
         live = [key_row(k, now) for k in mine if k.status != "deleted"]
         revoked = [key_row(k, now) for k in mine if k.status == "deleted"]
         live.sort(key=lambda r: r["key"].created_at, reverse=True)
@@ -100,29 +100,26 @@ def register(bp: Blueprint, console: Console) -> None:
         except DirectoryError as e:
             return await form_page(account, form, error=friendly(e.message), field=field_of(e.message),
                                    status=e.status)
-        console.reveals[g.session.sid] = (key.id, secret)
+        console.sessions.park_reveal(g.session, key.id, secret)
         return redirect(url_for("console.key_created", key_id=key.id))
 
     @bp.get("/keys/<key_id>/created")
     async def key_created(key_id: str):
         account = signed_in()
-        key = own_key(account, key_id)
-        parked = console.reveals.get(g.session.sid)
-        secret = None
-        if parked is not None and parked[0] == key.id:
-            secret = console.reveals.pop(g.session.sid)[1]
+        key = await own_key(account, key_id)
+        secret = console.sessions.take_reveal(g.session, key.id)
         return await page(console, "key_created.html", nav="keys", key=key, secret=secret)
 
     @bp.get("/keys/<key_id>")
     async def edit_key(key_id: str):
         account = signed_in()
-        key = own_key(account, key_id)
+        key = await own_key(account, key_id)
         return await form_page(account, KeyForm.from_key(key), key=key)
 
     @bp.post("/keys/<key_id>")
     async def update_key(key_id: str):
         account = signed_in()
-        key = own_key(account, key_id)
+        key = await own_key(account, key_id)
         form = KeyForm.from_form(await checked_form(console))
         try:
             await directory.update_key(key, form.fields())
@@ -136,7 +133,7 @@ def register(bp: Blueprint, console: Console) -> None:
     @bp.post("/keys/<key_id>/<action>")
     async def key_action(key_id: str, action: str):
         account = signed_in()
-        key = own_key(account, key_id)
+        key = await own_key(account, key_id)
         form = await checked_form(console)
         if action == "revoke":
             if form.get("confirm", "").strip() != key.name.strip():
@@ -155,7 +152,7 @@ def register(bp: Blueprint, console: Console) -> None:
     @bp.get("/keys/<key_id>/revoke")
     async def confirm_revoke(key_id: str):
         account = signed_in()
-        key = own_key(account, key_id)
+        key = await own_key(account, key_id)
         if key.status == "deleted":
             return redirect(url_for("console.keys"))
         return await page(console, "key_revoke.html", nav="keys", key=key, error=None)

@@ -37,8 +37,6 @@ class Console:
     config: Config
     sessions: Sessions
     throttle: SignInThrottle
-    # key secrets waiting to be shown once: session id -> (key id, secret); popped when shown
-    reveals: dict[str, tuple[str, str]] = attrs.Factory(dict)
 
 
 class ConsoleError(Exception):
@@ -68,6 +66,9 @@ async def load_session(console: Console) -> None:
         if account is None or password_fingerprint(account.password_hash) != session.fingerprint:
             session = console.sessions.new()  # password changed (or account gone): signed out
             account = None
+        else:
+            # every page shows the balance; with several instances, others have moved it since
+            await console.store.refresh_balance(account)
     g.session = session
     g.account = account
 

@@ -15,8 +15,8 @@ Lifecycle
     ``kind`` ("sqlite" | "postgres"), ``instance_id``, ``ping()`` (readiness).
 Directory (accounts, keys)
     ``load_directory() -> (accounts, keys)``, ``load_account(id)``, ``load_key(id)``,
-    ``refresh_balance(account)`` / ``refresh_key(key)`` (re-read money fields from the
-    truth; a no-op where the process is the truth), ``insert_account(account)``
+    ``refresh_balance(account)`` / ``refresh_key(key)`` / ``refresh_keys(keys)`` (re-read money
+    fields from the truth; a no-op where the process is the truth), ``insert_account(account)``
     (``EmailTaken``), ``update_account(id, name=, timezone=)``, ``set_password_hash``,
     ``set_groups``, ``set_embedding_models``, ``add_payment(id, amount, note) -> Payment``,
     ``payments(id)``, ``insert_key(key, max_keys)`` (``TooManyKeys``: count and insert

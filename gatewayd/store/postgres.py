@@ -236,6 +236,18 @@ class PostgresStore(SQLStore):
             key.spent_nano, key.held_nano, key.last_used_at = row["spent_nano"], row["held_nano"], row["last_used_at"]
         return key
 
+    async def refresh_keys(self, keys: list[Key]) -> list[Key]:
+        """``refresh_key`` for many keys in one query (the console's key list)."""
+        if not keys:
+            return keys
+        by_id = {key.id: key for key in keys}
+        rows = await self._read(lambda tx: tx.rows(
+            "SELECT id, spent_nano, held_nano, last_used_at FROM keys WHERE id = ANY(?)", (list(by_id),)))
+        for row in rows:
+            key = by_id[row["id"]]
+            key.spent_nano, key.held_nano, key.last_used_at = row["spent_nano"], row["held_nano"], row["last_used_at"]
+        return keys
+
     # -- holds and settlement -----------------------------------------------------------
 
     async def reserve(

@@ -223,6 +223,9 @@ class SQLiteStore(SQLStore):
     async def refresh_key(self, key: Key) -> Key:
         return key
 
+    async def refresh_keys(self, keys: list[Key]) -> list[Key]:
+        return keys
+
     # -- holds and settlement -----------------------------------------------------------
 
     async def reserve(
