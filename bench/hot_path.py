@@ -410,18 +410,41 @@ def main() -> int:
             print("\n== the layers' floors, 1 KB, 1 and 64 connections (CPU per request of the server measured) ==")
             bare = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bare_asgi.py")], stdout=subprocess.PIPE,
                                     text=True)
+            proxy = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bare_proxy.py"), nginx.url],
+                                     stdout=subprocess.PIPE, text=True)
+            llhttp = []  # the proposal's floors (bench/floor_llhttp.py), when httptools is installed
+            try:
+                import httptools  # noqa: F401
+            except ImportError:
+                print("  (pip install httptools to also measure the llhttp floors of bench/floor_llhttp.py)")
+            else:
+                for mode in (["answer"], ["proxy", nginx.url]):
+                    llhttp.append(subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_llhttp.py"), *mode],
+                                                   stdout=subprocess.PIPE, text=True))
             try:
                 bare_url = bare.stdout.readline().split()[-1]
+                proxy_url = proxy.stdout.readline().split()[-1]
+                llhttp_urls = [p.stdout.readline().split()[-1] for p in llhttp]
                 if pinned:
-                    pin(bare.pid, GATEWAY_CORE)
+                    for process in (bare, proxy, *llhttp):
+                        pin(process.pid, GATEWAY_CORE)
+                proposal = (
+                    ("proposal: trio + llhttp, canned answer (bench/floor_llhttp.py)",
+                     Target(llhttp_urls[0], "/v1/chat/completions", {}, lambda: [llhttp[0].pid]), "POST"),
+                    ("proposal: trio + llhttp, proxy to the same upstream",
+                     Target(llhttp_urls[1], "/v1/chat/completions", {}, lambda: [llhttp[1].pid]), "POST"),
+                ) if llhttp else ()
                 layers = (
                     ("nginx, canned answer", Target(nginx.url, "/v1/chat/completions", {}, lambda: nginx.pids), "POST"),
                     ("hypercorn + bare ASGI app", Target(bare_url, "/", {}, lambda: [bare.pid]), "POST"),
+                    ("hypercorn + bare ASGI proxy through the upstream pool (no gateway work)",
+                     Target(proxy_url, "/v1/chat/completions", {}, lambda: [proxy.pid]), "POST"),
                     ("the simulator (a quart-trio app), direct", Target(sim.url, "/v1/chat/completions",
                                                                         {"Authorization": "Bearer sim"},
                                                                         lambda: [sim.proc.pid]), "POST"),
                     ("gateway GET /healthz (hypercorn, Quart, listener, request log)",
                      Target(daemon.url, "/healthz", {}, lambda: gw_pids), "GET"),
+                    *proposal,
                 )
                 for label, target, method in layers:
                     raw = target.raw(chat_body("gpt-4.1-mini", 1024)) if method == "POST" else (
@@ -432,11 +455,12 @@ def main() -> int:
                             target.host, target.port, raw, conns, args.seconds / 2)) for _ in range(args.repeat)])
                         cells.append(w)
                     figures[("floor", label)] = cells
-                    print(f"  {label:62} CPU {cells[0]['cpu_ms']:.3f} / {cells[1]['cpu_ms']:.3f} ms, "
+                    print(f"  {label:72} CPU {cells[0]['cpu_ms']:.3f} / {cells[1]['cpu_ms']:.3f} ms, "
                           f"{cells[0]['rps']:.0f} / {cells[1]['rps']:.0f} req/s at 1 / 64 connections")
             finally:
-                bare.terminate()
-                bare.wait(10)
+                for process in (bare, proxy, *llhttp):
+                    process.terminate()
+                    process.wait(10)
 
         if "sizes" in sections:
             print("\n== CPU per request by body size, 1 connection ==")
