@@ -27,17 +27,23 @@ run: $(STAMP)
 # The keys, billing, faults and console tests again with every daemon on PostgreSQL
 # (a fresh database per daemon on 127.0.0.1:5432, dropped after the run; see tests/pg.py).
 PG_TESTS := tests/test_keys_live.py tests/test_keys_limits_live.py tests/test_chat_live.py \
-	tests/test_faults_crash.py tests/test_faults_streams.py tests/test_faults_upstream.py tests/test_console_http.py
+	tests/test_faults_crash.py tests/test_faults_streams.py tests/test_faults_upstream.py tests/test_faults_concurrency.py \
+	tests/test_faults_bodies.py tests/test_console_http.py
+
+# Test files run in TEST_JOBS processes (pytest-xdist, a file's tests stay together in one):
+# most live tests wait on processes and sockets, so two share two cores well.
+TEST_JOBS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(PYTEST)
 	$(MAKE) test-postgres
 
 test-postgres: $(STAMP)
-	GATEWAY_TEST_DATABASE=postgres $(BIN)/python -m pytest -q -p no:cacheprovider -m "not browser" $(PG_TESTS)
+	GATEWAY_TEST_DATABASE=postgres $(PYTEST) -m "not browser" $(PG_TESTS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not browser"
+	$(PYTEST) -m "not slow and not browser"
 
 bench: $(STAMP)
 	$(BIN)/python bench/hot_path.py $(BENCH_ARGS)

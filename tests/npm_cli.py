@@ -8,11 +8,14 @@ replaced, so a bump in the test file is all it takes.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -28,8 +31,26 @@ def _installed_version(package: str) -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def _install_lock() -> Iterator[None]:
+    """One npm install into :data:`PREFIX` at a time (``make test`` runs test files in two
+    processes, and the Claude Code and Codex tests install into the same prefix)."""
+    PREFIX.mkdir(parents=True, exist_ok=True)
+    with open(PREFIX / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def pinned_cli(package: str, version: str, binary: str) -> Path:
     """``package@version`` installed under :data:`PREFIX`; returns the path of ``binary``."""
+    with _install_lock():
+        return _pinned_cli(package, version, binary)
+
+
+def _pinned_cli(package: str, version: str, binary: str) -> Path:
     path = PREFIX / "node_modules" / ".bin" / binary
     if not path.exists() or _installed_version(package) != version:
         if shutil.which("npm") is None:
