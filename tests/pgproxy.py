@@ -37,6 +37,10 @@ class Proxy:
             listener, self._listener = self._listener, None
             conns, self._conns = self._conns, []
         if listener is not None:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it (close alone does not)
+            except OSError:
+                pass
             listener.close()
         for conn in conns:
             try:

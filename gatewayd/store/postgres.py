@@ -11,13 +11,13 @@ more than is there. ``settle`` is one transaction: the hold row deleted, the usa
 inserted, the account charged and released, the key's spend, hold and last-used time.
 It is idempotent (a retry after an unknown commit finds its own usage row), so it can be
 retried while the database is away: for ``SETTLE_WAIT_S`` with the request waiting, then
-in the background every ``SETTLE_RETRY_S`` until it succeeds (docs/operations.md).
+in the background (bounded: ``pg_instances``).
 
-Instances: each registers a row and heartbeats every ``HEARTBEAT_S`` with the database's
-clock; hold rows carry their instance. Any live instance releases the holds of an
-instance whose heartbeat is older than ``DEAD_AFTER_S`` (recorded as ``interrupted``,
-nothing charged) and deletes it; a live instance's holds are never touched. A database
-that cannot be reached makes ``reserve`` raise ``StoreUnavailable`` (a 503, nothing held).
+Instances: each registers a row and heartbeats with the database's clock; hold rows carry
+their instance; the holds of an instance that stopped beating are released by the live
+ones, and a live instance's never (``pg_instances`` says how "dead" is judged). A
+database that cannot be reached makes ``reserve`` raise ``StoreUnavailable`` (a 503,
+nothing held).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from psycopg.rows import dict_row
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
 from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.pg_instances import DEAD_AFTER_S, HEARTBEAT_S, InstanceMaintenance  # noqa: F401 (re-exported)
+from gatewayd.store.pg_link import PgTx
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -50,36 +52,10 @@ from gatewayd.store.sql import (
 log = logging.getLogger("gatewayd.store")
 
 MIGRATION_LOCK = 0x6761_7465  # pg_advisory_lock key: one migrating instance at a time
-HEARTBEAT_S = 2.0
-DEAD_AFTER_S = 15.0  # an instance silent this long is dead: its holds are released
 POOL_WAIT_S = 3.0  # a request waits this long for a connection, then gets a 503
 SETTLE_WAIT_S = 30.0  # a settling request retries this long (backoff 0.25 s .. 4 s) before going on
-SETTLE_RETRY_S = 2.0  # then the settlement is retried in the background this often, until it succeeds
 
 UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
-
-
-@functools.lru_cache(maxsize=1024)
-def _pg(sql: str) -> str:
-    return sql.replace("?", "%s")
-
-
-class PgTx:
-    """The shared jobs' cursor surface over one psycopg connection (``?`` becomes ``%s``)."""
-
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self.conn = conn
-
-    def rows(self, sql: str, args: Any = ()) -> list:
-        return self.conn.execute(_pg(sql), args).fetchall()
-
-    def one(self, sql: str, args: Any = ()) -> Any:
-        return self.conn.execute(_pg(sql), args).fetchone()
-
-    def run(self, sql: str, args: Any = ()) -> int:
-        return self.conn.execute(_pg(sql), args).rowcount
 
 
 class _Refused(Exception):
@@ -110,17 +86,17 @@ def migrate(url: str) -> int:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(InstanceMaintenance, SQLStore):
     kind = "postgres"
 
     def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, pool_size: int, slot: str) -> None:
         self.url = url
-        self.slot = slot
+        self.slot = self.slot_name = slot
         self.pool = pool
         self.instance_id = new_instance_id()
         self._limiter = trio.CapacityLimiter(pool_size)
-        self._pending: list[tuple[Hold, Job]] = []  # settlements waiting for the database
         self._closed = False
+        self._init_maintenance(url)
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 10, slot: str | None = None) -> PostgresStore:
@@ -147,13 +123,8 @@ class PostgresStore(SQLStore):
         previous = await store._read(lambda tx: tx.rows("SELECT id FROM instances WHERE slot = ? AND id != ?",
                                                         (store.slot, store.instance_id)))
         for row in previous:
-            await store._write(functools.partial(store._release_instance, row["id"], True))
+            await store._write(functools.partial(store._release_instance, row["id"], 0.0))
         return store
-
-    def _register(self, tx: PgTx) -> None:
-        host, pid = process_identity()
-        tx.run("INSERT INTO instances (id, host, pid, slot, started_at) VALUES (?, ?, ?, ?, ?)",
-               (self.instance_id, host, pid, self.slot, utc_now_iso()))
 
     # -- primitives ---------------------------------------------------------------------
 
@@ -189,13 +160,14 @@ class PostgresStore(SQLStore):
         self._closed = True
         try:
             await self._retry_pending()
-            await self._write(lambda tx: tx.run("DELETE FROM instances WHERE id = ? AND NOT EXISTS"
+            await self._maint(lambda tx: tx.run("DELETE FROM instances WHERE id = ? AND NOT EXISTS"
                                                 " (SELECT 1 FROM holds WHERE instance_id = ?)",
                                                 (self.instance_id, self.instance_id)))
         except StoreUnavailable:
             pass  # the database is away: our row ages out and another instance cleans up after us
         finally:
             await trio.to_thread.run_sync(self.pool.close)
+            await self._maintenance.aclose()
 
     # -- directory ----------------------------------------------------------------------
 
@@ -258,9 +230,15 @@ class PostgresStore(SQLStore):
             if a is None:
                 left = tx.one("SELECT credit_nano - held_nano AS left FROM accounts WHERE id = ?", (account.id,))
                 raise _Refused(Refusal("account", left["left"] if left else 0))
-            tx.run("INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at,"
-                   " instance_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   (request_id, account.id, key.id, model, endpoint, amount_nano, now, self.instance_id))
+            # only while our instance row exists, and with it locked (FOR KEY SHARE) so that no other
+            # instance can be releasing us as dead meanwhile; gone: we were released while away
+            row = (request_id, account.id, key.id, model, endpoint, amount_nano, now)
+            if not tx.run("INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at,"
+                          " instance_id) SELECT ?, ?, ?, ?, ?, ?, ?, id FROM instances WHERE id = ? FOR KEY SHARE",
+                          (*row, self.instance_id)):
+                self._register(tx)
+                tx.run("INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at,"
+                       " instance_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (*row, self.instance_id))
             return k, a
 
         try:
@@ -277,20 +255,30 @@ class PostgresStore(SQLStore):
 
         def settle(tx: PgTx) -> tuple | None:
             released = tx.one("DELETE FROM holds WHERE request_id = ? RETURNING amount_nano", (hold.request_id,))
-            if released is None and tx.one(
-                    "SELECT 1 AS done FROM usage WHERE request_id = ? AND status != 'interrupted'",
-                    (hold.request_id,)) is not None:
-                return None  # an earlier attempt committed (its answer was lost with the connection)
-            # released by another instance (this one looked dead): charge what was used, nothing to release
+            interrupted = None
+            if released is None:
+                prior = tx.one("SELECT id, status FROM usage WHERE request_id = ? ORDER BY status = 'interrupted'"
+                               " LIMIT 1", (hold.request_id,))
+                if prior is not None and prior["status"] != "interrupted":
+                    return None  # an earlier attempt committed (its answer was lost with the connection)
+                # released by another instance while this one could not reach the database (it looked
+                # dead): that row becomes the real outcome, charged now; nothing is left to release
+                interrupted = prior["id"] if prior is not None else None
             amount = released["amount_nano"] if released is not None else 0
             now = utc_now_iso()
-            tx.run(
-                "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
-                " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
-                " duration_ms, provider, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream),
-                 result.status, result.http_status, result.input_tokens, result.output_tokens,
-                 result.cached_tokens, result.cache_write_tokens, cost, duration_ms, hold.provider, hold.attempts))
+            outcome = (int(hold.stream), result.status, result.http_status, result.input_tokens,
+                       result.output_tokens, result.cached_tokens, result.cache_write_tokens, cost, duration_ms,
+                       hold.provider, hold.attempts)
+            if interrupted is not None:
+                tx.run("UPDATE usage SET stream = ?, status = ?, http_status = ?, input_tokens = ?, output_tokens = ?,"
+                       " cached_tokens = ?, cache_write_tokens = ?, cost_nano = ?, duration_ms = ?, provider = ?,"
+                       " attempts = ? WHERE id = ?", (*outcome, interrupted))
+            else:
+                tx.run(
+                    "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
+                    " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
+                    " duration_ms, provider, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, *outcome))
             k = tx.one("UPDATE keys SET spent_nano = spent_nano + ?, held_nano = held_nano - ?, last_used_at = ?"
                        " WHERE id = ? RETURNING spent_nano, held_nano, last_used_at", (cost, amount, now, key.id))
             a = tx.one("UPDATE accounts SET credit_nano = credit_nano - ?, held_nano = held_nano - ? WHERE id = ?"
@@ -304,7 +292,8 @@ class PostgresStore(SQLStore):
 
         Callers run this shielded from cancellation. The request waits up to
         ``SETTLE_WAIT_S``; after that the settlement goes on in the background (the hold
-        stays held, so the audit stays right) and the request finishes.
+        stays held, so the audit stays right; bounded, see ``pg_instances``) and the request
+        finishes.
         """
         if hold.settled:
             return
@@ -320,7 +309,7 @@ class PostgresStore(SQLStore):
                 if time.monotonic() + delay > deadline:
                     log.error("settlement of %s waits for the database (%s); retrying in the background",
                               hold.request_id, e)
-                    self._pending.append((hold, job))
+                    self._pending.append((hold, job, result.cost_nano, time.monotonic()))
                     return
                 await trio.sleep(delay)
                 delay = min(delay * 2, 4.0)
@@ -333,13 +322,6 @@ class PostgresStore(SQLStore):
         hold.key.spent_nano, hold.key.held_nano, hold.key.last_used_at = (
             k["spent_nano"], k["held_nano"], k["last_used_at"])
         hold.account.credit_nano, hold.account.held_nano = a["credit_nano"], a["held_nano"]
-
-    async def _retry_pending(self) -> None:
-        while self._pending:
-            hold, job = self._pending[0]
-            self._apply_settled(hold, await self._write(job))  # StoreUnavailable: try again next round
-            self._pending.pop(0)
-            log.warning("settlement of %s written after the database came back", hold.request_id)
 
     # -- changes and rate limits ----------------------------------------------------------
 
@@ -404,65 +386,6 @@ class PostgresStore(SQLStore):
             return None
 
         return await self._write(take)
-
-    # -- instances ----------------------------------------------------------------------
-
-    async def heartbeat(self) -> None:
-        def beat(tx: PgTx) -> None:
-            if not tx.run("UPDATE instances SET heartbeat_at = clock_timestamp() WHERE id = ?", (self.instance_id,)):
-                # declared dead while the database was away (our holds were released): register again
-                self._register(tx)
-
-        await self._write(beat)
-
-    async def instances(self) -> list[dict]:
-        return await self._read(lambda tx: tx.rows(
-            "SELECT id, host, pid, started_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8"
-            " AS heartbeat_age_s FROM instances ORDER BY started_at"))
-
-    async def release_dead_holds(self) -> int:
-        """Release the holds of every instance silent for ``DEAD_AFTER_S``; returns how many."""
-        dead = await self._read(lambda tx: tx.rows(
-            "SELECT id FROM instances WHERE id != ? AND heartbeat_at < clock_timestamp() - make_interval(secs => ?)"
-            " UNION SELECT DISTINCT h.instance_id FROM holds h LEFT JOIN instances i ON i.id = h.instance_id"
-            " WHERE i.id IS NULL AND h.instance_id != ?", (self.instance_id, DEAD_AFTER_S, self.instance_id)))
-        released = 0
-        for row in dead:
-            released += await self._write(functools.partial(self._release_instance, row["id"], False))
-        return released
-
-    def _release_instance(self, instance_id: str, previous_life: bool, tx: PgTx) -> int:
-        # SKIP LOCKED: when two live instances clean up the same dead one, one does it
-        silent_for = 0.0 if previous_life else DEAD_AFTER_S
-        claimed = tx.one("SELECT id FROM instances WHERE id = ? AND heartbeat_at < clock_timestamp()"
-                         " - make_interval(secs => ?) FOR UPDATE SKIP LOCKED", (instance_id, silent_for))
-        orphaned = tx.one("SELECT 1 AS gone FROM instances WHERE id = ?", (instance_id,)) is None
-        if claimed is None and not orphaned:
-            return 0  # alive again, or another instance is releasing it right now
-        now = utc_now_iso()
-        holds = tx.rows("DELETE FROM holds WHERE instance_id = ? RETURNING request_id, account_id, key_id, model,"
-                        " endpoint, amount_nano", (instance_id,))
-        for h in sorted(holds, key=lambda h: h["request_id"]):
-            tx.run("INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
-                   " http_status, cost_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0)",
-                   (h["request_id"], now, h["account_id"], h["key_id"], h["model"], h["endpoint"]))
-            tx.run("UPDATE keys SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["key_id"]))
-            tx.run("UPDATE accounts SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["account_id"]))
-        tx.run("DELETE FROM instances WHERE id = ?", (instance_id,))
-        if holds:
-            log.warning("released %d holds of stopped instance %s (recorded as interrupted)", len(holds), instance_id)
-        return len(holds)
-
-    async def maintain(self) -> None:
-        """Forever: heartbeat, retry waiting settlements, release dead instances' holds."""
-        while True:
-            await trio.sleep(HEARTBEAT_S)
-            try:
-                await self.heartbeat()
-                await self._retry_pending()
-                await self.release_dead_holds()
-            except StoreUnavailable as e:
-                log.warning("database unavailable: %s", e)
 
     # -- audit --------------------------------------------------------------------------
 
