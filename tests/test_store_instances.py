@@ -37,14 +37,14 @@ def database():
 
 
 @pytest.fixture
-async def two_instances(database):
+async def two_instances(database, tmp_path):
     from gatewayd.store.postgres import PostgresStore
 
     # two instances starting together on an empty database: the advisory lock orders the migrations
     stores: dict = {}
 
     async def start(name):
-        stores[name] = await PostgresStore.open(database, pool_size=3, slot=f"host|{name}.sock|0")
+        stores[name] = await PostgresStore.open(database, pool_size=3, data_dir=tmp_path / name)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(start, "a")
@@ -146,8 +146,8 @@ async def test_after_a_shared_outage_the_first_instance_back_releases_no_live_ho
 
     proxy = Proxy()
     via = database.replace(":5432/", f":{proxy.port}/")
-    a = await PostgresStore.open(via, pool_size=2, slot="host|a.sock|0")
-    b = await PostgresStore.open(via, pool_size=2, slot="host|b.sock|0")
+    a = await PostgresStore.open(via, pool_size=2, data_dir=tmp_path / "a")
+    b = await PostgresStore.open(via, pool_size=2, data_dir=tmp_path / "b")
     try:
         account, key = await _funded(a, "outage@example.com")
         stream = await _hold(a, account, key, 300_000, "a-stream")
@@ -178,8 +178,8 @@ async def test_an_instance_cut_off_alone_is_released_and_its_late_settlement_bec
     from gatewayd.store.postgres import PostgresStore
 
     proxy = Proxy()
-    a = await PostgresStore.open(database.replace(":5432/", f":{proxy.port}/"), pool_size=2, slot="host|a.sock|0")
-    b = await PostgresStore.open(database, pool_size=2, slot="host|b.sock|0")
+    a = await PostgresStore.open(database.replace(":5432/", f":{proxy.port}/"), pool_size=2, data_dir=tmp_path / "a")
+    b = await PostgresStore.open(database, pool_size=2, data_dir=tmp_path / "b")
     try:
         account, key = await _funded(b, "alone@example.com", paid=1_000_000)
         stream = await _hold(a, account, key, 600_000, "a-stream")
@@ -213,17 +213,41 @@ async def test_an_instance_cut_off_alone_is_released_and_its_late_settlement_bec
         proxy.close()
 
 
-async def test_a_restart_in_the_same_slot_releases_its_previous_life_at_once(two_instances):
+async def test_a_newcomer_never_releases_a_live_instances_holds(two_instances, tmp_path):
+    """A second process started on the same data dir (same host, same admin socket, same
+    worker number: everything the old slot name was made of) takes another slot."""
+    from gatewayd.store.postgres import PostgresStore
+
+    url, a, _ = two_instances
+    account, key = await _funded(a, "slot@example.com")
+    await _hold(a, account, key, 300_000, "running")
+    newcomer = await PostgresStore.open(url, pool_size=2, data_dir=tmp_path / "a")
+    try:
+        assert (a.slot.number, newcomer.slot.number) == (0, 1)
+        assert await _rows(newcomer, account) == {}
+        await newcomer.refresh_balance(account)
+        assert account.held_nano == 300_000
+        assert newcomer.instance_id in {i["id"] for i in await newcomer.instances()}
+    finally:
+        await newcomer.close()
+    assert (tmp_path / "a" / "instance-1.id").read_text().strip() == newcomer.instance_id
+
+
+async def test_a_restart_in_the_same_slot_releases_its_previous_life_at_once(two_instances, tmp_path):
     from gatewayd.store.postgres import PostgresStore
 
     url, a, b = two_instances
     account, key = await _funded(a, "r@example.com")
     await _hold(b, account, key, 300_000, "lost")
-    # b is killed (no close) and comes back in its slot: its old holds go at once, a's never
-    again = await PostgresStore.open(url, pool_size=2, slot=b.slot)
-    try:
+    await _hold(a, account, key, 100_000, "kept")
+    b.slot.release()  # b is killed: the kernel drops its lock (nothing else of it runs)
+    again = await PostgresStore.open(url, pool_size=2, data_dir=tmp_path / "b")
+    try:  # released by the start itself, before any maintenance round (and b's heartbeat is fresh)
+        assert again.slot.number == 0 and again.slot.previous == b.instance_id
         rows = await again.usage_rows(UsageQuery(account.id), 10)
         assert [(r.request_id, r.status) for r in rows] == [("lost", "interrupted")]
+        await again.refresh_balance(account)
+        assert account.held_nano == 100_000  # a's hold, untouched
         assert (await again.audit())["ok"] is True
         assert {i["id"] for i in await again.instances()} == {a.instance_id, again.instance_id}
     finally:

@@ -22,7 +22,7 @@ Unfinished business, retried each round while the database answers (bounded):
 settlements that could not be written while the request waited (``SETTLE_WAIT_S``),
 retried for ``SETTLE_GIVE_UP_S``, then given up (logged at error with what to charge).
 The hold then stays until this instance stops, when it is released as ``interrupted``
-(by its next start, at once, or by another instance once it is silent).
+(by its next start in the same slot, at once, or by another instance once it is silent).
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ in the background (bounded: ``pg_instances``).
 
 Instances: each registers a row and heartbeats with the database's clock; hold rows carry
 their instance; the holds of an instance that stopped beating are released by the live
-ones, and a live instance's never (``pg_instances`` says how "dead" is judged). A
-database that cannot be reached makes ``reserve`` raise ``StoreUnavailable`` (a 503,
-nothing held).
+ones, and a live instance's never (``pg_instances`` says how "dead" is judged, and what
+an instance's slot file in its data dir has to do with it: ``instance_slot``). A database
+that cannot be reached makes ``reserve`` raise ``StoreUnavailable`` (a 503, nothing held).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import functools
 import logging
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Any, Iterable
 
 import psycopg
@@ -36,6 +37,7 @@ from psycopg.rows import dict_row
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
 from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
 from gatewayd.store.pg_instances import DEAD_AFTER_S, HEARTBEAT_S, InstanceMaintenance  # noqa: F401 (re-exported)
 from gatewayd.store.pg_link import PgTx
 from gatewayd.store.sql import (
@@ -44,9 +46,9 @@ from gatewayd.store.sql import (
     Job,
     SQLStore,
     account_from_row,
+    instance_host,
     key_from_row,
     new_instance_id,
-    process_identity,
 )
 
 log = logging.getLogger("gatewayd.store")
@@ -89,9 +91,10 @@ def migrate(url: str) -> int:
 class PostgresStore(InstanceMaintenance, SQLStore):
     kind = "postgres"
 
-    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, pool_size: int, slot: str) -> None:
+    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, pool_size: int, slot: Slot | None) -> None:
         self.url = url
-        self.slot = self.slot_name = slot
+        self.slot = slot
+        self.slot_name = f"{instance_host()}|{slot.name}" if slot is not None else f"{instance_host()}|unslotted"
         self.pool = pool
         self.instance_id = new_instance_id()
         self._limiter = trio.CapacityLimiter(pool_size)
@@ -99,31 +102,45 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         self._init_maintenance(url)
 
     @classmethod
-    async def open(cls, url: str, *, pool_size: int = 10, slot: str | None = None) -> PostgresStore:
+    async def open(cls, url: str, *, pool_size: int = 10, data_dir: str | Path | None = None,
+                   worker_index: int = 0) -> PostgresStore:
         """Migrate, open the pool and register this instance; ``StoreUnavailable`` if the
         database cannot be reached.
 
-        ``slot`` names the place this instance runs in (host, admin socket, worker number):
-        an earlier instance in the same slot is this one's previous life (the process
-        restarted), so its holds are released at once rather than after ``DEAD_AFTER_S``.
+        ``data_dir``: where this instance claims its slot file (``instance_slot``): the
+        previous life recorded there is certainly dead, so its holds are released at once
+        rather than after ``DEAD_AFTER_S``. ``worker_index`` is the slot number tried first.
+        Without a data dir (tests, tools) there is no previous life to release.
         """
         try:
             await trio.to_thread.run_sync(migrate, url)
         except psycopg.OperationalError as e:
             raise StoreUnavailable(f"PostgreSQL at {_where(url)} cannot be reached: {_first_line(e)}") from None
+        slot = None
+        if data_dir is not None:
+            try:
+                slot = claim_slot(data_dir, worker_index)
+            except SlotsExhausted as e:
+                raise StoreUnavailable(str(e)) from None
         pool = psycopg_pool.ConnectionPool(
             url, min_size=min(2, pool_size), max_size=pool_size, open=False, timeout=POOL_WAIT_S,
             kwargs={"row_factory": dict_row, "connect_timeout": 3}, check=psycopg_pool.ConnectionPool.check_connection,
             reconnect_timeout=10 * 365 * 24 * 3600.0, name="gatewayd",
         )
-        await trio.to_thread.run_sync(pool.open)
-        host, pid = process_identity()
-        store = cls(url, pool, pool_size, slot or f"{host}|{store_id_fallback()}")
-        await store._write(store._register)
-        previous = await store._read(lambda tx: tx.rows("SELECT id FROM instances WHERE slot = ? AND id != ?",
-                                                        (store.slot, store.instance_id)))
-        for row in previous:
-            await store._write(functools.partial(store._release_instance, row["id"], 0.0))
+        store = cls(url, pool, pool_size, slot)
+        try:
+            await trio.to_thread.run_sync(pool.open)
+            await store._write(store._register)
+            if slot is not None:
+                if slot.previous is not None and slot.previous != store.instance_id:
+                    await store._write(functools.partial(store._release_instance, slot.previous, 0.0))
+                slot.record(store.instance_id)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(pool.close)
+            if slot is not None:
+                slot.release()
+            raise
         return store
 
     # -- primitives ---------------------------------------------------------------------
@@ -168,6 +185,8 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         finally:
             await trio.to_thread.run_sync(self.pool.close)
             await self._maintenance.aclose()
+            if self.slot is not None:
+                self.slot.release()  # after the last write: the next owner finds this life finished
 
     # -- directory ----------------------------------------------------------------------
 
@@ -409,12 +428,6 @@ class PostgresStore(InstanceMaintenance, SQLStore):
 def _wait_notifies(conn: psycopg.Connection) -> list[str]:
     """The next payload as soon as it arrives, or none within half a second (in a worker thread)."""
     return [n.payload for n in conn.notifies(timeout=0.5, stop_after=1)]
-
-
-def store_id_fallback() -> str:
-    import os
-
-    return f"pid{os.getpid()}"
 
 
 def _first_line(error: BaseException) -> str:
