@@ -1,8 +1,11 @@
 """The PostgreSQL store: any number of gatewayd instances on one database, money exact across them.
 
 psycopg's async API does not run under trio, so the sync ``psycopg_pool.ConnectionPool``
-runs in worker threads (``trio.to_thread.run_sync``), at most ``pool_size`` at a time
-(a ``CapacityLimiter`` of the pool's size, so no thread waits inside the pool).
+runs in worker threads (``trio.to_thread.run_sync``). Two queues lead to the pool, each a
+``CapacityLimiter`` of the pool's size: one for request work (holds, reads, admin writes)
+and one for settlements, so a settlement never waits behind a backlog of new requests,
+only for a connection. A request's whole wait, queue and pool together, is bounded by
+``POOL_WAIT_S``: then it gets ``StoreUnavailable`` (a 503), however many wait with it.
 
 Money: a hold is taken by the database. ``reserve`` is one transaction of two
 conditional UPDATEs (the key: limit - spent - held >= amount; the account: credit -
@@ -54,7 +57,7 @@ from gatewayd.store.sql import (
 log = logging.getLogger("gatewayd.store")
 
 MIGRATION_LOCK = 0x6761_7465  # pg_advisory_lock key: one migrating instance at a time
-POOL_WAIT_S = 3.0  # a request waits this long for a connection, then gets a 503
+POOL_WAIT_S = 3.0  # a request waits at most this long, queue and pool together, then gets a 503
 SETTLE_WAIT_S = 30.0  # a settling request retries this long (backoff 0.25 s .. 4 s) before going on
 
 UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
@@ -97,7 +100,9 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         self.slot_name = f"{instance_host()}|{slot.name}" if slot is not None else f"{instance_host()}|unslotted"
         self.pool = pool
         self.instance_id = new_instance_id()
-        self._limiter = trio.CapacityLimiter(pool_size)
+        self._requests = trio.CapacityLimiter(pool_size)  # request work queues here ...
+        self._settlements = trio.CapacityLimiter(pool_size)  # ... settlements here, never behind requests
+        self._threads = trio.CapacityLimiter(2 * pool_size)  # both at once: no thread waits for a thread
         self._closed = False
         self._init_maintenance(url)
 
@@ -145,21 +150,32 @@ class PostgresStore(InstanceMaintenance, SQLStore):
 
     # -- primitives ---------------------------------------------------------------------
 
-    def _run(self, job: Job) -> Any:
-        with self.pool.connection() as conn:  # commits when the job returns, rolls back if it raises
+    def _run(self, job: Job, wait_s: float) -> Any:
+        with self.pool.connection(timeout=wait_s) as conn:  # commits when the job returns, rolls back if it raises
             return job(PgTx(conn))
 
-    async def _call(self, job: Job) -> Any:
+    async def _call(self, job: Job, queue: trio.CapacityLimiter) -> Any:
+        """Run ``job`` on a pool connection; the wait for it (queue, then pool) is at most ``POOL_WAIT_S``."""
+        deadline = trio.current_time() + POOL_WAIT_S
+        queued = False
+        with trio.move_on_at(deadline):
+            await queue.acquire()
+            queued = True
+        if not queued:
+            raise StoreUnavailable(f"PostgreSQL: no connection free within {POOL_WAIT_S:g} s")
         try:
-            return await trio.to_thread.run_sync(self._run, job, limiter=self._limiter)
+            wait_s = max(deadline - trio.current_time(), 0.01)
+            return await trio.to_thread.run_sync(self._run, job, wait_s, limiter=self._threads)
         except UNAVAILABLE as e:
             raise StoreUnavailable(f"PostgreSQL: {_first_line(e)}") from None
+        finally:
+            queue.release()
 
     async def _write(self, job: Job) -> Any:
-        return await self._call(job)
+        return await self._call(job, self._requests)
 
     async def _read(self, job: Job) -> Any:
-        return await self._call(job)
+        return await self._call(job, self._requests)
 
     def _is_unique_violation(self, error: Exception) -> bool:
         return isinstance(error, psycopg.errors.UniqueViolation)
@@ -322,7 +338,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         delay = 0.25
         while True:
             try:
-                self._apply_settled(hold, await self._write(job))
+                self._apply_settled(hold, await self._call(job, self._settlements))
                 return
             except StoreUnavailable as e:
                 if time.monotonic() + delay > deadline:
