@@ -82,6 +82,19 @@ async def beat(seconds: float, *stores) -> None:
         await trio.sleep(0.1)
 
 
+async def pools_back(*stores) -> None:
+    """Until each store's pool answers again: psycopg_pool retries with a backoff that started
+    during the cut, so its next attempt may come some seconds after the restore."""
+    with trio.fail_after(30):
+        for s in stores:
+            while True:
+                try:
+                    await s.ping()
+                    break
+                except StoreUnavailable:
+                    await trio.sleep(0.2)
+
+
 def _age_heartbeat(url: str, instance_id: str, seconds: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE instances SET heartbeat_at = clock_timestamp() - make_interval(secs => %s)"
@@ -157,6 +170,7 @@ async def test_after_a_shared_outage_the_first_instance_back_releases_no_live_ho
         await beat(DEAD_AFTER_S * 2, a, b)  # every heartbeat fails
         assert not a.may_judge() and not b.may_judge()
         proxy.restore()
+        await pools_back(a, b)
         await b.maintain_once()  # b is back first: it beats, then looks for the dead
         assert await b.release_dead_holds() == 0
         await beat(DEAD_AFTER_S + 0.3, a, b)  # now b has beaten long enough, and so has a
@@ -191,6 +205,7 @@ async def test_an_instance_cut_off_alone_is_released_and_its_late_settlement_bec
             assert await b.release_dead_holds() == 1  # a has been silent: its hold is released
             more = await _hold(b, account, key, 900_000, "b-after")  # and the money is b's to hold
             proxy.restore()
+            await pools_back(a)
             # a takes a hold before its heartbeat has run: its instance row comes back with it,
             # so the hold is a live instance's and b (still judging) leaves it alone
             late = await _hold(a, account, key, 50_000, "a-late")

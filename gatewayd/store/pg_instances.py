@@ -19,10 +19,15 @@ each of its settlements turns the ``interrupted`` row into the real outcome: one
 per request, charged once (``PostgresStore._settle_job``).
 
 Unfinished business, retried each round while the database answers (bounded):
-settlements that could not be written while the request waited (``SETTLE_WAIT_S``),
-retried for ``SETTLE_GIVE_UP_S``, then given up (logged at error with what to charge).
-The hold then stays until this instance stops, when it is released as ``interrupted``
-(by its next start in the same slot, at once, or by another instance once it is silent).
+
+- settlements that could not be written while the request waited (``SETTLE_WAIT_S``):
+  retried for ``SETTLE_GIVE_UP_S``, then given up (logged at error with what to charge).
+  The hold then stays until this instance stops, when it is released as ``interrupted``
+  (by its next start in the same slot, at once, or by another instance once it is silent);
+- holds whose ``reserve`` committed but whose answer was lost (the client got a 503
+  saying nothing was charged): released, with no usage row, as soon as the database
+  answers; looked for during ``UNKNOWN_WATCH_S`` after the first answer, since a commit
+  sent just before the connection broke can land late.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ DEAD_AFTER_S = 15.0  # an instance silent this long is dead: its holds are relea
 MAX_BEAT_GAP_S = 3 * HEARTBEAT_S  # a longer gap between answered beats restarts this instance's own count
 MAINTENANCE_TIMEOUT_S = 5.0  # one heartbeat (or background job) answered within this, or the link is dropped
 SETTLE_GIVE_UP_S = 900.0  # background settlement retries stop after this (15 minutes)
+UNKNOWN_WATCH_S = 60.0  # a hold whose reserve outcome was unknown is looked for this long once the database answers
 
 
 class InstanceMaintenance:
@@ -63,6 +69,7 @@ class InstanceMaintenance:
         self._beating_since: float | None = None  # when the current run of answered heartbeats began
         self._last_beat: float | None = None
         self._pending: list[tuple[Any, Any, int, float]] = []  # (hold, settle job, cost, when it went to the background)
+        self._unknown: dict[str, float | None] = {}  # request id -> when the database first answered after
 
     async def _maint(self, job) -> Any:
         """``job(tx)`` in one transaction on the maintenance link, bounded by ``MAINTENANCE_TIMEOUT_S``."""
@@ -162,11 +169,39 @@ class InstanceMaintenance:
             self._pending.pop(0)
             log.warning("settlement of %s written after the database came back", hold.request_id)
 
+    async def _release_unknown_holds(self) -> None:
+        """Holds whose reserve may have committed although the caller was told it failed."""
+        if not self._unknown:
+            return
+        wanted = sorted(self._unknown)
+
+        def release(tx) -> list[str]:
+            holds = tx.rows("DELETE FROM holds WHERE instance_id = ? AND request_id = ANY(?) RETURNING request_id,"
+                            " account_id, key_id, amount_nano", (self.instance_id, wanted))
+            for h in holds:
+                tx.run("UPDATE keys SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["key_id"]))
+                tx.run("UPDATE accounts SET held_nano = held_nano - ? WHERE id = ?",
+                       (h["amount_nano"], h["account_id"]))
+            return [h["request_id"] for h in holds]
+
+        released = set(await self._maint(release))
+        now = time.monotonic()
+        for request_id in wanted:
+            first = self._unknown.get(request_id)
+            if request_id in released:
+                log.warning("released the hold of %s: it was taken but its request was answered 503", request_id)
+                del self._unknown[request_id]
+            elif first is None:
+                self._unknown[request_id] = now
+            elif now - first > UNKNOWN_WATCH_S:
+                del self._unknown[request_id]  # its reserve never committed
+
     async def maintain_once(self) -> None:
         """One round: heartbeat, then (while the database answers) the unfinished business and the dead."""
         try:
             await self.heartbeat()
             await self._retry_pending()
+            await self._release_unknown_holds()
             await self.release_dead_holds()
         except StoreUnavailable as e:
             log.warning("database unavailable: %s", e)

@@ -14,7 +14,10 @@ more than is there. ``settle`` is one transaction: the hold row deleted, the usa
 inserted, the account charged and released, the key's spend, hold and last-used time.
 It is idempotent (a retry after an unknown commit finds its own usage row), so it can be
 retried while the database is away: for ``SETTLE_WAIT_S`` with the request waiting, then
-in the background (bounded: ``pg_instances``).
+in the background (bounded: ``pg_instances``). A ``reserve`` whose commit may have
+happened although its answer was lost raises ``StoreUnavailable`` like any other (the
+client is told nothing was charged) and its hold, if it exists, is released in the
+background as soon as the database answers.
 
 Instances: each registers a row and heartbeats with the database's clock; hold rows carry
 their instance; the holds of an instance that stopped beating are released by the live
@@ -66,6 +69,14 @@ UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.
 class _Refused(Exception):
     def __init__(self, refusal: Refusal) -> None:
         self.refusal = refusal
+
+
+class _SentThenLost(Exception):
+    """The connection broke after the job was sent: whether it committed is unknown."""
+
+
+class OutcomeUnknown(StoreUnavailable):
+    """The database stopped answering after the work was sent: it may or may not have committed."""
 
 
 def migrate(url: str) -> int:
@@ -151,8 +162,15 @@ class PostgresStore(InstanceMaintenance, SQLStore):
     # -- primitives ---------------------------------------------------------------------
 
     def _run(self, job: Job, wait_s: float) -> Any:
-        with self.pool.connection(timeout=wait_s) as conn:  # commits when the job returns, rolls back if it raises
-            return job(PgTx(conn))
+        sent = False
+        try:
+            with self.pool.connection(timeout=wait_s) as conn:  # commits when the job returns, rolls back if it raises
+                sent = True
+                return job(PgTx(conn))
+        except psycopg.OperationalError as e:
+            if sent:
+                raise _SentThenLost(_first_line(e)) from None
+            raise
 
     async def _call(self, job: Job, queue: trio.CapacityLimiter) -> Any:
         """Run ``job`` on a pool connection; the wait for it (queue, then pool) is at most ``POOL_WAIT_S``."""
@@ -166,6 +184,8 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         try:
             wait_s = max(deadline - trio.current_time(), 0.01)
             return await trio.to_thread.run_sync(self._run, job, wait_s, limiter=self._threads)
+        except _SentThenLost as e:
+            raise OutcomeUnknown(f"PostgreSQL: {e}") from None
         except UNAVAILABLE as e:
             raise StoreUnavailable(f"PostgreSQL: {_first_line(e)}") from None
         finally:
@@ -193,6 +213,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         self._closed = True
         try:
             await self._retry_pending()
+            await self._release_unknown_holds()
             await self._maint(lambda tx: tx.run("DELETE FROM instances WHERE id = ? AND NOT EXISTS"
                                                 " (SELECT 1 FROM holds WHERE instance_id = ?)",
                                                 (self.instance_id, self.instance_id)))
@@ -280,6 +301,11 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             k, a = await self._write(hold)
         except _Refused as refused:
             return refused.refusal
+        except OutcomeUnknown:
+            # the commit may have happened: the caller answers 503 "nothing was charged", so
+            # the hold (if it exists) is released as soon as the database answers again
+            self._unknown.setdefault(request_id, None)
+            raise
         key.spent_nano, key.held_nano = k["spent_nano"], k["held_nano"]
         account.credit_nano, account.held_nano, account.total_paid_nano = (
             a["credit_nano"], a["held_nano"], a["total_paid_nano"])
