@@ -4,9 +4,11 @@ Less disruptive than restarting the shared server (other people's tests use it):
 closes every proxied connection and refuses new ones, as a database that went away looks
 to gatewayd; ``restore()`` accepts again on the same port.
 
-A quieter fault: ``lose_reply_to(marker)`` lets the next message containing ``marker``
-(e.g. ``b"COMMIT"``) reach the database, then drops the answer and closes that client
-connection (the commit happened; the client cannot know).
+Two quieter faults: ``blackhole()`` stops forwarding on the connections open now without
+closing them (a NAT or load balancer that dropped an idle connection: no FIN, no RST,
+nothing ever answers), while new connections work; ``lose_reply_to(marker)`` lets the
+next message containing ``marker`` (e.g. ``b"COMMIT"``) reach the database, then drops
+the answer and closes that client connection (the commit happened; the client cannot know).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class _Pair:
     def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
         self.client = client
         self.upstream = upstream
+        self.blackholed = False  # nothing forwarded either way, nothing closed
         self.muted = False  # the database's answers are dropped
 
 
@@ -68,6 +71,14 @@ class Proxy:
     def close(self) -> None:
         self.cut()
 
+    def blackhole(self) -> int:
+        """Silence every connection open now (new ones are forwarded as usual); how many."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            pair.blackholed = True
+        return len(pairs)
+
     def lose_reply_to(self, marker: bytes) -> None:
         """Arm: the next client message containing ``marker`` is delivered, its answer is not."""
         with self._lock:
@@ -102,7 +113,7 @@ class Proxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                if pair.muted and src is pair.upstream:
+                if pair.blackholed or (pair.muted and src is pair.upstream):
                     continue
                 lose = False
                 if src is pair.client and self._lose_marker is not None:

@@ -1,8 +1,9 @@
 """A dedicated PostgreSQL connection whose every call is bounded in time.
 
-The pool's connections serve requests; the heartbeat must not queue behind them or hang
-with them (an instance that cannot say it is alive has its holds released by the others).
-It gets a ``Link``: one connection, used by one worker thread at a time, with
+The pool's connections serve requests; two jobs must not queue behind them or hang with
+them: the heartbeat (an instance that cannot say it is alive has its holds released by
+the others) and the change feed's LISTEN connection. Each gets a ``Link``: one
+connection, used by one worker thread at a time, with
 
 - TCP keepalives and ``tcp_user_timeout`` on the socket, so the kernel gives up on a
   peer that vanished without FIN or RST (a NAT or load balancer that dropped an idle

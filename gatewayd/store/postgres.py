@@ -45,7 +45,7 @@ from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
 from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
 from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
 from gatewayd.store.pg_instances import DEAD_AFTER_S, HEARTBEAT_S, InstanceMaintenance  # noqa: F401 (re-exported)
-from gatewayd.store.pg_link import PgTx
+from gatewayd.store.pg_link import Link, LinkDown, PgTx, keepalives
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -62,6 +62,9 @@ log = logging.getLogger("gatewayd.store")
 MIGRATION_LOCK = 0x6761_7465  # pg_advisory_lock key: one migrating instance at a time
 POOL_WAIT_S = 3.0  # a request waits at most this long, queue and pool together, then gets a 503
 SETTLE_WAIT_S = 30.0  # a settling request retries this long (backoff 0.25 s .. 4 s) before going on
+FEED_WAIT_S = 0.5  # the change feed waits this long for a notification, then looks again
+FEED_PING_S = 5.0  # the change feed's connection is pinged this often ...
+FEED_PING_TIMEOUT_S = 3.0  # ... and replaced (everything reloaded) when it does not answer within this
 
 UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
 
@@ -140,7 +143,8 @@ class PostgresStore(InstanceMaintenance, SQLStore):
                 raise StoreUnavailable(str(e)) from None
         pool = psycopg_pool.ConnectionPool(
             url, min_size=min(2, pool_size), max_size=pool_size, open=False, timeout=POOL_WAIT_S,
-            kwargs={"row_factory": dict_row, "connect_timeout": 3}, check=psycopg_pool.ConnectionPool.check_connection,
+            kwargs={"row_factory": dict_row, "connect_timeout": 3, **keepalives(url)},
+            check=psycopg_pool.ConnectionPool.check_connection,
             reconnect_timeout=10 * 365 * 24 * 3600.0, name="gatewayd",
         )
         store = cls(url, pool, pool_size, slot)
@@ -388,43 +392,45 @@ class PostgresStore(InstanceMaintenance, SQLStore):
 
     async def follow_changes(self, apply, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """``await apply(Change)`` for every account or key whose rules another instance (or this
-        one) changed: LISTEN on ``pg_changes``, which triggers NOTIFY at commit. After a lost
-        connection it reconnects (backoff up to 5 s) and sends ``Change("all")``: notifications
-        sent while it was away are gone, so the caller reloads everything."""
-        listener: psycopg.Connection | None = None
-        limiter = trio.CapacityLimiter(1)  # its own thread: never waits behind the pool's queries
+        one) changed: LISTEN on ``pg_changes``, which triggers NOTIFY at commit.
+
+        The LISTEN connection is a ``Link`` (TCP keepalives; every call bounded) and is pinged
+        every ``FEED_PING_S``: a connection that died silently (a NAT or load balancer that
+        dropped it, sending nothing) would otherwise look like a quiet feed forever. After a
+        lost or silent connection it reconnects (backoff up to 5 s) and sends
+        ``Change("all")``: notifications sent while it was away are gone, so the caller
+        reloads everything."""
+        link = Link(self.url, autocommit=True, setup=_listen)
         started = False
         delay = 0.25
+        pinged = trio.current_time()
         try:
             while True:
                 try:
-                    if listener is None:
-                        listener = await trio.to_thread.run_sync(self._listen, limiter=limiter)
-                        delay = 0.25
+                    if link.conn is None:
+                        await link.call(_connected, timeout=FEED_PING_TIMEOUT_S)
+                        delay, pinged = 0.25, trio.current_time()
                         if started:
                             await apply(Change("all"))
                         else:
                             started = True
                             task_status.started()
-                    for payload in await trio.to_thread.run_sync(_wait_notifies, listener, limiter=limiter):
+                    if trio.current_time() - pinged >= FEED_PING_S:
+                        await link.call(_ping, timeout=FEED_PING_TIMEOUT_S)
+                        pinged = trio.current_time()
+                    payloads = await link.call(_wait_notifies, timeout=FEED_WAIT_S + FEED_PING_TIMEOUT_S)
+                    for payload in payloads:
                         change = Change.parse(payload)
                         if change is not None:
                             await apply(change)
-                except (psycopg.OperationalError, StoreUnavailable) as e:
-                    log.warning("change feed lost its connection (%s); reconnecting", _first_line(e))
-                    if listener is not None:
-                        listener.close()
-                        listener = None
+                except (LinkDown, StoreUnavailable) as e:
+                    log.warning("change feed lost its connection (%s); reconnecting", e)
+                    await link.aclose()  # a reload that failed is tried again after the reconnection
                     await trio.sleep(delay)
                     delay = min(delay * 2, 5.0)
         finally:
-            if listener is not None:
-                listener.close()
-
-    def _listen(self) -> psycopg.Connection:
-        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=3)
-        conn.execute("LISTEN pg_changes")
-        return conn
+            with trio.CancelScope(shield=True):
+                await link.aclose()
 
     async def take_rate_slot(self, account_id: str, model_id: str, requests: int, window_s: float) -> float | None:
         """Admit and record one request of ``account_id`` on ``model_id`` (None), or the seconds
@@ -467,9 +473,21 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         return await self._read(read)
 
 
+def _listen(conn: psycopg.Connection) -> None:
+    conn.execute("LISTEN pg_changes")
+
+
+def _connected(conn: psycopg.Connection) -> None:
+    """Nothing: ``Link.call`` connects (and LISTENs) before running it."""
+
+
+def _ping(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT 1")  # a notification arriving meanwhile waits for the next notifies() (psycopg >= 3.2.4)
+
+
 def _wait_notifies(conn: psycopg.Connection) -> list[str]:
-    """The next payload as soon as it arrives, or none within half a second (in a worker thread)."""
-    return [n.payload for n in conn.notifies(timeout=0.5, stop_after=1)]
+    """The next payload as soon as it arrives, or none within ``FEED_WAIT_S`` (in a worker thread)."""
+    return [n.payload for n in conn.notifies(timeout=FEED_WAIT_S, stop_after=1)]
 
 
 def _first_line(error: BaseException) -> str:
