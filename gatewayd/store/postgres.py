@@ -44,7 +44,7 @@ from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
 from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
 from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
-from gatewayd.store.pg_instances import DEAD_AFTER_S, HEARTBEAT_S, InstanceMaintenance  # noqa: F401 (re-exported)
+from gatewayd.store.pg_instances import InstanceMaintenance
 from gatewayd.store.pg_link import Link, LinkDown, PgTx, keepalives
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
