@@ -686,7 +686,9 @@ def audit(
 
     For every account: balance == payments - charges - open holds, and the stored balance
     equals the one in memory; for every key: what it has spent equals the sum of its usage
-    rows.
+    rows, and it is over its limit by no more than one request's charge; every request has
+    one usage row. Warnings (exit status 0): an account below zero, a key over its limit
+    within one request's charge.
     """
     s = session(socket, json_output)
     report = s.api.get("/admin/v1/audit")

@@ -152,6 +152,7 @@ AUDIT_ACCOUNT_COLUMNS = (
     Field("open_holds_nano", "open holds", usd),
     Field("ok", "ok"),
     Field("problems", "problems", problems),
+    Field("warnings", "warnings", problems),
 )
 AUDIT_KEY_COLUMNS = (
     Field("key_id", "key"),
@@ -159,6 +160,7 @@ AUDIT_KEY_COLUMNS = (
     Field("spend_limit_nano", "spend limit", usd_or("none")),
     Field("ok", "ok"),
     Field("problems", "problems", problems),
+    Field("warnings", "warnings", problems),
 )
 
 _NUMERIC = {"input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "attempts", "priority",
@@ -279,25 +281,29 @@ def show_secret(console: Console, secret: str) -> None:
 
 
 def show_audit(console: Console, report: dict[str, Any], *, show_all: bool) -> None:
-    """Rows with problems (every row with ``show_all``), then a one-line verdict."""
+    """Rows with problems or warnings (every row with ``show_all``), the ledger-wide
+    problems, then a one-line verdict."""
     accounts = report.get("accounts") or []
     keys = report.get("keys") or []
+    general = report.get("problems") or []
     bad_accounts = [a for a in accounts if not a.get("ok", False)]
     bad_keys = [k for k in keys if not k.get("ok", False)]
-    for rows, bad, columns, what in (
-        (accounts, bad_accounts, AUDIT_ACCOUNT_COLUMNS, "accounts"),
-        (keys, bad_keys, AUDIT_KEY_COLUMNS, "keys"),
-    ):
-        listed = rows if show_all else bad
+    warned = [r for r in (*accounts, *keys) if r.get("warnings")]
+    for rows, columns, what in ((accounts, AUDIT_ACCOUNT_COLUMNS, "accounts"), (keys, AUDIT_KEY_COLUMNS, "keys")):
+        listed = rows if show_all else [r for r in rows if not r.get("ok", False) or r.get("warnings")]
         if listed:
             show_list(console, listed, columns, empty="", title=what)
+    for line in general:
+        console.print(f"[bold red]problem[/]: {escape(str(line))}")
     checked = f"{_count(len(accounts), 'account')} and {_count(len(keys), 'key')} checked"
     if report.get("ok"):
-        console.print(f"[bold green]audit ok[/]: {checked}, balances and spend limits hold.")
+        note = f" {_count(len(warned), 'warning')} (listed above)." if warned else ""
+        console.print(f"[bold green]audit ok[/]: {checked}, balances and spend limits hold.{note}")
     else:
         console.print(
             f"[bold red]audit FAILED[/]: {checked}; problems with "
-            f"{_count(len(bad_accounts), 'account')} and {_count(len(bad_keys), 'key')}."
+            f"{_count(len(bad_accounts), 'account')} and {_count(len(bad_keys), 'key')}"
+            + (f", and {_count(len(general), 'ledger-wide problem')}." if general else ".")
         )
 
 

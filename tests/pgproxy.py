@@ -3,6 +3,12 @@
 Less disruptive than restarting the shared server (other people's tests use it): ``cut()``
 closes every proxied connection and refuses new ones, as a database that went away looks
 to gatewayd; ``restore()`` accepts again on the same port.
+
+Two quieter faults: ``blackhole()`` stops forwarding on the connections open now without
+closing them (a NAT or load balancer that dropped an idle connection: no FIN, no RST,
+nothing ever answers), while new connections work; ``lose_reply_to(marker)`` lets the
+next message containing ``marker`` (e.g. ``b"COMMIT"``) reach the database, then drops
+the answer and closes that client connection (the commit happened; the client cannot know).
 """
 
 from __future__ import annotations
@@ -13,10 +19,22 @@ import threading
 TARGET = ("127.0.0.1", 5432)
 
 
+class _Pair:
+    """One proxied connection and what is being done to it."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.blackholed = False  # nothing forwarded either way, nothing closed
+        self.muted = False  # the database's answers are dropped
+
+
 class Proxy:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
+        self._pairs: list[_Pair] = []
+        self._lose_marker: bytes | None = None
         self._listener: socket.socket | None = None
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
@@ -36,7 +54,12 @@ class Proxy:
         with self._lock:
             listener, self._listener = self._listener, None
             conns, self._conns = self._conns, []
+            self._pairs = []
         if listener is not None:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it (close alone does not)
+            except OSError:
+                pass
             listener.close()
         for conn in conns:
             try:
@@ -47,6 +70,19 @@ class Proxy:
 
     def close(self) -> None:
         self.cut()
+
+    def blackhole(self) -> int:
+        """Silence every connection open now (new ones are forwarded as usual); how many."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            pair.blackholed = True
+        return len(pairs)
+
+    def lose_reply_to(self, marker: bytes) -> None:
+        """Arm: the next client message containing ``marker`` is delivered, its answer is not."""
+        with self._lock:
+            self._lose_marker = marker
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -66,21 +102,33 @@ class Proxy:
                     upstream.close()
                     return
                 self._conns += [client, upstream]
+                pair = _Pair(client, upstream)
+                self._pairs.append(pair)
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pump, args=(pair, a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, pair: _Pair, src: socket.socket, dst: socket.socket) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                if pair.blackholed or (pair.muted and src is pair.upstream):
+                    continue
+                lose = False
+                if src is pair.client and self._lose_marker is not None:
+                    with self._lock:
+                        if self._lose_marker is not None and self._lose_marker in data:
+                            self._lose_marker, lose = None, True
+                            pair.muted = True
                 dst.sendall(data)
+                if lose:
+                    pair.client.shutdown(socket.SHUT_RDWR)  # the client sees the connection drop, no answer
         except OSError:
             pass
         finally:
-            for s in (src, dst):
+            # a muted pair keeps its database side open: the message it delivered still runs there
+            for s in (src, dst) if not pair.muted else (pair.client,):
                 try:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:

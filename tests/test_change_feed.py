@@ -157,3 +157,41 @@ async def test_an_instance_that_hears_its_own_creations_caches_each_once(two_ins
     assert a.accounts[account.id] is account and a.account("own@example.com") is account
     assert len(a.keys_by_account[account.id]) == 3
     assert all(a.keys[key.id] is key and a.key_for_secret(secret) is key for key, secret in made)
+
+
+@needs_postgres
+async def test_a_feed_connection_that_dies_silently_is_noticed_and_replaced():
+    """A NAT or load balancer drops the idle LISTEN connection without a FIN or RST: nothing
+    arrives, nothing fails. The feed's ping notices within FEED_PING_S + FEED_PING_TIMEOUT_S,
+    reconnects and reloads everything, so a change made meanwhile still arrives."""
+    from gatewayd.store.postgres import FEED_PING_S, FEED_PING_TIMEOUT_S, PostgresStore
+    from tests.pgproxy import Proxy
+
+    name, url = pg.create_database()
+    proxy = Proxy()
+    config = load_config(environ={})
+    writer, reader = await PostgresStore.open(url, pool_size=2), await PostgresStore.open(url, pool_size=2)
+    reader.url = url.replace(":5432/", f":{proxy.port}/")  # only the feed's connection goes through the proxy
+    try:
+        a, b = Directory(config, writer), Directory(config, reader)
+        for d in (a, b):
+            await d.load()
+        follower = ChangeFollower(reader, b)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(follower.run)
+            account = await a.create_account("before@example.com", "", "UTC")
+            await until(lambda: "before@example.com" in b.accounts_by_email, "change before the silence")
+            assert proxy.blackhole() == 1  # the feed's connection: silent from now on, never closed
+            start = time.monotonic()
+            _, secret = await a.create_key(account, name="made while the feed was deaf")
+            bound = FEED_PING_S + FEED_PING_TIMEOUT_S + 2
+            while b.key_for_secret(secret) is None:
+                assert time.monotonic() - start < bound, f"the feed did not notice its dead connection in {bound} s"
+                await trio.sleep(0.05)
+            print(f"silent feed connection replaced, change applied after {time.monotonic() - start:.1f} s")
+            nursery.cancel_scope.cancel()
+    finally:
+        for s in (writer, reader):
+            await s.close()
+        proxy.close()
+        pg.drop_database(name)

@@ -583,6 +583,28 @@ def test_audit_not_ok_prints_then_exits_1(admin: StandInAdmin) -> None:
     assert "balance differs" in run.stdout
 
 
+def test_audit_warnings_are_listed_and_exit_0(admin: StandInAdmin) -> None:
+    warned = {**AUDIT_OK, "problems": [], "accounts": [
+        {**AUDIT_OK["accounts"][0], "balance_nano": -400, "warnings": ["balance below zero by 400 (charges exceeded"
+                                                                       " their holds)"]}]}
+    admin.answer("GET", "/admin/v1/audit", 200, warned)
+    run = gatewayctl(admin, "audit")
+    assert run.exit_code == 0, run.stderr
+    out = " ".join(run.stdout.split())  # rich wraps to the terminal's width
+    assert "balance below zero by 400" in out and "ann@example.com" in out
+    assert "audit ok" in out and "1 warning (listed above)" in out
+
+
+def test_audit_ledger_wide_problem_prints_and_exits_1(admin: StandInAdmin) -> None:
+    admin.answer("GET", "/admin/v1/audit", 200, {**AUDIT_OK, "ok": False, "problems": [
+        "request req_1 has 2 usage rows (one settlement, one row per request)"]})
+    run = gatewayctl(admin, "audit")
+    assert run.exit_code == 1
+    out = " ".join(run.stdout.split())
+    assert "request req_1 has 2 usage rows" in out
+    assert "audit FAILED" in out and "1 ledger-wide problem" in out
+
+
 def test_audit_not_ok_json_exits_1(admin: StandInAdmin) -> None:
     admin.answer("GET", "/admin/v1/audit", 200, AUDIT_BAD)
     run = gatewayctl(admin, "audit", "--json")

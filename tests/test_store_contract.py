@@ -197,3 +197,19 @@ async def test_interrupted_holds_of_a_dead_instance_are_released_once(store):
     assert await store.release_dead_holds() == 0
     await store.settle(hold, Settlement(status="ok", http_status=200, cost_nano=1))
     assert (await store.audit([account], [key]))["ok"] is True
+
+
+async def test_the_audit_reports_a_balance_below_zero_and_a_key_over_its_limit(store):
+    """Charges above their holds' estimates: the audit lists them as warnings and stays ok
+    (both are what one request's estimate error can do), and counts every request's rows."""
+    _, account, key = await _account_and_key(store, paid=1_000, limit=1_000)
+    hold = await _reserve(store, account, key, 1_000, "overshoot")
+    await store.settle(hold, Settlement(status="ok", http_status=200, output_tokens=9, cost_nano=1_400))
+    await store.flush()
+    report = await store.audit([account], [key])
+    assert report["ok"] is True and report["problems"] == [], report
+    [a] = [a for a in report["accounts"] if a["account_id"] == account.id]
+    [k] = [k for k in report["keys"] if k["key_id"] == key.id]
+    assert a["balance_nano"] == -400 and a["warnings"] == ["balance below zero by 400 (charges exceeded their holds)"]
+    assert k["spent_nano"] == 1_400 and k["warnings"] == [
+        "spent 400 over its limit (within one request's estimate error)"]

@@ -1,4 +1,9 @@
-"""PostgreSQL instances on one database: dead instances' holds released once, live ones never."""
+"""PostgreSQL instances on one database: dead instances' holds released once, live ones never.
+
+"Dead" is judged with ``DEAD_AFTER_S`` shortened to 1 s here (and beats every 0.1 s), so a
+shared outage, an instance cut off alone, and the judge's own continuity can be played
+out in seconds. Outages go through ``tests/pgproxy.py``.
+"""
 
 from __future__ import annotations
 
@@ -8,32 +13,86 @@ import trio
 
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
-from gatewayd.store.base import Hold, Settlement, UsageQuery
+from gatewayd.store import pg_instances
+from gatewayd.store.base import Hold, Settlement, StoreUnavailable, UsageQuery
 from tests import pg
+from tests.pgproxy import Proxy
 
 pytestmark = pytest.mark.skipif(not pg.available(), reason="no PostgreSQL on 127.0.0.1:5432")
 
+DEAD_AFTER_S = 1.0
+
+
+@pytest.fixture(autouse=True)
+def quick_judgement(monkeypatch):
+    monkeypatch.setattr(pg_instances, "DEAD_AFTER_S", DEAD_AFTER_S)
+    monkeypatch.setattr(pg_instances, "MAX_BEAT_GAP_S", 0.5)
+
 
 @pytest.fixture
-async def two_instances():
+def database():
+    name, url = pg.create_database()
+    yield url
+    pg.drop_database(name)
+
+
+@pytest.fixture
+async def two_instances(database, tmp_path):
     from gatewayd.store.postgres import PostgresStore
 
-    name, url = pg.create_database()
     # two instances starting together on an empty database: the advisory lock orders the migrations
-    stores: list = []
+    stores: dict = {}
 
-    async def start(slot):
-        stores.append(await PostgresStore.open(url, pool_size=3, slot=slot))
+    async def start(name):
+        stores[name] = await PostgresStore.open(database, pool_size=3, data_dir=tmp_path / name)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(start, "host|a.sock|0")
-        nursery.start_soon(start, "host|b.sock|0")
+        nursery.start_soon(start, "a")
+        nursery.start_soon(start, "b")
     try:
-        yield url, stores[0], stores[1]
+        yield database, stores["a"], stores["b"]
     finally:
-        for s in stores:
+        for s in stores.values():
             await s.close()
-        pg.drop_database(name)
+
+
+async def _funded(store, email: str, paid: int = 1_000_000):
+    directory = Directory(load_config(None, environ={}), store)
+    account = await directory.create_account(email)
+    await directory.pay(account, paid)
+    key, _ = await directory.create_key(account, name="k")
+    return account, key
+
+
+async def _hold(store, account, key, amount: int, request_id: str):
+    held = await store.reserve(account, key, amount, request_id=request_id, model="m", endpoint="chat", stream=True)
+    assert isinstance(held, Hold), held
+    return held
+
+
+async def beat(seconds: float, *stores) -> None:
+    """Every store heartbeats every 0.1 s for ``seconds`` (a heartbeat that fails is let be)."""
+    end = trio.current_time() + seconds
+    while trio.current_time() < end:
+        for s in stores:
+            try:
+                await s.heartbeat()
+            except StoreUnavailable:
+                pass
+        await trio.sleep(0.1)
+
+
+async def pools_back(*stores) -> None:
+    """Until each store's pool answers again: psycopg_pool retries with a backoff that started
+    during the cut, so its next attempt may come some seconds after the restore."""
+    with trio.fail_after(30):
+        for s in stores:
+            while True:
+                try:
+                    await s.ping()
+                    break
+                except StoreUnavailable:
+                    await trio.sleep(0.2)
 
 
 def _age_heartbeat(url: str, instance_id: str, seconds: int) -> None:
@@ -42,16 +101,20 @@ def _age_heartbeat(url: str, instance_id: str, seconds: int) -> None:
                      " WHERE id = %s", (seconds, instance_id))
 
 
+async def _rows(store, account) -> dict:
+    rows = await store.usage_rows(UsageQuery(account.id), 50)
+    assert len({r.request_id for r in rows}) == len(rows), rows  # one usage row per request, always
+    return {r.request_id: r for r in rows}
+
+
 async def test_holds_of_a_silent_instance_are_released_once_and_live_ones_never(two_instances):
     url, a, b = two_instances
-    directory = Directory(load_config(None, environ={}), a)
-    account = await directory.create_account("i@example.com")
-    await directory.pay(account, 1_000_000)
-    key, _ = await directory.create_key(account, name="k")
-    held = await b.reserve(account, key, 400_000, request_id="on-b", model="m", endpoint="chat", stream=True)
-    mine = await a.reserve(account, key, 100_000, request_id="on-a", model="m", endpoint="chat", stream=True)
-    assert isinstance(held, Hold) and isinstance(mine, Hold)
-    assert await a.release_dead_holds() == 0 and await b.release_dead_holds() == 0  # both alive
+    account, key = await _funded(a, "i@example.com")
+    held = await _hold(b, account, key, 400_000, "on-b")
+    mine = await _hold(a, account, key, 100_000, "on-a")
+    await beat(DEAD_AFTER_S + 0.3, a, b)  # both alive, and both may judge now
+    assert a.may_judge() and b.may_judge()
+    assert await a.release_dead_holds() == 0 and await b.release_dead_holds() == 0
 
     _age_heartbeat(url, b.instance_id, 60)  # b stopped beating a minute ago
     results = []
@@ -63,37 +126,143 @@ async def test_holds_of_a_silent_instance_are_released_once_and_live_ones_never(
         nursery.start_soon(release, a)
         nursery.start_soon(release, a)
     assert sorted(results) == [0, 1]
-    rows = {r.request_id: r for r in await a.usage_rows(UsageQuery(account.id), 10)}
+    rows = await _rows(a, account)
     assert rows["on-b"].status == "interrupted" and rows["on-b"].cost_nano == 0
     assert "on-a" not in rows  # the live instance's hold is untouched
     await a.refresh_balance(account)
     assert account.held_nano == 100_000
     assert (await a.audit())["ok"] is True
 
-    # b was alive after all (its database link was cut): it settles; charged, nothing released twice
-    await b.settle(held, Settlement(status="ok", http_status=200, cost_nano=7))
+    # b was alive after all (its database link was cut): it settles. Its interrupted row becomes
+    # the real outcome (one row for the request) and it is charged once; nothing released twice
+    await b.settle(held, Settlement(status="ok", http_status=200, input_tokens=3, output_tokens=4, cost_nano=7))
     await b.heartbeat()  # and registers again
     await a.settle(mine, Settlement(status="ok", http_status=200, cost_nano=5))
+    rows = await _rows(a, account)
+    assert sorted(rows) == ["on-a", "on-b"]
+    assert (rows["on-b"].status, rows["on-b"].cost_nano, rows["on-b"].output_tokens) == ("ok", 7, 4)
     await a.refresh_balance(account)
     assert (account.credit_nano, account.held_nano) == (1_000_000 - 12, 0)
     assert (await a.audit())["ok"] is True
     assert {i["id"] for i in await a.instances()} == {a.instance_id, b.instance_id}
+    # a settlement retried after that (its answer lost) changes nothing
+    held.settled = False
+    await b.settle(held, Settlement(status="ok", http_status=200, cost_nano=7))
+    await a.refresh_balance(account)
+    assert account.credit_nano == 1_000_000 - 12 and len(await _rows(a, account)) == 2
 
 
-async def test_a_restart_in_the_same_slot_releases_its_previous_life_at_once(two_instances):
+async def test_after_a_shared_outage_the_first_instance_back_releases_no_live_holds(database, tmp_path):
+    """The database is away longer than DEAD_AFTER_S for everyone; b's maintenance runs first
+    when it is back. b must not take a's silence for death: a could not beat either."""
+    from gatewayd.store.postgres import PostgresStore
+
+    proxy = Proxy()
+    via = database.replace(":5432/", f":{proxy.port}/")
+    a = await PostgresStore.open(via, pool_size=2, data_dir=tmp_path / "a")
+    b = await PostgresStore.open(via, pool_size=2, data_dir=tmp_path / "b")
+    try:
+        account, key = await _funded(a, "outage@example.com")
+        stream = await _hold(a, account, key, 300_000, "a-stream")
+        await beat(DEAD_AFTER_S + 0.3, a, b)
+        assert b.may_judge()
+        proxy.cut()
+        await beat(DEAD_AFTER_S * 2, a, b)  # every heartbeat fails
+        assert not a.may_judge() and not b.may_judge()
+        proxy.restore()
+        await pools_back(a, b)
+        await b.maintain_once()  # b is back first: it beats, then looks for the dead
+        assert await b.release_dead_holds() == 0
+        await beat(DEAD_AFTER_S + 0.3, a, b)  # now b has beaten long enough, and so has a
+        assert b.may_judge() and await b.release_dead_holds() == 0
+        assert await _rows(b, account) == {}  # nothing was recorded interrupted
+        await b.refresh_balance(account)
+        assert account.held_nano == 300_000  # a's stream still holds its money
+        await a.settle(stream, Settlement(status="ok", http_status=200, cost_nano=11))
+        rows = await _rows(a, account)
+        assert [(r.request_id, r.status) for r in rows.values()] == [("a-stream", "ok")]
+        assert (await a.audit())["ok"] is True
+    finally:
+        for s in (a, b):
+            await s.close()
+        proxy.close()
+
+
+async def test_an_instance_cut_off_alone_is_released_and_its_late_settlement_becomes_the_row(database, tmp_path):
+    from gatewayd.store.postgres import PostgresStore
+
+    proxy = Proxy()
+    a = await PostgresStore.open(database.replace(":5432/", f":{proxy.port}/"), pool_size=2, data_dir=tmp_path / "a")
+    b = await PostgresStore.open(database, pool_size=2, data_dir=tmp_path / "b")
+    try:
+        account, key = await _funded(b, "alone@example.com", paid=1_000_000)
+        stream = await _hold(a, account, key, 600_000, "a-stream")
+        proxy.cut()  # a alone loses the database; b beats all along
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(beat, 3600, b)
+            await trio.sleep(DEAD_AFTER_S + 0.5)
+            assert b.may_judge()
+            assert await b.release_dead_holds() == 1  # a has been silent: its hold is released
+            more = await _hold(b, account, key, 900_000, "b-after")  # and the money is b's to hold
+            proxy.restore()
+            await pools_back(a)
+            # a takes a hold before its heartbeat has run: its instance row comes back with it,
+            # so the hold is a live instance's and b (still judging) leaves it alone
+            late = await _hold(a, account, key, 50_000, "a-late")
+            assert b.may_judge() and await b.release_dead_holds() == 0
+            assert "a-late" not in await _rows(b, account)
+            nursery.cancel_scope.cancel()
+        # a's stream ends: the interrupted row becomes the real outcome, charged once
+        await a.settle(stream, Settlement(status="ok", http_status=200, output_tokens=9, cost_nano=400_000))
+        await b.settle(more, Settlement(status="ok", http_status=200, cost_nano=1_000))
+        await a.settle(late, Settlement(status="ok", http_status=200, cost_nano=10))
+        rows = await _rows(b, account)
+        assert {rid: (r.status, r.cost_nano) for rid, r in rows.items()} == {
+            "a-stream": ("ok", 400_000), "b-after": ("ok", 1_000), "a-late": ("ok", 10)}
+        await b.refresh_balance(account)
+        assert (account.credit_nano, account.held_nano) == (1_000_000 - 401_010, 0)
+        assert (await b.audit())["ok"] is True
+    finally:
+        for s in (a, b):
+            await s.close()
+        proxy.close()
+
+
+async def test_a_newcomer_never_releases_a_live_instances_holds(two_instances, tmp_path):
+    """A second process started on the same data dir (same host, same admin socket, same
+    worker number: everything the old slot name was made of) takes another slot."""
+    from gatewayd.store.postgres import PostgresStore
+
+    url, a, _ = two_instances
+    account, key = await _funded(a, "slot@example.com")
+    await _hold(a, account, key, 300_000, "running")
+    newcomer = await PostgresStore.open(url, pool_size=2, data_dir=tmp_path / "a")
+    try:
+        assert (a.slot.number, newcomer.slot.number) == (0, 1)
+        assert await _rows(newcomer, account) == {}
+        await newcomer.refresh_balance(account)
+        assert account.held_nano == 300_000
+        assert newcomer.instance_id in {i["id"] for i in await newcomer.instances()}
+    finally:
+        await newcomer.close()
+    assert (tmp_path / "a" / "instance-1.id").read_text().strip() == newcomer.instance_id
+
+
+async def test_a_restart_in_the_same_slot_releases_its_previous_life_at_once(two_instances, tmp_path):
     from gatewayd.store.postgres import PostgresStore
 
     url, a, b = two_instances
-    directory = Directory(load_config(None, environ={}), a)
-    account = await directory.create_account("r@example.com")
-    await directory.pay(account, 1_000_000)
-    key, _ = await directory.create_key(account, name="k")
-    await b.reserve(account, key, 300_000, request_id="lost", model="m", endpoint="chat", stream=True)
-    # b is killed (no close) and comes back in its slot: its old holds go at once, a's never
-    again = await PostgresStore.open(url, pool_size=2, slot=b.slot)
-    try:
+    account, key = await _funded(a, "r@example.com")
+    await _hold(b, account, key, 300_000, "lost")
+    await _hold(a, account, key, 100_000, "kept")
+    b.slot.release()  # b is killed: the kernel drops its lock (nothing else of it runs)
+    again = await PostgresStore.open(url, pool_size=2, data_dir=tmp_path / "b")
+    try:  # released by the start itself, before any maintenance round (and b's heartbeat is fresh)
+        assert again.slot.number == 0 and again.slot.previous == b.instance_id
         rows = await again.usage_rows(UsageQuery(account.id), 10)
         assert [(r.request_id, r.status) for r in rows] == [("lost", "interrupted")]
+        await again.refresh_balance(account)
+        assert account.held_nano == 100_000  # a's hold, untouched
         assert (await again.audit())["ok"] is True
         assert {i["id"] for i in await again.instances()} == {a.instance_id, again.instance_id}
     finally:

@@ -71,3 +71,36 @@ def test_unreachable_database_at_start_is_one_clear_line(sim, tmp_path):
     finally:
         proxy.close()
 
+
+
+def test_an_outage_longer_than_dead_after_releases_no_live_instance_s_holds(sim, tmp_path):
+    """Two instances on one database, a stream running on a, the database away for 20 s (more
+    than the 15 s after which a silent instance is dead). When it is back, b must not take a's
+    silence for death: a's stream settles into its one usage row, nothing is interrupted."""
+    proxy = Proxy()
+    name, url = pg.create_database()
+    env = {"GATEWAY_DATABASE_URL": url.replace(":5432/", f":{proxy.port}/")}
+    a = Daemon(tmp_path / "a", sim.url, env=env)
+    b = Daemon(tmp_path / "b", sim.url, env=env)
+    try:
+        account, _, secret = new_account(a)
+        stream = SlowStream(a, secret, "/v1/chat/completions",
+                            chat_body("long outage [[sim:words=250]] [[sim:fault=chunk_delay_ms:100]]"))
+        stream.start()
+        assert stream.started.wait(15) and stream.status == 200
+        proxy.cut()
+        time.sleep(20)
+        proxy.restore()
+        stream.join(90)  # it ends about 5 s after the restore and settles then
+        assert stream.completed, stream.raw[-300:]
+        time.sleep(20)  # b has now heartbeated 15 s without a break: it may judge, and a is alive
+        rows = b.admin.usage(account["id"])
+        assert [(r["request_id"], r["status"]) for r in rows] == [(stream.request_id, "ok")], rows
+        assert rows[0]["cost_nano"] > 0
+        for d in (a, b):
+            assert_money_consistent(d, account["id"])
+    finally:
+        for d in (a, b):
+            d.stop()
+        proxy.close()
+        pg.drop_database(name)

@@ -62,9 +62,10 @@ from gatewayd.config import Config, ConfigError
 async def open_store(config: Config, *, worker_index: int = 0):
     """The store ``config.database_url`` names, migrated and with this instance registered.
 
-    ``worker_index``: the worker number under ``serve --workers N`` (0 otherwise); with the
-    host and the admin socket it names this instance's slot, so a restarted process
-    releases its previous life's holds at once."""
+    ``worker_index``: the worker number under ``serve --workers N`` (0 otherwise). On
+    PostgreSQL the instance claims a slot file in the data dir, trying that number first
+    (``gatewayd.store.instance_slot``): a restarted process releases its previous life's
+    holds at once, and a live process's holds are never released by a newcomer."""
     url = config.database_url
     if url.startswith("sqlite:///"):
         from gatewayd.store.sqlite import SQLiteStore
@@ -73,8 +74,6 @@ async def open_store(config: Config, *, worker_index: int = 0):
     if url.startswith(("postgresql://", "postgres://")):
         from gatewayd.store.postgres import PostgresStore
 
-        import socket
-
-        slot = f"{socket.gethostname()}|{config.server.admin_socket}|{worker_index}"
-        return await PostgresStore.open(url, pool_size=config.database_pool_size, slot=slot)
+        return await PostgresStore.open(url, pool_size=config.database_pool_size, data_dir=config.server.data_dir,
+                                        worker_index=worker_index)
     raise ConfigError("database.url: must start with sqlite:/// or postgresql://")

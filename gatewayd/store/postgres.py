@@ -1,8 +1,11 @@
 """The PostgreSQL store: any number of gatewayd instances on one database, money exact across them.
 
 psycopg's async API does not run under trio, so the sync ``psycopg_pool.ConnectionPool``
-runs in worker threads (``trio.to_thread.run_sync``), at most ``pool_size`` at a time
-(a ``CapacityLimiter`` of the pool's size, so no thread waits inside the pool).
+runs in worker threads (``trio.to_thread.run_sync``). Two queues lead to the pool, each a
+``CapacityLimiter`` of the pool's size: one for request work (holds, reads, admin writes)
+and one for settlements, so a settlement never waits behind a backlog of new requests,
+only for a connection. A request's whole wait, queue and pool together, is bounded by
+``POOL_WAIT_S``: then it gets ``StoreUnavailable`` (a 503), however many wait with it.
 
 Money: a hold is taken by the database. ``reserve`` is one transaction of two
 conditional UPDATEs (the key: limit - spent - held >= amount; the account: credit -
@@ -11,12 +14,15 @@ more than is there. ``settle`` is one transaction: the hold row deleted, the usa
 inserted, the account charged and released, the key's spend, hold and last-used time.
 It is idempotent (a retry after an unknown commit finds its own usage row), so it can be
 retried while the database is away: for ``SETTLE_WAIT_S`` with the request waiting, then
-in the background every ``SETTLE_RETRY_S`` until it succeeds (docs/operations.md).
+in the background (bounded: ``pg_instances``). A ``reserve`` whose commit may have
+happened although its answer was lost raises ``StoreUnavailable`` like any other (the
+client is told nothing was charged) and its hold, if it exists, is released in the
+background as soon as the database answers.
 
-Instances: each registers a row and heartbeats every ``HEARTBEAT_S`` with the database's
-clock; hold rows carry their instance. Any live instance releases the holds of an
-instance whose heartbeat is older than ``DEAD_AFTER_S`` (recorded as ``interrupted``,
-nothing charged) and deletes it; a live instance's holds are never touched. A database
+Instances: each registers a row and heartbeats with the database's clock; hold rows carry
+their instance; the holds of an instance that stopped beating are released by the live
+ones, and a live instance's never (``pg_instances`` says how "dead" is judged, and what
+an instance's slot file in its data dir has to do with it: ``instance_slot``). A database
 that cannot be reached makes ``reserve`` raise ``StoreUnavailable`` (a 503, nothing held).
 """
 
@@ -26,6 +32,7 @@ import functools
 import logging
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Any, Iterable
 
 import psycopg
@@ -36,55 +43,43 @@ from psycopg.rows import dict_row
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
 from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
+from gatewayd.store.pg_instances import InstanceMaintenance
+from gatewayd.store.pg_link import Link, LinkDown, PgTx, keepalives
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
     Job,
     SQLStore,
     account_from_row,
+    instance_host,
     key_from_row,
     new_instance_id,
-    process_identity,
 )
 
 log = logging.getLogger("gatewayd.store")
 
 MIGRATION_LOCK = 0x6761_7465  # pg_advisory_lock key: one migrating instance at a time
-HEARTBEAT_S = 2.0
-DEAD_AFTER_S = 15.0  # an instance silent this long is dead: its holds are released
-POOL_WAIT_S = 3.0  # a request waits this long for a connection, then gets a 503
+POOL_WAIT_S = 3.0  # a request waits at most this long, queue and pool together, then gets a 503
 SETTLE_WAIT_S = 30.0  # a settling request retries this long (backoff 0.25 s .. 4 s) before going on
-SETTLE_RETRY_S = 2.0  # then the settlement is retried in the background this often, until it succeeds
+FEED_WAIT_S = 0.5  # the change feed waits this long for a notification, then looks again
+FEED_PING_S = 5.0  # the change feed's connection is pinged this often ...
+FEED_PING_TIMEOUT_S = 3.0  # ... and replaced (everything reloaded) when it does not answer within this
 
 UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
-
-
-@functools.lru_cache(maxsize=1024)
-def _pg(sql: str) -> str:
-    return sql.replace("?", "%s")
-
-
-class PgTx:
-    """The shared jobs' cursor surface over one psycopg connection (``?`` becomes ``%s``)."""
-
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self.conn = conn
-
-    def rows(self, sql: str, args: Any = ()) -> list:
-        return self.conn.execute(_pg(sql), args).fetchall()
-
-    def one(self, sql: str, args: Any = ()) -> Any:
-        return self.conn.execute(_pg(sql), args).fetchone()
-
-    def run(self, sql: str, args: Any = ()) -> int:
-        return self.conn.execute(_pg(sql), args).rowcount
 
 
 class _Refused(Exception):
     def __init__(self, refusal: Refusal) -> None:
         self.refusal = refusal
+
+
+class _SentThenLost(Exception):
+    """The connection broke after the job was sent: whether it committed is unknown."""
+
+
+class OutcomeUnknown(StoreUnavailable):
+    """The database stopped answering after the work was sent: it may or may not have committed."""
 
 
 def migrate(url: str) -> int:
@@ -110,68 +105,101 @@ def migrate(url: str) -> int:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(InstanceMaintenance, SQLStore):
     kind = "postgres"
 
-    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, pool_size: int, slot: str) -> None:
+    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, pool_size: int, slot: Slot | None) -> None:
         self.url = url
         self.slot = slot
+        self.slot_name = f"{instance_host()}|{slot.name}" if slot is not None else f"{instance_host()}|unslotted"
         self.pool = pool
         self.instance_id = new_instance_id()
-        self._limiter = trio.CapacityLimiter(pool_size)
-        self._pending: list[tuple[Hold, Job]] = []  # settlements waiting for the database
+        self._requests = trio.CapacityLimiter(pool_size)  # request work queues here ...
+        self._settlements = trio.CapacityLimiter(pool_size)  # ... settlements here, never behind requests
+        self._threads = trio.CapacityLimiter(2 * pool_size)  # both at once: no thread waits for a thread
         self._closed = False
+        self._init_maintenance(url)
 
     @classmethod
-    async def open(cls, url: str, *, pool_size: int = 10, slot: str | None = None) -> PostgresStore:
+    async def open(cls, url: str, *, pool_size: int = 10, data_dir: str | Path | None = None,
+                   worker_index: int = 0) -> PostgresStore:
         """Migrate, open the pool and register this instance; ``StoreUnavailable`` if the
         database cannot be reached.
 
-        ``slot`` names the place this instance runs in (host, admin socket, worker number):
-        an earlier instance in the same slot is this one's previous life (the process
-        restarted), so its holds are released at once rather than after ``DEAD_AFTER_S``.
+        ``data_dir``: where this instance claims its slot file (``instance_slot``): the
+        previous life recorded there is certainly dead, so its holds are released at once
+        rather than after ``DEAD_AFTER_S``. ``worker_index`` is the slot number tried first.
+        Without a data dir (tests, tools) there is no previous life to release.
         """
         try:
             await trio.to_thread.run_sync(migrate, url)
         except psycopg.OperationalError as e:
             raise StoreUnavailable(f"PostgreSQL at {_where(url)} cannot be reached: {_first_line(e)}") from None
+        slot = None
+        if data_dir is not None:
+            try:
+                slot = claim_slot(data_dir, worker_index)
+            except SlotsExhausted as e:
+                raise StoreUnavailable(str(e)) from None
         pool = psycopg_pool.ConnectionPool(
             url, min_size=min(2, pool_size), max_size=pool_size, open=False, timeout=POOL_WAIT_S,
-            kwargs={"row_factory": dict_row, "connect_timeout": 3}, check=psycopg_pool.ConnectionPool.check_connection,
+            kwargs={"row_factory": dict_row, "connect_timeout": 3, **keepalives(url)},
+            check=psycopg_pool.ConnectionPool.check_connection,
             reconnect_timeout=10 * 365 * 24 * 3600.0, name="gatewayd",
         )
-        await trio.to_thread.run_sync(pool.open)
-        host, pid = process_identity()
-        store = cls(url, pool, pool_size, slot or f"{host}|{store_id_fallback()}")
-        await store._write(store._register)
-        previous = await store._read(lambda tx: tx.rows("SELECT id FROM instances WHERE slot = ? AND id != ?",
-                                                        (store.slot, store.instance_id)))
-        for row in previous:
-            await store._write(functools.partial(store._release_instance, row["id"], True))
+        store = cls(url, pool, pool_size, slot)
+        try:
+            await trio.to_thread.run_sync(pool.open)
+            await store._write(store._register)
+            if slot is not None:
+                if slot.previous is not None and slot.previous != store.instance_id:
+                    await store._write(functools.partial(store._release_instance, slot.previous, 0.0))
+                slot.record(store.instance_id)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(pool.close)
+            if slot is not None:
+                slot.release()
+            raise
         return store
-
-    def _register(self, tx: PgTx) -> None:
-        host, pid = process_identity()
-        tx.run("INSERT INTO instances (id, host, pid, slot, started_at) VALUES (?, ?, ?, ?, ?)",
-               (self.instance_id, host, pid, self.slot, utc_now_iso()))
 
     # -- primitives ---------------------------------------------------------------------
 
-    def _run(self, job: Job) -> Any:
-        with self.pool.connection() as conn:  # commits when the job returns, rolls back if it raises
-            return job(PgTx(conn))
-
-    async def _call(self, job: Job) -> Any:
+    def _run(self, job: Job, wait_s: float) -> Any:
+        sent = False
         try:
-            return await trio.to_thread.run_sync(self._run, job, limiter=self._limiter)
+            with self.pool.connection(timeout=wait_s) as conn:  # commits when the job returns, rolls back if it raises
+                sent = True
+                return job(PgTx(conn))
+        except psycopg.OperationalError as e:
+            if sent:
+                raise _SentThenLost(_first_line(e)) from None
+            raise
+
+    async def _call(self, job: Job, queue: trio.CapacityLimiter) -> Any:
+        """Run ``job`` on a pool connection; the wait for it (queue, then pool) is at most ``POOL_WAIT_S``."""
+        deadline = trio.current_time() + POOL_WAIT_S
+        queued = False
+        with trio.move_on_at(deadline):
+            await queue.acquire()
+            queued = True
+        if not queued:
+            raise StoreUnavailable(f"PostgreSQL: no connection free within {POOL_WAIT_S:g} s")
+        try:
+            wait_s = max(deadline - trio.current_time(), 0.01)
+            return await trio.to_thread.run_sync(self._run, job, wait_s, limiter=self._threads)
+        except _SentThenLost as e:
+            raise OutcomeUnknown(f"PostgreSQL: {e}") from None
         except UNAVAILABLE as e:
             raise StoreUnavailable(f"PostgreSQL: {_first_line(e)}") from None
+        finally:
+            queue.release()
 
     async def _write(self, job: Job) -> Any:
-        return await self._call(job)
+        return await self._call(job, self._requests)
 
     async def _read(self, job: Job) -> Any:
-        return await self._call(job)
+        return await self._call(job, self._requests)
 
     def _is_unique_violation(self, error: Exception) -> bool:
         return isinstance(error, psycopg.errors.UniqueViolation)
@@ -189,13 +217,17 @@ class PostgresStore(SQLStore):
         self._closed = True
         try:
             await self._retry_pending()
-            await self._write(lambda tx: tx.run("DELETE FROM instances WHERE id = ? AND NOT EXISTS"
+            await self._release_unknown_holds()
+            await self._maint(lambda tx: tx.run("DELETE FROM instances WHERE id = ? AND NOT EXISTS"
                                                 " (SELECT 1 FROM holds WHERE instance_id = ?)",
                                                 (self.instance_id, self.instance_id)))
         except StoreUnavailable:
             pass  # the database is away: our row ages out and another instance cleans up after us
         finally:
             await trio.to_thread.run_sync(self.pool.close)
+            await self._maintenance.aclose()
+            if self.slot is not None:
+                self.slot.release()  # after the last write: the next owner finds this life finished
 
     # -- directory ----------------------------------------------------------------------
 
@@ -270,15 +302,26 @@ class PostgresStore(SQLStore):
             if a is None:
                 left = tx.one("SELECT credit_nano - held_nano AS left FROM accounts WHERE id = ?", (account.id,))
                 raise _Refused(Refusal("account", left["left"] if left else 0))
-            tx.run("INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at,"
-                   " instance_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   (request_id, account.id, key.id, model, endpoint, amount_nano, now, self.instance_id))
+            # only while our instance row exists, and with it locked (FOR KEY SHARE) so that no other
+            # instance can be releasing us as dead meanwhile; gone: we were released while away
+            row = (request_id, account.id, key.id, model, endpoint, amount_nano, now)
+            if not tx.run("INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at,"
+                          " instance_id) SELECT ?, ?, ?, ?, ?, ?, ?, id FROM instances WHERE id = ? FOR KEY SHARE",
+                          (*row, self.instance_id)):
+                self._register(tx)
+                tx.run("INSERT INTO holds (request_id, account_id, key_id, model, endpoint, amount_nano, created_at,"
+                       " instance_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (*row, self.instance_id))
             return k, a
 
         try:
             k, a = await self._write(hold)
         except _Refused as refused:
             return refused.refusal
+        except OutcomeUnknown:
+            # the commit may have happened: the caller answers 503 "nothing was charged", so
+            # the hold (if it exists) is released as soon as the database answers again
+            self._unknown.setdefault(request_id, None)
+            raise
         key.spent_nano, key.held_nano = k["spent_nano"], k["held_nano"]
         account.credit_nano, account.held_nano, account.total_paid_nano = (
             a["credit_nano"], a["held_nano"], a["total_paid_nano"])
@@ -289,20 +332,30 @@ class PostgresStore(SQLStore):
 
         def settle(tx: PgTx) -> tuple | None:
             released = tx.one("DELETE FROM holds WHERE request_id = ? RETURNING amount_nano", (hold.request_id,))
-            if released is None and tx.one(
-                    "SELECT 1 AS done FROM usage WHERE request_id = ? AND status != 'interrupted'",
-                    (hold.request_id,)) is not None:
-                return None  # an earlier attempt committed (its answer was lost with the connection)
-            # released by another instance (this one looked dead): charge what was used, nothing to release
+            interrupted = None
+            if released is None:
+                prior = tx.one("SELECT id, status FROM usage WHERE request_id = ? ORDER BY status = 'interrupted'"
+                               " LIMIT 1", (hold.request_id,))
+                if prior is not None and prior["status"] != "interrupted":
+                    return None  # an earlier attempt committed (its answer was lost with the connection)
+                # released by another instance while this one could not reach the database (it looked
+                # dead): that row becomes the real outcome, charged now; nothing is left to release
+                interrupted = prior["id"] if prior is not None else None
             amount = released["amount_nano"] if released is not None else 0
             now = utc_now_iso()
-            tx.run(
-                "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
-                " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
-                " duration_ms, provider, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream),
-                 result.status, result.http_status, result.input_tokens, result.output_tokens,
-                 result.cached_tokens, result.cache_write_tokens, cost, duration_ms, hold.provider, hold.attempts))
+            outcome = (int(hold.stream), result.status, result.http_status, result.input_tokens,
+                       result.output_tokens, result.cached_tokens, result.cache_write_tokens, cost, duration_ms,
+                       hold.provider, hold.attempts)
+            if interrupted is not None:
+                tx.run("UPDATE usage SET stream = ?, status = ?, http_status = ?, input_tokens = ?, output_tokens = ?,"
+                       " cached_tokens = ?, cache_write_tokens = ?, cost_nano = ?, duration_ms = ?, provider = ?,"
+                       " attempts = ? WHERE id = ?", (*outcome, interrupted))
+            else:
+                tx.run(
+                    "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
+                    " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
+                    " duration_ms, provider, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, *outcome))
             k = tx.one("UPDATE keys SET spent_nano = spent_nano + ?, held_nano = held_nano - ?, last_used_at = ?"
                        " WHERE id = ? RETURNING spent_nano, held_nano, last_used_at", (cost, amount, now, key.id))
             a = tx.one("UPDATE accounts SET credit_nano = credit_nano - ?, held_nano = held_nano - ? WHERE id = ?"
@@ -316,7 +369,8 @@ class PostgresStore(SQLStore):
 
         Callers run this shielded from cancellation. The request waits up to
         ``SETTLE_WAIT_S``; after that the settlement goes on in the background (the hold
-        stays held, so the audit stays right) and the request finishes.
+        stays held, so the audit stays right; bounded, see ``pg_instances``) and the request
+        finishes.
         """
         if hold.settled:
             return
@@ -326,13 +380,13 @@ class PostgresStore(SQLStore):
         delay = 0.25
         while True:
             try:
-                self._apply_settled(hold, await self._write(job))
+                self._apply_settled(hold, await self._call(job, self._settlements))
                 return
             except StoreUnavailable as e:
                 if time.monotonic() + delay > deadline:
                     log.error("settlement of %s waits for the database (%s); retrying in the background",
                               hold.request_id, e)
-                    self._pending.append((hold, job))
+                    self._pending.append((hold, job, result.cost_nano, time.monotonic()))
                     return
                 await trio.sleep(delay)
                 delay = min(delay * 2, 4.0)
@@ -346,54 +400,49 @@ class PostgresStore(SQLStore):
             k["spent_nano"], k["held_nano"], k["last_used_at"])
         hold.account.credit_nano, hold.account.held_nano = a["credit_nano"], a["held_nano"]
 
-    async def _retry_pending(self) -> None:
-        while self._pending:
-            hold, job = self._pending[0]
-            self._apply_settled(hold, await self._write(job))  # StoreUnavailable: try again next round
-            self._pending.pop(0)
-            log.warning("settlement of %s written after the database came back", hold.request_id)
-
     # -- changes and rate limits ----------------------------------------------------------
 
     async def follow_changes(self, apply, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """``await apply(Change)`` for every account or key whose rules another instance (or this
-        one) changed: LISTEN on ``pg_changes``, which triggers NOTIFY at commit. After a lost
-        connection it reconnects (backoff up to 5 s) and sends ``Change("all")``: notifications
-        sent while it was away are gone, so the caller reloads everything."""
-        listener: psycopg.Connection | None = None
-        limiter = trio.CapacityLimiter(1)  # its own thread: never waits behind the pool's queries
+        one) changed: LISTEN on ``pg_changes``, which triggers NOTIFY at commit.
+
+        The LISTEN connection is a ``Link`` (TCP keepalives; every call bounded) and is pinged
+        every ``FEED_PING_S``: a connection that died silently (a NAT or load balancer that
+        dropped it, sending nothing) would otherwise look like a quiet feed forever. After a
+        lost or silent connection it reconnects (backoff up to 5 s) and sends
+        ``Change("all")``: notifications sent while it was away are gone, so the caller
+        reloads everything."""
+        link = Link(self.url, autocommit=True, setup=_listen)
         started = False
         delay = 0.25
+        pinged = trio.current_time()
         try:
             while True:
                 try:
-                    if listener is None:
-                        listener = await trio.to_thread.run_sync(self._listen, limiter=limiter)
-                        delay = 0.25
+                    if link.conn is None:
+                        await link.call(_connected, timeout=FEED_PING_TIMEOUT_S)
+                        delay, pinged = 0.25, trio.current_time()
                         if started:
                             await apply(Change("all"))
                         else:
                             started = True
                             task_status.started()
-                    for payload in await trio.to_thread.run_sync(_wait_notifies, listener, limiter=limiter):
+                    if trio.current_time() - pinged >= FEED_PING_S:
+                        await link.call(_ping, timeout=FEED_PING_TIMEOUT_S)
+                        pinged = trio.current_time()
+                    payloads = await link.call(_wait_notifies, timeout=FEED_WAIT_S + FEED_PING_TIMEOUT_S)
+                    for payload in payloads:
                         change = Change.parse(payload)
                         if change is not None:
                             await apply(change)
-                except (psycopg.OperationalError, StoreUnavailable) as e:
-                    log.warning("change feed lost its connection (%s); reconnecting", _first_line(e))
-                    if listener is not None:
-                        listener.close()
-                        listener = None
+                except (LinkDown, StoreUnavailable) as e:
+                    log.warning("change feed lost its connection (%s); reconnecting", e)
+                    await link.aclose()  # a reload that failed is tried again after the reconnection
                     await trio.sleep(delay)
                     delay = min(delay * 2, 5.0)
         finally:
-            if listener is not None:
-                listener.close()
-
-    def _listen(self) -> psycopg.Connection:
-        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=3)
-        conn.execute("LISTEN pg_changes")
-        return conn
+            with trio.CancelScope(shield=True):
+                await link.aclose()
 
     async def take_rate_slot(self, account_id: str, model_id: str, requests: int, window_s: float) -> float | None:
         """Admit and record one request of ``account_id`` on ``model_id`` (None), or the seconds
@@ -417,65 +466,6 @@ class PostgresStore(SQLStore):
 
         return await self._write(take)
 
-    # -- instances ----------------------------------------------------------------------
-
-    async def heartbeat(self) -> None:
-        def beat(tx: PgTx) -> None:
-            if not tx.run("UPDATE instances SET heartbeat_at = clock_timestamp() WHERE id = ?", (self.instance_id,)):
-                # declared dead while the database was away (our holds were released): register again
-                self._register(tx)
-
-        await self._write(beat)
-
-    async def instances(self) -> list[dict]:
-        return await self._read(lambda tx: tx.rows(
-            "SELECT id, host, pid, started_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8"
-            " AS heartbeat_age_s FROM instances ORDER BY started_at"))
-
-    async def release_dead_holds(self) -> int:
-        """Release the holds of every instance silent for ``DEAD_AFTER_S``; returns how many."""
-        dead = await self._read(lambda tx: tx.rows(
-            "SELECT id FROM instances WHERE id != ? AND heartbeat_at < clock_timestamp() - make_interval(secs => ?)"
-            " UNION SELECT DISTINCT h.instance_id FROM holds h LEFT JOIN instances i ON i.id = h.instance_id"
-            " WHERE i.id IS NULL AND h.instance_id != ?", (self.instance_id, DEAD_AFTER_S, self.instance_id)))
-        released = 0
-        for row in dead:
-            released += await self._write(functools.partial(self._release_instance, row["id"], False))
-        return released
-
-    def _release_instance(self, instance_id: str, previous_life: bool, tx: PgTx) -> int:
-        # SKIP LOCKED: when two live instances clean up the same dead one, one does it
-        silent_for = 0.0 if previous_life else DEAD_AFTER_S
-        claimed = tx.one("SELECT id FROM instances WHERE id = ? AND heartbeat_at < clock_timestamp()"
-                         " - make_interval(secs => ?) FOR UPDATE SKIP LOCKED", (instance_id, silent_for))
-        orphaned = tx.one("SELECT 1 AS gone FROM instances WHERE id = ?", (instance_id,)) is None
-        if claimed is None and not orphaned:
-            return 0  # alive again, or another instance is releasing it right now
-        now = utc_now_iso()
-        holds = tx.rows("DELETE FROM holds WHERE instance_id = ? RETURNING request_id, account_id, key_id, model,"
-                        " endpoint, amount_nano", (instance_id,))
-        for h in sorted(holds, key=lambda h: h["request_id"]):
-            tx.run("INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
-                   " http_status, cost_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0)",
-                   (h["request_id"], now, h["account_id"], h["key_id"], h["model"], h["endpoint"]))
-            tx.run("UPDATE keys SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["key_id"]))
-            tx.run("UPDATE accounts SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["account_id"]))
-        tx.run("DELETE FROM instances WHERE id = ?", (instance_id,))
-        if holds:
-            log.warning("released %d holds of stopped instance %s (recorded as interrupted)", len(holds), instance_id)
-        return len(holds)
-
-    async def maintain(self) -> None:
-        """Forever: heartbeat, retry waiting settlements, release dead instances' holds."""
-        while True:
-            await trio.sleep(HEARTBEAT_S)
-            try:
-                await self.heartbeat()
-                await self._retry_pending()
-                await self.release_dead_holds()
-            except StoreUnavailable as e:
-                log.warning("database unavailable: %s", e)
-
     # -- audit --------------------------------------------------------------------------
 
     async def audit(self, accounts: Iterable[Account] = (), keys: Iterable[Key] = ()) -> dict:
@@ -495,15 +485,21 @@ class PostgresStore(SQLStore):
         return await self._read(read)
 
 
+def _listen(conn: psycopg.Connection) -> None:
+    conn.execute("LISTEN pg_changes")
+
+
+def _connected(conn: psycopg.Connection) -> None:
+    """Nothing: ``Link.call`` connects (and LISTENs) before running it."""
+
+
+def _ping(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT 1")  # a notification arriving meanwhile waits for the next notifies() (psycopg >= 3.2.4)
+
+
 def _wait_notifies(conn: psycopg.Connection) -> list[str]:
-    """The next payload as soon as it arrives, or none within half a second (in a worker thread)."""
-    return [n.payload for n in conn.notifies(timeout=0.5, stop_after=1)]
-
-
-def store_id_fallback() -> str:
-    import os
-
-    return f"pid{os.getpid()}"
+    """The next payload as soon as it arrives, or none within ``FEED_WAIT_S`` (in a worker thread)."""
+    return [n.payload for n in conn.notifies(timeout=FEED_WAIT_S, stop_after=1)]
 
 
 def _first_line(error: BaseException) -> str:

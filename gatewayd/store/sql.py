@@ -360,12 +360,20 @@ class SQLStore:
         def sums(sql: str) -> dict[str, int]:
             return {r["id"]: int(r["total"]) for r in tx.rows(sql)}
 
+        key_charged, key_biggest = {}, {}
+        for r in tx.rows("SELECT key_id AS id, sum(cost_nano) AS total, max(cost_nano) AS biggest FROM usage"
+                         " GROUP BY key_id"):
+            key_charged[r["id"]], key_biggest[r["id"]] = int(r["total"]), int(r["biggest"])
         return {
             "paid": sums("SELECT account_id AS id, sum(amount_nano) AS total FROM payments GROUP BY account_id"),
             "charged": sums("SELECT account_id AS id, sum(cost_nano) AS total FROM usage GROUP BY account_id"),
             "held": sums("SELECT account_id AS id, sum(amount_nano) AS total FROM holds GROUP BY account_id"),
-            "key_charged": sums("SELECT key_id AS id, sum(cost_nano) AS total FROM usage GROUP BY key_id"),
+            "key_charged": key_charged,
+            "key_biggest_charge": key_biggest,  # one request's charge bounds its estimate error
             "key_held": sums("SELECT key_id AS id, sum(amount_nano) AS total FROM holds GROUP BY key_id"),
+            # one usage row per request, always (at most 100 named)
+            "repeated_requests": sums("SELECT request_id AS id, count(*) AS total FROM usage GROUP BY request_id"
+                                      " HAVING count(*) > 1 ORDER BY request_id LIMIT 100"),
         }
 
 

@@ -1,0 +1,148 @@
+"""A dedicated PostgreSQL connection whose every call is bounded in time.
+
+The pool's connections serve requests; two jobs must not queue behind them or hang with
+them: the heartbeat (an instance that cannot say it is alive has its holds released by
+the others) and the change feed's LISTEN connection. Each gets a ``Link``: one
+connection, used by one worker thread at a time, with
+
+- TCP keepalives and ``tcp_user_timeout`` on the socket, so the kernel gives up on a
+  peer that vanished without FIN or RST (a NAT or load balancer that dropped an idle
+  connection) instead of waiting forever;
+- a watchdog on every call: if the database has not answered within ``timeout`` seconds
+  the socket is shut down, which wakes the blocked thread with an error at once. A
+  black-holed connection (packets accepted, nothing ever answered) is thus noticed in
+  ``timeout`` seconds whatever the kernel thinks of it.
+
+After any failure the connection is closed and the next call connects again
+(``connect_timeout`` bounds that too). Failures raise ``LinkDown``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import socket
+import threading
+from typing import Any, Callable
+
+import psycopg
+import trio
+from psycopg.conninfo import conninfo_to_dict
+
+# the kernel's own liveness checks on an idle or stuck socket (libpq parameters)
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+              "tcp_user_timeout": 10_000}
+
+
+def keepalives(url: str) -> dict:
+    """``KEEPALIVES`` less what the operator's URL sets itself (theirs wins)."""
+    given = conninfo_to_dict(url)
+    return {name: value for name, value in KEEPALIVES.items() if name not in given}
+
+
+@functools.lru_cache(maxsize=1024)
+def _pg(sql: str) -> str:
+    return sql.replace("?", "%s")
+
+
+class PgTx:
+    """The shared jobs' cursor surface over one psycopg connection (``?`` becomes ``%s``)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def rows(self, sql: str, args: Any = ()) -> list:
+        return self.conn.execute(_pg(sql), args).fetchall()
+
+    def one(self, sql: str, args: Any = ()) -> Any:
+        return self.conn.execute(_pg(sql), args).fetchone()
+
+    def run(self, sql: str, args: Any = ()) -> int:
+        return self.conn.execute(_pg(sql), args).rowcount
+
+
+class LinkDown(Exception):
+    """The database did not answer on this link (refused, reset, or silent past the deadline)."""
+
+
+class Link:
+    def __init__(self, url: str, *, autocommit: bool, setup: Callable[[psycopg.Connection], None] | None = None,
+                 row_factory=None) -> None:
+        self.url = url
+        self.autocommit = autocommit
+        self.setup = setup  # run on every new connection (e.g. LISTEN)
+        self.row_factory = row_factory
+        self.conn: psycopg.Connection | None = None
+        self.connects = 0  # how many connections were made (the first, then each reconnection)
+        self._limiter = trio.CapacityLimiter(1)  # its own thread: never waits behind the pool's queries
+        self._lock = trio.Lock()
+
+    async def call(self, fn: Callable[[psycopg.Connection], Any], *, timeout: float) -> Any:
+        """``fn(conn)`` in a worker thread, connecting first if needed; ``LinkDown`` if the
+        database does not answer within ``timeout`` seconds (the connection is then dropped)."""
+        async with self._lock:
+            fired = threading.Event()
+            try:
+                return await trio.to_thread.run_sync(self._work, fn, timeout, fired, limiter=self._limiter)
+            except psycopg.OperationalError as e:
+                self._drop()
+                raise LinkDown(f"no answer within {timeout:g} s" if fired.is_set() else _first_line(e)) from None
+            finally:
+                if fired.is_set():
+                    self._drop()  # its socket was shut: whatever came back, the connection is done
+
+    def _work(self, fn: Callable[[psycopg.Connection], Any], timeout: float, fired: threading.Event) -> Any:
+        if self.conn is None or self.conn.closed:
+            kwargs = {"row_factory": self.row_factory} if self.row_factory is not None else {}
+            conn = psycopg.connect(self.url, autocommit=self.autocommit,
+                                   connect_timeout=max(2, math.ceil(timeout)), **keepalives(self.url), **kwargs)
+            try:
+                if self.setup is not None:
+                    self.setup(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self.conn = conn
+            self.connects += 1
+        # the watchdog is a timer thread, so it fires even while the trio caller is cancelled
+        watchdog = threading.Timer(timeout, _shut_socket, (self.conn, fired))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            return fn(self.conn)
+        finally:
+            watchdog.cancel()
+
+    def _drop(self) -> None:
+        """Forget a broken connection (closing it sends nothing: its socket is dead or shut)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
+
+    async def aclose(self) -> None:
+        """Close the connection in order (a worker thread: the goodbye may wait on the network)."""
+        async with self._lock:
+            conn, self.conn = self.conn, None
+            if conn is not None and not conn.closed:
+                await trio.to_thread.run_sync(conn.close, limiter=self._limiter)
+
+
+def _shut_socket(conn: psycopg.Connection, fired: threading.Event) -> None:
+    """Wake the thread blocked on ``conn``: shut its socket down (from the watchdog's thread)."""
+    fired.set()
+    try:
+        sock = socket.socket(fileno=socket.dup(conn.pgconn.socket))
+    except (psycopg.OperationalError, OSError):
+        return  # closed meanwhile
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
