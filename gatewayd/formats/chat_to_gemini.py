@@ -382,7 +382,7 @@ def _declaration(tool, where: str) -> dict:
     if parameters is not None:
         if not isinstance(parameters, dict):
             raise TranslationError(f"{where}.function.parameters must be a JSON schema object", f"{where}.function.parameters")
-        schema = gemini_schema(parameters, f"{where}.function.parameters")
+        schema = gemini_schema(parameters, f"{where}.function.parameters", f"the parameters of tool {out['name']!r}")
         # Gemini refuses an OBJECT schema without properties: a tool that takes nothing has no parameters.
         if schema.get("properties"):
             out["parameters"] = schema
