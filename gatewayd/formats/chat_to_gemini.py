@@ -250,7 +250,8 @@ def _file_part(file, where: str) -> dict:
 def _audio_part(audio, where: str) -> dict:
     if not isinstance(audio, dict) or not isinstance(audio.get("data"), str) or not audio["data"]:
         raise TranslationError(f"{where}.data must be base64 audio", f"{where}.data")
-    media_type = _AUDIO_FORMATS.get(audio.get("format"))
+    fmt = audio.get("format")
+    media_type = _AUDIO_FORMATS.get(fmt) if isinstance(fmt, str) else None  # a list is no key: check first
     if media_type is None:
         raise TranslationError(f"{where}.format must be one of {', '.join(_AUDIO_FORMATS)}", f"{where}.format")
     return {"inlineData": {"mimeType": media_type, "data": audio["data"]}}
@@ -476,6 +477,6 @@ def _response_format(value) -> dict:
 def _thinking_budget(effort) -> int | None:
     if effort is None:
         return None
-    if effort not in EFFORT_THINKING_BUDGET:
+    if not isinstance(effort, str) or effort not in EFFORT_THINKING_BUDGET:
         raise TranslationError(f"reasoning_effort must be one of {', '.join(EFFORT_THINKING_BUDGET)}", "reasoning_effort")
     return EFFORT_THINKING_BUDGET[effort]

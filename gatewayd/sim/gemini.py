@@ -115,6 +115,7 @@ def extract(body: dict) -> Prompt:
     )
     calling = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {})
     mode = calling.get("mode", "AUTO")
+    mode = mode if isinstance(mode, str) else "AUTO"
     allowed = calling.get("allowedFunctionNames")
     forced = allowed[0] if mode == "ANY" and isinstance(allowed, list) and len(allowed) == 1 else None
     generation = body.get("generationConfig") or {}
