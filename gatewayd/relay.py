@@ -38,7 +38,7 @@ from gatewayd import providers
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 from gatewayd.ratelimit import MemoryWindows, RateLimiter
-from gatewayd.routing import Router, retry_after_seconds, sticky_key
+from gatewayd.routing import Router, sticky_key
 
 # What counts as the provider's bad answer (a 502): JSON that does not parse (or a body that
 # is not SSE, whose first event then does not parse), and the few shape checks made on
@@ -415,7 +415,7 @@ class Relay:
             raise AttemptFailed(
                 None, "upstream_error", upstream=error, retryable=retryable,
                 reason=f"{error.status}: {error.message()[:200]}",
-                retry_after_s=retry_after_seconds(error.headers.get("retry-after")) if retryable else None,
+                retry_after_s=route.retry_after(error) if retryable else None,  # the adapter knows where
             ) from None
         return response
 

@@ -60,6 +60,33 @@ priority = 1
 [[models.routes]]
 provider = "c"
 upstream_id = "m-deployment"
+[[providers]]
+name = "h"
+protocol = "openai"
+base_url = "http://h.test/v1"
+api_key = "kh"
+[[providers]]
+name = "g"
+protocol = "gemini"
+base_url = "http://g.test/v1beta"
+api_key = "kg"
+[[models]]
+id = "gm"
+input_price = 1.0
+output_price = 2.0
+[[models.routes]]
+provider = "g"
+upstream_id = "gemini-x"
+priority = 1
+[[models.routes]]
+provider = "h"
+upstream_id = "gm-at-h"
+[[models]]
+id = "g1"
+provider = "g"
+upstream_id = "gemini-x"
+input_price = 1.0
+output_price = 2.0
 """
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
@@ -84,6 +111,7 @@ class Providers:
     def __init__(self) -> None:
         self.mode: dict[str, str] = {}
         self.seen: list[httpx.Request] = []
+        self.retry_delay = "37s"  # what Gemini (host g) asks for in its errors' RetryInfo
 
     def hosts(self) -> list[str]:
         return [r.url.host.split(".")[0] for r in self.seen]
@@ -97,6 +125,11 @@ class Providers:
             raise httpx.ConnectError("connection refused", request=request)
         if mode == "hang":
             await trio.sleep_forever()
+        if mode.isdigit() and host == "g":  # Google's shape: the hint in the body, no Retry-After
+            return httpx.Response(int(mode), json={"error": {
+                "code": int(mode), "message": f"{host} says {mode}", "status": "RESOURCE_EXHAUSTED", "details": [
+                    {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": "q"}]},
+                    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": self.retry_delay}]}})
         if mode.isdigit():
             headers = {"retry-after": "30"} if mode == "429" else {}
             return httpx.Response(int(mode), headers=headers, json={
@@ -137,9 +170,9 @@ class World:
         self.relay, self.store, self.account, self.secret, self.providers = relay, store, account, secret, fake
         self.n = 0
 
-    async def chat(self, stream: bool = False, **extra):
+    async def chat(self, stream: bool = False, model: str = "m", **extra):
         self.n += 1
-        body = {"model": "m", "messages": [{"role": "user", "content": f"hi {self.n}"}], "stream": stream, **extra}
+        body = {"model": model, "messages": [{"role": "user", "content": f"hi {self.n}"}], "stream": stream, **extra}
         ctx = Ctx(request_id=f"req_{self.n}", client_ip="127.0.0.1",
                   headers=Headers({"authorization": f"Bearer {self.secret}"}), endpoint="chat")
         status, headers, out = await endpoints.chat_completions(self.relay, ctx, orjson.dumps(body))
@@ -303,3 +336,31 @@ async def test_a_client_that_leaves_during_failover_pays_only_the_input_once(wor
     w.money_is_consistent()
     report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
     assert report["b"]["state"] == "healthy" and report["b"]["failures"] == 0  # leaving says nothing of b
+
+
+async def test_gemini_retry_info_cools_its_route_for_the_delay_it_asks(world):
+    """Google puts the retry hint in the error body (google.rpc.RetryInfo), not in Retry-After:
+    one 429 takes the route out for that long (failures_to_cool = 2 would not cool it yet)."""
+    w = await world()
+    w.providers.mode["g"] = "429"
+    status, _, out = await w.chat(model="gm")
+    assert status == 200 and b"from h" in out
+    assert w.providers.hosts() == ["g", "h"]
+    report = {r["route"]: r for r in w.relay.router.report(w.relay.config.models)}
+    assert report["g/gemini-x"]["state"] == "cooling" and 36 <= report["g/gemini-x"]["cooling_for_s"] <= 37
+    w.providers.mode["g"] = "ok"
+    w.providers.seen.clear()
+    await w.chat(model="gm")
+    assert w.providers.hosts() == ["h"]
+
+
+async def test_a_gemini_client_with_one_route_gets_retry_after_from_retry_info(world):
+    w = await world()
+    w.providers.mode["g"] = "429"
+    w.providers.retry_delay = "1.5s"
+    status, headers, out = await w.chat(model="g1")
+    assert status == 429 and headers["retry-after"] == "2"  # whole seconds, rounded up
+    assert orjson.loads(out)["error"] == {"message": "g says 429", "type": "rate_limit_error", "param": None,
+                                          "code": "resource_exhausted"}
+    row = (await w.rows())[0]
+    assert (row["status"], row["http_status"], row["cost_nano"]) == ("upstream_error", 429, 0)

@@ -5,7 +5,8 @@ An endpoint validates what the gateway itself needs and describes the request as
 model's routes (a provider and its id for the model) and asks the adapter table
 (:mod:`gatewayd.providers`) for the builder of (client format, upstream protocol); the
 builder returns a ``Route``: the upstream request, the stream pipe, the non-stream
-reader and the error mapping. The relay knows nothing of protocols.
+reader, the error mapping and where the provider's retry hint is. The relay knows
+nothing of protocols.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import httpx
 import orjson
 
 from gatewayd.config import Model, ModelRoute
-from gatewayd.errors import BodyError, UpstreamError
+from gatewayd.errors import BodyError, UpstreamError, retry_after_seconds
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.raw_json import replace_top_level_string
@@ -37,6 +38,11 @@ class Call:
     headers: Any = None  # the client's headers (anthropic-version / anthropic-beta are forwarded)
 
 
+def header_retry_after(error: UpstreamError) -> float | None:
+    """The provider's ``Retry-After`` header: where OpenAI, Anthropic and Azure put their hint."""
+    return retry_after_seconds(error.headers.get("retry-after"))
+
+
 @attrs.define
 class Route:
     """Where one attempt goes and how its answer comes back."""
@@ -50,6 +56,8 @@ class Route:
     finish: Callable[[bytes], tuple[bytes, Usage | None]]
     upstream_error: Callable[[UpstreamError], tuple[int, bytes, dict[str, str]]]
     headers: dict[str, str] = attrs.Factory(dict)  # sent to the client with the answer (e.g. dropped tools)
+    # a 429/5xx -> how long the provider asks us to wait (seconds) or None: cools the route
+    retry_after: Callable[[UpstreamError], float | None] = header_retry_after
 
 
 Builder = Callable[[Call, ModelRoute, Any], Route]  # (call, route, upstream transport) -> Route
