@@ -106,8 +106,13 @@ class RoutingSettings:
     """``[routing]`` in the config file (documented in docs/operations.md)."""
 
     max_attempts: int = 3  # routes tried per request, the first included
-    deadline_s: float = 30.0  # no new attempt starts later than this after the request's first
+    # no new attempt starts later than this after the request's first; above the non-streaming
+    # first-byte limit, so that a route cut by it leaves time for another
+    deadline_s: float = 90.0
     first_byte_timeout_s: float = 20.0  # a stream's headers and first event, when another route remains
+    # a non-streaming answer's status line, when another route remains; 0 = no limit. Providers
+    # send it only once the whole answer is generated: a minute covers most answers.
+    non_stream_first_byte_timeout_s: float = 60.0
     non_stream_timeout_s: float = 0.0  # non-streaming answer, when another route remains; 0 = no limit
     failures_to_cool: int = 3
     cooldown_s: float = 30.0
@@ -491,6 +496,8 @@ def _routing(raw: Any) -> RoutingSettings:
         max_attempts=s.number("max_attempts", d.max_attempts, minimum=1, integer=True),
         deadline_s=float(s.number("deadline_s", d.deadline_s)),
         first_byte_timeout_s=float(s.number("first_byte_timeout_s", d.first_byte_timeout_s, minimum=0.001)),
+        non_stream_first_byte_timeout_s=float(s.number("non_stream_first_byte_timeout_s",
+                                                       d.non_stream_first_byte_timeout_s)),
         non_stream_timeout_s=float(s.number("non_stream_timeout_s", d.non_stream_timeout_s)),
         failures_to_cool=s.number("failures_to_cool", d.failures_to_cool, minimum=1, integer=True),
         cooldown_s=float(s.number("cooldown_s", d.cooldown_s)),

@@ -335,11 +335,23 @@ class Relay:
 
     async def _answer(self, route: Route, hold: Hold, grant: Grant, last: bool,
                       deadline: float) -> tuple[bytes, Usage]:
-        """A non-streaming answer. No cut-off (the spec's rule), unless another route remains
-        and ``routing.non_stream_timeout_s`` is set."""
-        limit = self._cut_off(self.config.routing.non_stream_timeout_s, last, deadline)
+        """A non-streaming answer. The spec puts no cut-off on it, and the last route never
+        has one; while another route remains, a provider that sends no status line within
+        ``routing.non_stream_first_byte_timeout_s`` (a hung provider looks like that) gives
+        way to it, as does one whose whole answer takes longer than
+        ``routing.non_stream_timeout_s`` when that is set."""
+        settings = self.config.routing
+        first_byte = self._cut_off(settings.non_stream_first_byte_timeout_s, last, deadline)
+        limit = self._cut_off(settings.non_stream_timeout_s, last, deadline)
         with trio.move_on_after(limit) as waiting:
-            response = await self._call(route, hold, grant)
+            with trio.move_on_after(first_byte) as silent:
+                response = await self._call(route, hold, grant)
+            if silent.cancelled_caught:
+                raise AttemptFailed(
+                    GatewayError(504, f"the provider did not start answering within {first_byte:g} seconds",
+                                 "upstream_timeout", model_step=True),
+                    "idle_timeout", reason=f"no status line within {first_byte:g} s", reached=False,
+                )
             return await self._finish(response, route, hold, grant)
         assert waiting.cancelled_caught
         raise AttemptFailed(

@@ -12,6 +12,7 @@ import orjson
 import httpx
 import pytest
 import trio
+import trio.testing
 from werkzeug.datastructures import Headers
 
 from gatewayd import endpoints
@@ -26,8 +27,7 @@ from gatewayd.store.base import UsageQuery
 CONFIG = """
 [routing]
 max_attempts = {max_attempts}
-deadline_s = {deadline_s}
-first_byte_timeout_s = 0.3
+{deadline}first_byte_timeout_s = 0.3
 failures_to_cool = 2
 cooldown_s = 60
 [[providers]]
@@ -125,6 +125,10 @@ class Providers:
             raise httpx.ConnectError("connection refused", request=request)
         if mode == "hang":
             await trio.sleep_forever()
+        if mode == "slow":  # a long answer: the status line comes when it is all generated
+            await trio.sleep(120)
+        if mode == "slow_body":  # the status line at once, the body two minutes later
+            return httpx.Response(200, content=_late(completion(host), 120), headers={"content-type": "application/json"})
         if mode.isdigit() and host == "g":  # Google's shape: the hint in the body, no Retry-After
             return httpx.Response(int(mode), json={"error": {
                 "code": int(mode), "message": f"{host} says {mode}", "status": "RESOURCE_EXHAUSTED", "details": [
@@ -144,13 +148,20 @@ async def _body(data: bytes):
     yield data
 
 
+async def _late(data: bytes, delay_s: float):
+    await trio.sleep(delay_s)
+    yield data
+
+
 @pytest.fixture
 async def world(tmp_path, store):
     """On each store (SQLite file, PostgreSQL database: tests/conftest.py)."""
 
-    async def make(max_attempts: int = 3, deadline_s: float = 30):
+    async def make(max_attempts: int = 3, deadline_s: float | None = 30):
+        """``deadline_s=None``: the default deadline."""
         path = tmp_path / f"g{max_attempts}.toml"
-        path.write_text(CONFIG.format(max_attempts=max_attempts, deadline_s=deadline_s))
+        deadline = f"deadline_s = {deadline_s}\n" if deadline_s is not None else ""
+        path.write_text(CONFIG.format(max_attempts=max_attempts, deadline=deadline))
         config = load_config(path, environ={})
         directory = Directory(config, store)
         account = await directory.create_account(f"f{max_attempts}@example.com")
@@ -364,3 +375,47 @@ async def test_a_gemini_client_with_one_route_gets_retry_after_from_retry_info(w
                                           "code": "resource_exhausted"}
     row = (await w.rows())[0]
     assert (row["status"], row["http_status"], row["cost_nano"]) == ("upstream_error", 429, 0)
+
+
+# -- non-streaming requests: the time to the provider's status line ---------------------------
+#
+# Providers send a non-streaming answer's status line only once the whole answer is generated,
+# so the default waits a minute before giving up on a route; a trio MockClock that jumps ahead
+# whenever every task waits (for longer than 50 ms of real time, so store threads finish first)
+# lets the tests run the defaults without waiting for them.
+
+
+@pytest.fixture
+def jumping_clock():
+    return trio.testing.MockClock(autojump_threshold=0.05)
+
+
+async def test_by_default_a_hung_provider_of_a_non_streaming_request_gives_way_after_60_s(world, jumping_clock):
+    w = await world(deadline_s=None)  # every routing default but the stream's first-byte limit
+    assert w.relay.config.routing.non_stream_first_byte_timeout_s == 60
+    w.providers.mode["a"] = "hang"
+    started = trio.current_time()
+    status, _, out = await w.chat()
+    assert status == 200 and b"from b" in out
+    assert 60 <= trio.current_time() - started < 61
+    assert w.providers.hosts() == ["a", "b"]
+    assert [(r["provider"], r["attempts"], r["status"]) for r in await w.rows()] == [("b", 2, "ok")]
+    report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
+    assert report["a"]["last_error"] == "no status line within 60 s"
+
+
+async def test_the_last_route_of_a_non_streaming_request_is_never_cut(world, jumping_clock):
+    """The spec: no cutoff of a non-streaming request by the service. Alone, a slow provider is waited for."""
+    w = await world(max_attempts=1, deadline_s=None)
+    w.providers.mode["a"] = "slow"
+    started = trio.current_time()
+    status, _, out = await w.chat()
+    assert status == 200 and b"from a" in out and trio.current_time() - started >= 120
+
+
+async def test_the_first_byte_limit_does_not_cut_a_body_that_has_started(world, jumping_clock):
+    """The limit is on the status line; once it came, the answer is the provider's, however long."""
+    w = await world(deadline_s=None)
+    w.providers.mode["a"] = "slow_body"
+    status, _, out = await w.chat()
+    assert status == 200 and b"from a" in out and w.providers.hosts() == ["a"]
