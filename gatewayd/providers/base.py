@@ -17,13 +17,23 @@ import attrs
 import httpx
 import orjson
 
-from gatewayd.config import Model, ModelRoute
+from gatewayd.catalogue import Model, ModelRoute
 from gatewayd.errors import BodyError, UpstreamError, retry_after_seconds
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.raw_json import replace_top_level_string
 from gatewayd.formats.responses_tools import DROPPED_REASON, plan_tools
 from gatewayd.formats.usage import Usage
+
+
+class SettingError(Exception):
+    """A protocol's own ``[[providers]]`` key is missing or wrong (raised by an adapter's
+    ``provider_settings``; the config loader makes it one line naming the table and key)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
 
 
 @attrs.frozen

@@ -28,7 +28,7 @@ import orjson
 
 from gatewayd import tokens
 from gatewayd.billing.estimate import estimate_input_tokens
-from gatewayd.config import ModelRoute
+from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import UpstreamError
 from gatewayd.formats.chat_to_gemini import chat_request_to_gemini
 from gatewayd.formats.errors import answer_object
