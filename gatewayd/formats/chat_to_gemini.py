@@ -51,7 +51,7 @@ EFFORT_THINKING_BUDGET: dict[str, int] = {
 _IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
 #: Audio formats of the chat format's ``input_audio`` part, as MIME types Gemini reads.
 _AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mp3"}
-#: By file extension, for ``fileData`` URLs (Gemini fetches those itself; the type is a hint).
+#: By file extension, for ``fileData`` URLs (Gemini fetches those itself, but needs their type).
 _URL_MEDIA_TYPES = {
     ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp",
     ".heic": "image/heic", ".heif": "image/heif", ".pdf": "application/pdf",
@@ -60,11 +60,12 @@ _URL_MEDIA_TYPES = {
 _TOOL_CHOICE_MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 
 
-def chat_request_to_gemini(body: dict) -> dict:
+def chat_request_to_gemini(body: dict, *, upstream_model: str | None = None) -> dict:
     """Translate a chat-format request body into a Gemini ``generateContent`` body.
 
     The model is not part of a Gemini body (it is in the URL), and neither is ``stream``
     (the URL's method says it: ``generateContent`` or ``streamGenerateContent``).
+    ``upstream_model`` (the provider's id) only tells which thinking budgets it accepts.
     """
     if not isinstance(body, dict):
         raise TranslationError("the request body must be a JSON object")
@@ -82,7 +83,7 @@ def chat_request_to_gemini(body: dict) -> dict:
             out["toolConfig"] = tool_config
     else:
         _tool_config(body.get("tool_choice"))  # still validated; without tools there is nothing to choose
-    generation = _generation_config(body)
+    generation = _generation_config(body, upstream_model)
     if generation:
         out["generationConfig"] = generation
     return out
@@ -217,14 +218,22 @@ def _image_part(image_url, where: str) -> dict:
             )
         return {"inlineData": {"mimeType": media_type, "data": data}}
     if url.startswith(("https://", "http://")):
-        return {"fileData": _file_data(url)}
+        return {"fileData": _file_data(url, f"{where}.url")}
     raise TranslationError("image URLs must be http(s) URLs or base64 data URLs", f"{where}.url")
 
 
-def _file_data(url: str) -> dict:
-    path = url.split("?", 1)[0].split("#", 1)[0].lower()
+def _file_data(url: str, where: str) -> dict:
+    """Gemini needs a ``fileData`` part's ``mimeType`` (it is optional in the schema, but
+    Google asks for it with every file). It is told by the URL's extension; the gateway
+    does not fetch the URL to find out (that would be I/O here, and a way into the
+    gateway's network), so a URL that does not tell is refused with what would work."""
+    path = url.split("#", 1)[0].split("?", 1)[0].lower()
     media_type = next((t for ext, t in _URL_MEDIA_TYPES.items() if path.endswith(ext)), None)
-    return {"mimeType": media_type, "fileUri": url} if media_type else {"fileUri": url}
+    if media_type is None:
+        raise TranslationError(
+            "this model needs the type of an image URL, and this URL's path does not end in "
+            f"{', '.join(_URL_MEDIA_TYPES)}: send the image inline as a base64 data URL instead", where)
+    return {"mimeType": media_type, "fileUri": url}
 
 
 def _file_part(file, where: str) -> dict:
@@ -411,7 +420,7 @@ def _tool_config(choice) -> dict | None:
 # --- generationConfig -------------------------------------------------------------------------
 
 
-def _generation_config(body: dict) -> dict:
+def _generation_config(body: dict, upstream_model: str | None) -> dict:
     config: dict = {}
     max_tokens = _max_tokens(body)
     if max_tokens is not None:
@@ -435,6 +444,9 @@ def _generation_config(body: dict) -> dict:
     if budget is not None:
         if max_tokens is not None and budget > max_tokens:
             budget = max_tokens  # the cap includes the thinking (as the chat format's max_completion_tokens does)
+        floor, may_stop = _thinking_floor(upstream_model)
+        if 0 < budget < floor:
+            budget = 0 if may_stop else floor
         thinking: dict = {"thinkingBudget": budget}
         if budget:
             thinking["includeThoughts"] = True  # thought summaries become reasoning_content
@@ -472,6 +484,27 @@ def _response_format(value) -> dict:
         return {"responseMimeType": "application/json",
                 "responseSchema": gemini_schema(schema, "response_format.json_schema.schema")}
     raise TranslationError('response_format.type must be "text", "json_object" or "json_schema"', "response_format.type")
+
+
+#: The least non-zero ``thinkingBudget`` each Gemini 2.5 model accepts, and whether 0 (no
+#: thinking) is allowed: Google's thinking guide (Pro 128-32768 and always thinks; Flash
+#: 0-24576; Flash-Lite 0 or 512-24576). By the start of the provider's model id, longest first.
+THINKING_FLOORS: tuple[tuple[str, int, bool], ...] = (
+    ("gemini-2.5-flash-lite", 512, True),
+    ("gemini-2.5-flash", 1, True),
+    ("gemini-2.5-pro", 128, False),
+)
+#: Another (or an unknown) model: the strictest of the above, which every one of them accepts.
+DEFAULT_THINKING_FLOOR = (512, False)
+
+
+def _thinking_floor(upstream_model: str | None) -> tuple[int, bool]:
+    """(least budget, may be 0) for the model. A cap below the least budget turns thinking
+    off where the model allows it (there is no room to think within the cap), and is
+    otherwise raised to the least budget, which Gemini would refuse to go below."""
+    model = (upstream_model or "").removeprefix("models/")
+    return next(((floor, may_stop) for prefix, floor, may_stop in THINKING_FLOORS if model.startswith(prefix)),
+                DEFAULT_THINKING_FLOOR)
 
 
 def _thinking_budget(effort) -> int | None:

@@ -182,7 +182,7 @@ def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe,
     """The route for a chat body (the client's, or translated from responses):
     ``client_body(chat completion, created) -> bytes`` gives the client's non-stream answer."""
     model = call.model
-    upstream_body = translate(chat_request_to_gemini, chat_body)
+    upstream_body = translate(chat_request_to_gemini, chat_body, upstream_model=target.upstream_id)
     estimate = estimate_input_tokens(chat_body, "chat")  # the chat body: it names its images and files for the allowance
     completion_id, created = _ids()
 
