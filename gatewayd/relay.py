@@ -254,7 +254,7 @@ class Relay:
                         self.router.remember(model, key, target)
                         handed_to_stream = True
                         return 200, {**route.headers, "cache-control": "no-cache"}, _prepend(first, pump)
-                    body, usage = await self._answer(route, hold, grant, last, deadline)
+                    body, usage, first_byte_s = await self._answer(route, hold, grant, last, deadline)
                 except AttemptFailed as failure:
                     failures.append((failure, route))
                     if failure.retryable:
@@ -265,7 +265,7 @@ class Relay:
                 except BaseException:
                     self.router.abandoned(target)
                     raise
-                self.router.succeeded(target, time.monotonic() - began)
+                self.router.succeeded(target, first_byte_s)
                 self.router.remember(model, key, target)
                 with trio.CancelScope(shield=True):
                     await self._settle(hold, grant, usage, status="ok", http_status=200)
@@ -334,25 +334,30 @@ class Relay:
         )
 
     async def _answer(self, route: Route, hold: Hold, grant: Grant, last: bool,
-                      deadline: float) -> tuple[bytes, Usage]:
-        """A non-streaming answer. The spec puts no cut-off on it, and the last route never
-        has one; while another route remains, a provider that sends no status line within
+                      deadline: float) -> tuple[bytes, Usage, float]:
+        """A non-streaming answer, its usage, and the time to its status line (the route's
+        latency for ``gatewayctl routes``, as the time to the first event is a stream's).
+
+        The spec puts no cut-off on it, and the last route never has one; while another
+        route remains, a provider that sends no status line within
         ``routing.non_stream_first_byte_timeout_s`` (a hung provider looks like that) gives
         way to it, as does one whose whole answer takes longer than
         ``routing.non_stream_timeout_s`` when that is set."""
         settings = self.config.routing
         first_byte = self._cut_off(settings.non_stream_first_byte_timeout_s, last, deadline)
         limit = self._cut_off(settings.non_stream_timeout_s, last, deadline)
+        began = time.monotonic()
         with trio.move_on_after(limit) as waiting:
             with trio.move_on_after(first_byte) as silent:
                 response = await self._call(route, hold, grant)
+            first_byte_s = time.monotonic() - began
             if silent.cancelled_caught:
                 raise AttemptFailed(
                     GatewayError(504, f"the provider did not start answering within {first_byte:g} seconds",
                                  "upstream_timeout", model_step=True),
                     "idle_timeout", reason=f"no status line within {first_byte:g} s", reached=False,
                 )
-            return await self._finish(response, route, hold, grant)
+            return (*await self._finish(response, route, hold, grant), first_byte_s)
         assert waiting.cancelled_caught
         raise AttemptFailed(
             GatewayError(504, f"the provider did not answer within {limit:g} seconds", "upstream_timeout",

@@ -56,7 +56,7 @@ class Health:
     probing: bool = False  # a half-open probe is in flight
     requests: int = 0
     failures: int = 0
-    latency_ms: float | None = None  # moving average of the time to the first byte
+    latency_ms: float | None = None  # moving average of the time to the first byte (stream: event; else status line)
     last_error: str | None = None
     recent_errors: collections.deque = attrs.Factory(lambda: collections.deque(maxlen=RECENT_ERRORS))
 

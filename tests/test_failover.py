@@ -112,6 +112,7 @@ class Providers:
         self.mode: dict[str, str] = {}
         self.seen: list[httpx.Request] = []
         self.retry_delay = "37s"  # what Gemini (host g) asks for in its errors' RetryInfo
+        self.body_delay_s = 120.0  # "slow_body": how long the body takes after the status line
 
     def hosts(self) -> list[str]:
         return [r.url.host.split(".")[0] for r in self.seen]
@@ -127,8 +128,9 @@ class Providers:
             await trio.sleep_forever()
         if mode == "slow":  # a long answer: the status line comes when it is all generated
             await trio.sleep(120)
-        if mode == "slow_body":  # the status line at once, the body two minutes later
-            return httpx.Response(200, content=_late(completion(host), 120), headers={"content-type": "application/json"})
+        if mode == "slow_body":  # the status line at once, the body later
+            return httpx.Response(200, content=_late(completion(host), self.body_delay_s),
+                                  headers={"content-type": "application/json"})
         if mode.isdigit() and host == "g":  # Google's shape: the hint in the body, no Retry-After
             return httpx.Response(int(mode), json={"error": {
                 "code": int(mode), "message": f"{host} says {mode}", "status": "RESOURCE_EXHAUSTED", "details": [
@@ -419,3 +421,15 @@ async def test_the_first_byte_limit_does_not_cut_a_body_that_has_started(world, 
     w.providers.mode["a"] = "slow_body"
     status, _, out = await w.chat()
     assert status == 200 and b"from a" in out and w.providers.hosts() == ["a"]
+
+
+async def test_route_latency_is_the_time_to_the_status_line_for_a_non_streaming_answer(world):
+    """``gatewayctl routes`` shows each route's time to first byte: for a non-streaming answer,
+    to the provider's status line, not to the end of its body (real time: the router's clock)."""
+    w = await world()
+    w.providers.mode["a"] = "slow_body"
+    w.providers.body_delay_s = 0.5
+    status, _, _ = await w.chat()
+    assert status == 200
+    report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
+    assert report["a"]["latency_ms"] < 250
