@@ -729,7 +729,9 @@ def routes(
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Every model's routes with their state (healthy, cooling, probing), recent errors and latency.
+    """Every model's routes with their state (healthy, cooling, probing), recent errors and latency
+    (the moving average of the time to the first byte: a stream's first event, a non-streaming
+    answer's status line).
 
     Health is what this gatewayd process has seen since it started (docs/operations.md)."""
     s = session(socket, json_output)

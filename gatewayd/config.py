@@ -18,7 +18,14 @@ from typing import Any
 
 import attrs
 
-from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio
+from gatewayd import providers as adapters
+from gatewayd.catalogue import Model, ModelRoute, Provider, RateLimit
+from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio, usd_to_nano
+
+__all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
+    "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
+    "RateLimit", "RoutingSettings", "ServerSettings", "load_config", "parse_host_port",
+]
 
 # Package data, so an installed wheel finds it wherever the daemon is started from.
 DEFAULT_CATALOGUE: Traversable = resources.files("gatewayd") / "data" / "catalogue.toml"
@@ -31,83 +38,17 @@ class ConfigError(Exception):
 
 
 @attrs.frozen
-class Provider:
-    name: str
-    protocol: str  # a key of gatewayd.providers.ADAPTERS: "openai" | "anthropic" | ...
-    base_url: str
-    api_key: str | None
-    api_version: str | None = None  # azure-openai: the api-version query parameter
-
-
-@attrs.frozen
-class ModelRoute:
-    """One way to reach a model: a provider, the provider's id for it, and where it stands
-    among the model's other routes (higher priority first; weight shares equal priorities)."""
-
-    provider: Provider
-    upstream_id: str
-    priority: int = 0
-    weight: int = 1
-
-    @property
-    def name(self) -> str:
-        """``provider/upstream_id``: how the route is named in logs, health and ``gatewayctl routes``."""
-        return f"{self.provider.name}/{self.upstream_id}"
-
-
-@attrs.frozen
-class RateLimit:
-    requests: int
-    minutes: int
-
-
-@attrs.frozen
-class Model:
-    """A catalogue entry. Prices are nano-dollars per token; None means not priced."""
-
-    id: str
-    routes: tuple[ModelRoute, ...]  # at least one; highest priority first
-    kind: str  # "chat" | "embedding"
-    family: str  # "gpt" (upstream speaks /v1/responses) | "claude" | "other"
-    input_price: int | None
-    output_price: int | None
-    cached_input_price: int | None
-    cache_write_price: int | None
-    max_output_tokens: int
-    rate_limit: RateLimit | None
-    # client formats ("chat", "messages", "responses", "embeddings") at least one route serves,
-    # from the adapter table (gatewayd.providers); filled in at load time
-    client_formats: frozenset[str] = frozenset()
-    created: int = 1_735_689_600  # 2025-01-01: a stable value for model listings
-
-    @property
-    def provider(self) -> Provider:
-        """The first route's provider (the one listings name as the owner)."""
-        return self.routes[0].provider
-
-    @property
-    def upstream_id(self) -> str:
-        return self.routes[0].upstream_id
-
-    @property
-    def dual_format(self) -> bool:
-        """The spec's dual-format model: callable on /v1/messages too (some route serves that format)."""
-        return "messages" in self.client_formats
-
-    @property
-    def priced(self) -> bool:
-        if self.kind == "embedding":
-            return self.input_price is not None
-        return self.input_price is not None and self.output_price is not None
-
-
-@attrs.frozen
 class RoutingSettings:
     """``[routing]`` in the config file (documented in docs/operations.md)."""
 
     max_attempts: int = 3  # routes tried per request, the first included
-    deadline_s: float = 30.0  # no new attempt starts later than this after the request's first
+    # no new attempt starts later than this after the request's first; above the non-streaming
+    # first-byte limit, so that a route cut by it leaves time for another
+    deadline_s: float = 90.0
     first_byte_timeout_s: float = 20.0  # a stream's headers and first event, when another route remains
+    # a non-streaming answer's status line, when another route remains; 0 = no limit. Providers
+    # send it only once the whole answer is generated: a minute covers most answers.
+    non_stream_first_byte_timeout_s: float = 60.0
     non_stream_timeout_s: float = 0.0  # non-streaming answer, when another route remains; 0 = no limit
     failures_to_cool: int = 3
     cooldown_s: float = 30.0
@@ -164,10 +105,8 @@ class Config:
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
         Each protocol's adapter says where under the simulator its API lives."""
-        from gatewayd.providers import ADAPTERS
-
         providers = {
-            name: attrs.evolve(p, base_url=sim_url + ADAPTERS[p.protocol].SIM_BASE_PATH, api_key="sim-key")
+            name: attrs.evolve(p, base_url=sim_url + adapters.sim_base_path(p.protocol), api_key="sim-key")
             for name, p in self.providers.items()
         }
         models = {
@@ -285,8 +224,6 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
             raise ConfigError(f"server.trusted_proxies: not an IP network: {entry!r}") from None
     threshold = s.number("models_visible_after_paid", 3.00)
     try:
-        from gatewayd.money import usd_to_nano
-
         threshold_nano = usd_to_nano(str(threshold))
     except MoneyError as e:
         raise ConfigError(f"server.models_visible_after_paid: {e}") from None
@@ -347,14 +284,19 @@ def _log(raw: Any, env: Any, overrides: dict[str, Any]) -> LogSettings:
     return LogSettings(format=fmt, level=level)
 
 
+PROVIDER_KEYS = frozenset({"name", "protocol", "base_url", "api_key", "api_key_env"})
+
+
 def _providers(raw: Any) -> dict[str, Provider]:
-    from gatewayd.providers import ADAPTERS  # the adapters import this module's value classes
+    """``[[providers]]``: the keys every protocol has are read here; the keys only one
+    protocol takes (Azure's ``api_version`` ...) are declared and checked by its adapter."""
     if not isinstance(raw, list):
         raise ConfigError("providers: must be an array of tables ([[providers]])")
     providers: dict[str, Provider] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"providers[{i}]")
-        s.unknown({"name", "protocol", "base_url", "api_key", "api_key_env", "api_version"})
+        protocol = s.str("protocol", choices=tuple(adapters.ADAPTERS))
+        _protocol_keys(s, protocol)
         name = s.str("name")
         if name in providers:
             raise ConfigError(f"providers[{i}].name: duplicate provider {name!r}")
@@ -365,14 +307,23 @@ def _providers(raw: Any) -> dict[str, Provider]:
         key_env = s.str("api_key_env", None)
         if api_key is None and key_env is not None:
             api_key = os.environ.get(key_env) or None
-        protocol = s.str("protocol", choices=tuple(ADAPTERS))
-        api_version = s.str("api_version", None)
-        if protocol == "azure-openai" and api_version is None:
-            raise ConfigError(f"providers[{i}].api_version: required for protocol azure-openai (e.g. \"2024-10-21\")")
-        providers[name] = Provider(
-            name=name, protocol=protocol, base_url=base_url, api_key=api_key, api_version=api_version
-        )
+        try:
+            settings = adapters.provider_settings(protocol, s.table)
+        except adapters.SettingError as e:
+            raise ConfigError(f"providers[{i}].{e.key}: {e.problem}") from None
+        providers[name] = Provider(name=name, protocol=protocol, base_url=base_url, api_key=api_key,
+                                   settings=settings)
     return providers
+
+
+def _protocol_keys(s: _Section, protocol: str) -> None:
+    """Unknown keys are errors; a key another protocol takes says which one."""
+    own = adapters.provider_keys(protocol)
+    for key in sorted(set(s.table) - PROVIDER_KEYS - own):
+        others = [p for p in adapters.ADAPTERS if key in adapters.provider_keys(p)]
+        if others:
+            raise ConfigError(f"{s._key(key)}: not a setting of protocol {protocol} (only of {', '.join(others)})")
+    s.unknown(PROVIDER_KEYS | own)
 
 
 def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str) -> ModelRoute:
@@ -418,8 +369,6 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
 
 
 def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
-    from gatewayd.providers import ADAPTERS, client_formats
-
     if not isinstance(raw, list):
         raise ConfigError("models: must be an array of tables ([[models]])")
     models: dict[str, Model] = {}
@@ -433,7 +382,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         if model_id in models:
             raise ConfigError(f"models[{i}].id: duplicate model {model_id!r}")
         routes = _model_routes(s, f"models[{i}]", providers, model_id)
-        default_family = getattr(ADAPTERS[routes[0].provider.protocol], "DEFAULT_FAMILY", "other")
+        default_family = adapters.default_family(routes[0].provider.protocol)
         rate = None
         if "rate_limit" in s.table:
             r = _Section(s.table["rate_limit"], f"models[{i}].rate_limit")
@@ -443,10 +392,10 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 minutes=r.number("minutes", 1, minimum=1, integer=True),
             )
         kind = s.str("kind", "chat", choices=("chat", "embedding"))
-        formats = frozenset.union(*(client_formats(route.provider.protocol) for route in routes))
+        formats = frozenset.union(*(adapters.client_formats(route.provider.protocol) for route in routes))
         if kind == "embedding":
             for j, route in enumerate(routes):
-                if "embeddings" not in client_formats(route.provider.protocol):
+                if "embeddings" not in adapters.client_formats(route.provider.protocol):
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
         models[model_id] = Model(
@@ -491,6 +440,8 @@ def _routing(raw: Any) -> RoutingSettings:
         max_attempts=s.number("max_attempts", d.max_attempts, minimum=1, integer=True),
         deadline_s=float(s.number("deadline_s", d.deadline_s)),
         first_byte_timeout_s=float(s.number("first_byte_timeout_s", d.first_byte_timeout_s, minimum=0.001)),
+        non_stream_first_byte_timeout_s=float(s.number("non_stream_first_byte_timeout_s",
+                                                       d.non_stream_first_byte_timeout_s)),
         non_stream_timeout_s=float(s.number("non_stream_timeout_s", d.non_stream_timeout_s)),
         failures_to_cool=s.number("failures_to_cool", d.failures_to_cool, minimum=1, integer=True),
         cooldown_s=float(s.number("cooldown_s", d.cooldown_s)),

@@ -9,6 +9,8 @@ reaches the model step use the messages shape (``{"type": "error", "error": {...
 from __future__ import annotations
 
 import logging
+import time
+from email.utils import parsedate_to_datetime
 
 import orjson
 
@@ -126,6 +128,21 @@ class UpstreamError(Exception):
             return err.get("type") if isinstance(err, dict) else None
         except (orjson.JSONDecodeError, AttributeError):
             return None
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (the delay form; an HTTP date is read too)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def our_fault(request_id: str, where: str, exc: BaseException) -> GatewayError:

@@ -38,7 +38,7 @@ from gatewayd import providers
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 from gatewayd.ratelimit import MemoryWindows, RateLimiter
-from gatewayd.routing import Router, retry_after_seconds, sticky_key
+from gatewayd.routing import Router, sticky_key
 
 # What counts as the provider's bad answer (a 502): JSON that does not parse (or a body that
 # is not SSE, whose first event then does not parse), and the few shape checks made on
@@ -56,42 +56,6 @@ class Ctx:
     client_ip: str | None
     headers: Any  # case-insensitive mapping
     endpoint: str  # "chat" | "messages" | "responses" | "embeddings" | "models"
-
-
-def parse_body(raw: bytes) -> dict:
-    if not raw:
-        raise BodyError("the request body is empty; send a JSON object")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise BodyError(f"the request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise BodyError("the request body must be a JSON object")
-    return body
-
-
-def field(body: dict, name: str, kind: type | tuple, *, required: bool = False, what: str = "") -> Any:
-    """Strict type check for the few fields the gateway reads itself (no coercion)."""
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise BodyError(f"missing required field '{name}'", param=name)
-        return None
-    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, (int,)))
-    if kind is int and isinstance(value, bool):
-        ok = False
-    if not ok:
-        raise BodyError(f"field '{name}' must be {what or getattr(kind, '__name__', kind)}", param=name)
-    return value
-
-
-def positive_int(body: dict, name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BodyError(f"field '{name}' must be a positive integer", param=name)
-    return value
 
 
 class AttemptFailed(Exception):
@@ -254,7 +218,7 @@ class Relay:
                         self.router.remember(model, key, target)
                         handed_to_stream = True
                         return 200, {**route.headers, "cache-control": "no-cache"}, _prepend(first, pump)
-                    body, usage = await self._answer(route, hold, grant, last, deadline)
+                    body, usage, first_byte_s = await self._answer(route, hold, grant, last, deadline)
                 except AttemptFailed as failure:
                     failures.append((failure, route))
                     if failure.retryable:
@@ -265,7 +229,7 @@ class Relay:
                 except BaseException:
                     self.router.abandoned(target)
                     raise
-                self.router.succeeded(target, time.monotonic() - began)
+                self.router.succeeded(target, first_byte_s)
                 self.router.remember(model, key, target)
                 with trio.CancelScope(shield=True):
                     await self._settle(hold, grant, usage, status="ok", http_status=200)
@@ -334,13 +298,30 @@ class Relay:
         )
 
     async def _answer(self, route: Route, hold: Hold, grant: Grant, last: bool,
-                      deadline: float) -> tuple[bytes, Usage]:
-        """A non-streaming answer. No cut-off (the spec's rule), unless another route remains
-        and ``routing.non_stream_timeout_s`` is set."""
-        limit = self._cut_off(self.config.routing.non_stream_timeout_s, last, deadline)
+                      deadline: float) -> tuple[bytes, Usage, float]:
+        """A non-streaming answer, its usage, and the time to its status line (the route's
+        latency for ``gatewayctl routes``, as the time to the first event is a stream's).
+
+        The spec puts no cut-off on it, and the last route never has one; while another
+        route remains, a provider that sends no status line within
+        ``routing.non_stream_first_byte_timeout_s`` (a hung provider looks like that) gives
+        way to it, as does one whose whole answer takes longer than
+        ``routing.non_stream_timeout_s`` when that is set."""
+        settings = self.config.routing
+        first_byte = self._cut_off(settings.non_stream_first_byte_timeout_s, last, deadline)
+        limit = self._cut_off(settings.non_stream_timeout_s, last, deadline)
+        began = time.monotonic()
         with trio.move_on_after(limit) as waiting:
-            response = await self._call(route, hold, grant)
-            return await self._finish(response, route, hold, grant)
+            with trio.move_on_after(first_byte) as silent:
+                response = await self._call(route, hold, grant)
+            first_byte_s = time.monotonic() - began
+            if silent.cancelled_caught:
+                raise AttemptFailed(
+                    GatewayError(504, f"the provider did not start answering within {first_byte:g} seconds",
+                                 "upstream_timeout", model_step=True),
+                    "idle_timeout", reason=f"no status line within {first_byte:g} s", reached=False,
+                )
+            return (*await self._finish(response, route, hold, grant), first_byte_s)
         assert waiting.cancelled_caught
         raise AttemptFailed(
             GatewayError(504, f"the provider did not answer within {limit:g} seconds", "upstream_timeout",
@@ -415,7 +396,7 @@ class Relay:
             raise AttemptFailed(
                 None, "upstream_error", upstream=error, retryable=retryable,
                 reason=f"{error.status}: {error.message()[:200]}",
-                retry_after_s=retry_after_seconds(error.headers.get("retry-after")) if retryable else None,
+                retry_after_s=route.retry_after(error) if retryable else None,  # the adapter knows where
             ) from None
         return response
 

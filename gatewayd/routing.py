@@ -38,6 +38,7 @@ import attrs
 import orjson
 
 from gatewayd.config import Model, ModelRoute, RoutingSettings
+from gatewayd.errors import retry_after_seconds  # noqa: F401 (re-exported)
 from gatewayd import providers
 
 RECENT_ERRORS = 5
@@ -55,7 +56,7 @@ class Health:
     probing: bool = False  # a half-open probe is in flight
     requests: int = 0
     failures: int = 0
-    latency_ms: float | None = None  # moving average of the time to the first byte
+    latency_ms: float | None = None  # moving average of the time to the first byte (stream: event; else status line)
     last_error: str | None = None
     recent_errors: collections.deque = attrs.Factory(lambda: collections.deque(maxlen=RECENT_ERRORS))
 
@@ -272,20 +273,3 @@ def _by_key(routes: list[ModelRoute], model_id: str, key: str) -> list[ModelRout
         return route.weight / -math.log(u)
 
     return sorted(routes, key=score, reverse=True)
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """``Retry-After`` in seconds (the delay form; an HTTP date is read too)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    from email.utils import parsedate_to_datetime
-
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None

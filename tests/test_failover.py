@@ -12,6 +12,7 @@ import orjson
 import httpx
 import pytest
 import trio
+import trio.testing
 from werkzeug.datastructures import Headers
 
 from gatewayd import endpoints
@@ -26,8 +27,7 @@ from gatewayd.store.base import UsageQuery
 CONFIG = """
 [routing]
 max_attempts = {max_attempts}
-deadline_s = {deadline_s}
-first_byte_timeout_s = 0.3
+{deadline}first_byte_timeout_s = 0.3
 failures_to_cool = 2
 cooldown_s = 60
 [[providers]]
@@ -60,6 +60,33 @@ priority = 1
 [[models.routes]]
 provider = "c"
 upstream_id = "m-deployment"
+[[providers]]
+name = "h"
+protocol = "openai"
+base_url = "http://h.test/v1"
+api_key = "kh"
+[[providers]]
+name = "g"
+protocol = "gemini"
+base_url = "http://g.test/v1beta"
+api_key = "kg"
+[[models]]
+id = "gm"
+input_price = 1.0
+output_price = 2.0
+[[models.routes]]
+provider = "g"
+upstream_id = "gemini-x"
+priority = 1
+[[models.routes]]
+provider = "h"
+upstream_id = "gm-at-h"
+[[models]]
+id = "g1"
+provider = "g"
+upstream_id = "gemini-x"
+input_price = 1.0
+output_price = 2.0
 """
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
@@ -84,6 +111,8 @@ class Providers:
     def __init__(self) -> None:
         self.mode: dict[str, str] = {}
         self.seen: list[httpx.Request] = []
+        self.retry_delay = "37s"  # what Gemini (host g) asks for in its errors' RetryInfo
+        self.body_delay_s = 120.0  # "slow_body": how long the body takes after the status line
 
     def hosts(self) -> list[str]:
         return [r.url.host.split(".")[0] for r in self.seen]
@@ -97,6 +126,16 @@ class Providers:
             raise httpx.ConnectError("connection refused", request=request)
         if mode == "hang":
             await trio.sleep_forever()
+        if mode == "slow":  # a long answer: the status line comes when it is all generated
+            await trio.sleep(120)
+        if mode == "slow_body":  # the status line at once, the body later
+            return httpx.Response(200, content=_late(completion(host), self.body_delay_s),
+                                  headers={"content-type": "application/json"})
+        if mode.isdigit() and host == "g":  # Google's shape: the hint in the body, no Retry-After
+            return httpx.Response(int(mode), json={"error": {
+                "code": int(mode), "message": f"{host} says {mode}", "status": "RESOURCE_EXHAUSTED", "details": [
+                    {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": "q"}]},
+                    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": self.retry_delay}]}})
         if mode.isdigit():
             headers = {"retry-after": "30"} if mode == "429" else {}
             return httpx.Response(int(mode), headers=headers, json={
@@ -111,13 +150,20 @@ async def _body(data: bytes):
     yield data
 
 
+async def _late(data: bytes, delay_s: float):
+    await trio.sleep(delay_s)
+    yield data
+
+
 @pytest.fixture
 async def world(tmp_path, store):
     """On each store (SQLite file, PostgreSQL database: tests/conftest.py)."""
 
-    async def make(max_attempts: int = 3, deadline_s: float = 30):
+    async def make(max_attempts: int = 3, deadline_s: float | None = 30):
+        """``deadline_s=None``: the default deadline."""
         path = tmp_path / f"g{max_attempts}.toml"
-        path.write_text(CONFIG.format(max_attempts=max_attempts, deadline_s=deadline_s))
+        deadline = f"deadline_s = {deadline_s}\n" if deadline_s is not None else ""
+        path.write_text(CONFIG.format(max_attempts=max_attempts, deadline=deadline))
         config = load_config(path, environ={})
         directory = Directory(config, store)
         account = await directory.create_account(f"f{max_attempts}@example.com")
@@ -137,9 +183,9 @@ class World:
         self.relay, self.store, self.account, self.secret, self.providers = relay, store, account, secret, fake
         self.n = 0
 
-    async def chat(self, stream: bool = False, **extra):
+    async def chat(self, stream: bool = False, model: str = "m", **extra):
         self.n += 1
-        body = {"model": "m", "messages": [{"role": "user", "content": f"hi {self.n}"}], "stream": stream, **extra}
+        body = {"model": model, "messages": [{"role": "user", "content": f"hi {self.n}"}], "stream": stream, **extra}
         ctx = Ctx(request_id=f"req_{self.n}", client_ip="127.0.0.1",
                   headers=Headers({"authorization": f"Bearer {self.secret}"}), endpoint="chat")
         status, headers, out = await endpoints.chat_completions(self.relay, ctx, orjson.dumps(body))
@@ -303,3 +349,87 @@ async def test_a_client_that_leaves_during_failover_pays_only_the_input_once(wor
     w.money_is_consistent()
     report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
     assert report["b"]["state"] == "healthy" and report["b"]["failures"] == 0  # leaving says nothing of b
+
+
+async def test_gemini_retry_info_cools_its_route_for_the_delay_it_asks(world):
+    """Google puts the retry hint in the error body (google.rpc.RetryInfo), not in Retry-After:
+    one 429 takes the route out for that long (failures_to_cool = 2 would not cool it yet)."""
+    w = await world()
+    w.providers.mode["g"] = "429"
+    status, _, out = await w.chat(model="gm")
+    assert status == 200 and b"from h" in out
+    assert w.providers.hosts() == ["g", "h"]
+    report = {r["route"]: r for r in w.relay.router.report(w.relay.config.models)}
+    assert report["g/gemini-x"]["state"] == "cooling" and 36 <= report["g/gemini-x"]["cooling_for_s"] <= 37
+    w.providers.mode["g"] = "ok"
+    w.providers.seen.clear()
+    await w.chat(model="gm")
+    assert w.providers.hosts() == ["h"]
+
+
+async def test_a_gemini_client_with_one_route_gets_retry_after_from_retry_info(world):
+    w = await world()
+    w.providers.mode["g"] = "429"
+    w.providers.retry_delay = "1.5s"
+    status, headers, out = await w.chat(model="g1")
+    assert status == 429 and headers["retry-after"] == "2"  # whole seconds, rounded up
+    assert orjson.loads(out)["error"] == {"message": "g says 429", "type": "rate_limit_error", "param": None,
+                                          "code": "resource_exhausted"}
+    row = (await w.rows())[0]
+    assert (row["status"], row["http_status"], row["cost_nano"]) == ("upstream_error", 429, 0)
+
+
+# -- non-streaming requests: the time to the provider's status line ---------------------------
+#
+# Providers send a non-streaming answer's status line only once the whole answer is generated,
+# so the default waits a minute before giving up on a route; a trio MockClock that jumps ahead
+# whenever every task waits (for longer than 50 ms of real time, so store threads finish first)
+# lets the tests run the defaults without waiting for them.
+
+
+@pytest.fixture
+def jumping_clock():
+    return trio.testing.MockClock(autojump_threshold=0.05)
+
+
+async def test_by_default_a_hung_provider_of_a_non_streaming_request_gives_way_after_60_s(world, jumping_clock):
+    w = await world(deadline_s=None)  # every routing default but the stream's first-byte limit
+    assert w.relay.config.routing.non_stream_first_byte_timeout_s == 60
+    w.providers.mode["a"] = "hang"
+    started = trio.current_time()
+    status, _, out = await w.chat()
+    assert status == 200 and b"from b" in out
+    assert 60 <= trio.current_time() - started < 61
+    assert w.providers.hosts() == ["a", "b"]
+    assert [(r["provider"], r["attempts"], r["status"]) for r in await w.rows()] == [("b", 2, "ok")]
+    report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
+    assert report["a"]["last_error"] == "no status line within 60 s"
+
+
+async def test_the_last_route_of_a_non_streaming_request_is_never_cut(world, jumping_clock):
+    """The spec: no cutoff of a non-streaming request by the service. Alone, a slow provider is waited for."""
+    w = await world(max_attempts=1, deadline_s=None)
+    w.providers.mode["a"] = "slow"
+    started = trio.current_time()
+    status, _, out = await w.chat()
+    assert status == 200 and b"from a" in out and trio.current_time() - started >= 120
+
+
+async def test_the_first_byte_limit_does_not_cut_a_body_that_has_started(world, jumping_clock):
+    """The limit is on the status line; once it came, the answer is the provider's, however long."""
+    w = await world(deadline_s=None)
+    w.providers.mode["a"] = "slow_body"
+    status, _, out = await w.chat()
+    assert status == 200 and b"from a" in out and w.providers.hosts() == ["a"]
+
+
+async def test_route_latency_is_the_time_to_the_status_line_for_a_non_streaming_answer(world):
+    """``gatewayctl routes`` shows each route's time to first byte: for a non-streaming answer,
+    to the provider's status line, not to the end of its body (real time: the router's clock)."""
+    w = await world()
+    w.providers.mode["a"] = "slow_body"
+    w.providers.body_delay_s = 0.5
+    status, _, _ = await w.chat()
+    assert status == 200
+    report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
+    assert report["a"]["latency_ms"] < 250

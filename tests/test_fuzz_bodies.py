@@ -184,3 +184,102 @@ def test_any_json_in_every_content_position(gateway, fuzz_account, http, case):
     path, body = case
     # stdlib json: orjson itself refuses to encode more than 254 levels, which is part of the test
     _post_and_check(gateway, fuzz_account, http, path, json.dumps(body).encode())
+
+
+# -- names that are not strings: enum-like fields with arbitrary JSON, on every family ------------
+#
+# Each body is one every model accepts, with one of the fields that a translation (or the
+# provider) reads as a name replaced by arbitrary JSON: a list where an effort, a role, a part
+# type or an audio format is expected once reached a dict lookup as is (a TypeError, a 500).
+# Tool schemas refer to their $defs, whose entries and $refs are drawn too.
+
+ENUM_MODELS = ["gpt-4.1-mini", "claude-haiku-4-5", "gemini-2.5-flash", "deepseek-chat"]
+names = st.sampled_from(["high", "low", "none", "auto", "required", "user", "assistant", "text", "function", "wav",
+                         "json_schema", "image", "base64", "enabled", "#/$defs/a", ""])
+odd = st.one_of(names, st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-2, 2), names),
+                                    lambda inner: st.one_of(st.lists(inner, max_size=2),
+                                                            st.dictionaries(names, inner, max_size=2)),
+                                    max_leaves=4))
+
+
+def _schema() -> dict:
+    return {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}, "b": {"type": "string"}},
+            "$defs": {"a": {"type": "string", "enum": ["x", "y"]}}}
+
+
+def _chat_base(model: str) -> dict:
+    audio = model.startswith("gemini")  # only Gemini takes audio input; the others refuse it
+    parts = [{"type": "text", "text": "hi"},
+             {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}]
+    if audio:
+        parts.append({"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}})
+    return {"model": model, "max_tokens": 2048, "reasoning_effort": "low", "tool_choice": "auto",
+            "messages": [{"role": "user", "content": parts}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": _schema()}}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": _schema()}}}
+
+
+def _responses_base(model: str) -> dict:
+    return {"model": model, "max_output_tokens": 2048, "reasoning": {"effort": "low"}, "tool_choice": "auto",
+            "input": [{"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "hi"},
+                {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"}]}],
+            "tools": [{"type": "function", "name": "f", "parameters": _schema()}],
+            "text": {"format": {"type": "json_schema", "name": "r", "schema": _schema()}}}
+
+
+def _messages_base(model: str) -> dict:
+    return {"model": model, "max_tokens": 2048, "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "tool_choice": {"type": "auto"}, "tools": [{"name": "f", "input_schema": _schema()}],
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "hi"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]}
+
+
+SCHEMA_SPOTS = [("$defs", "a"), ("$defs", "a", "type"), ("$defs", "a", "enum"), ("properties", "a", "$ref"),
+                ("properties", "b", "type"), ("$defs",)]
+ENUM_SPOTS = {
+    "/v1/chat/completions": (_chat_base, [
+        ("reasoning_effort",), ("tool_choice",), ("messages", 0, "role"), ("messages", 0, "content", 0, "type"),
+        ("messages", 0, "content", 1, "type"), ("messages", 0, "content", 1, "image_url", "detail"),
+        ("messages", 0, "content", -1, "input_audio", "format"), ("response_format", "type"),
+        ("tools", 0, "type"),
+        *(("tools", 0, "function", "parameters", *spot) for spot in SCHEMA_SPOTS),
+        *(("response_format", "json_schema", "schema", *spot) for spot in SCHEMA_SPOTS)]),
+    "/v1/responses": (_responses_base, [
+        ("reasoning", "effort"), ("tool_choice",), ("input", 0, "role"), ("input", 0, "type"),
+        ("input", 0, "content", 0, "type"), ("input", 0, "content", 1, "type"), ("input", 0, "content", 1, "detail"),
+        ("text", "format", "type"), ("tools", 0, "type"),
+        *(("tools", 0, "parameters", *spot) for spot in SCHEMA_SPOTS),
+        *(("text", "format", "schema", *spot) for spot in SCHEMA_SPOTS)]),
+    "/v1/messages": (_messages_base, [
+        ("thinking", "type"), ("tool_choice", "type"), ("messages", 0, "role"), ("messages", 0, "content", 0, "type"),
+        ("messages", 0, "content", 1, "type"), ("messages", 0, "content", 1, "source", "type"),
+        ("messages", 0, "content", 1, "source", "media_type"),
+        *(("tools", 0, "input_schema", *spot) for spot in SCHEMA_SPOTS)]),
+}
+
+
+def _broken(path: str, model: str, spot: tuple, value) -> tuple[str, dict]:
+    base, _ = ENUM_SPOTS[path]
+    if "input_audio" in spot:
+        model = "gemini-2.5-flash"  # the one family whose bodies carry audio
+    body = base(model)
+    node = body
+    for step in spot[:-1]:
+        node = node[step]
+    node[spot[-1]] = value
+    return path, body
+
+
+enum_cases = st.sampled_from(sorted(ENUM_SPOTS)).flatmap(lambda path: st.builds(
+    _broken, st.just(path), st.sampled_from(ENUM_MODELS), st.sampled_from(ENUM_SPOTS[path][1]), odd))
+
+
+@pytest.mark.slow
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(case=enum_cases)
+def test_any_json_where_a_name_is_expected_on_every_family(gateway, fuzz_account, http, case):
+    path, body = case
+    _post_and_check(gateway, fuzz_account, http, path, orjson.dumps(body))

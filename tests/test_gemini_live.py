@@ -317,7 +317,7 @@ def test_provider_errors_keep_status_and_message_and_are_not_charged(gateway, fu
             model=FLASH, messages=[{"role": "user", "content": f"[[sim:fault=status:{status}]]"}])
     error = info.value
     assert error.status_code == status and error.body["message"] == f"simulated error {status}"
-    if status == 429:
+    if status == 429:  # the simulator says 7 s as Google does, in RetryInfo: the gateway tells it as Retry-After
         assert error.response.headers["retry-after"] == "7" and error.code == "resource_exhausted"
     [row] = gateway.admin.usage(account["id"])
     assert (row["status"], row["cost_nano"]) == ("upstream_error", 0)

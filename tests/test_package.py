@@ -186,3 +186,17 @@ def test_gatewayd_help_cites_only_what_a_user_has(command):
     assert not re.search(r"design\.md|section \d|issue \d", text, re.IGNORECASE), text
     for cited in re.findall(r"docs/[\w./-]+\.md", text):
         assert (ROOT / cited).is_file(), cited
+
+
+def test_gatewayd_simulate_help_names_every_protocol_it_speaks():
+    """The simulator serves every protocol of the adapter table (the --demo upstream)."""
+    from typer.testing import CliRunner
+
+    from gatewayd.cli import app
+    from gatewayd.providers import ADAPTERS
+
+    result = CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())
+    names = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini", "azure-openai": "Azure OpenAI"}
+    assert set(names) == set(ADAPTERS)
+    assert all(name in text for name in names.values()), text

@@ -75,7 +75,7 @@ upstream_id = "{name}-deployment"
     return text
 
 
-ROUTING = "[routing]\nfirst_byte_timeout_s = 1\nnon_stream_timeout_s = 1\n"
+ROUTING = "[routing]\nfirst_byte_timeout_s = 1\nnon_stream_first_byte_timeout_s = 1\n"
 MODELS = ["routed-503", "routed-429", "routed-hang", "routed-ok", "routed-none"]
 
 

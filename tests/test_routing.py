@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import random
+import types
 
 import pytest
 
@@ -228,7 +229,7 @@ upstream_id = "my-gpt4o-deployment"
     g = config.models["gpt-4o"]
     assert [(r.name, r.priority, r.weight) for r in g.routes] == [("azure/my-gpt4o-deployment", 0, 1)]
     assert g.client_formats == {"chat", "responses", "embeddings"}
-    assert config.providers["azure"].api_version == "2024-10-21"
+    assert config.providers["azure"].settings == {"api_version": "2024-10-21"}
     assert config.routing == RoutingSettings()
 
 
@@ -253,10 +254,48 @@ def test_route_config_errors_are_one_line(tmp_path, model_toml, message):
     assert str(e.value) == message
 
 
-def test_azure_needs_its_api_version(tmp_path):
-    with pytest.raises(ConfigError, match=r"providers\[0\].api_version: required for protocol azure-openai"):
+@pytest.mark.parametrize("extra,message", [
+    ("", 'providers[0].api_version: required for protocol azure-openai (e.g. "2024-10-21")'),
+    ("api_version = 20241021\n", 'providers[0].api_version: must be a non-empty string (e.g. "2024-10-21")'),
+    ('api_version = " "\n', 'providers[0].api_version: must be a non-empty string (e.g. "2024-10-21")'),
+    ('api_version = "2024-10-21"\nregion = "eu"\n', "providers[0].region: unknown key"),
+])
+def test_azure_needs_its_api_version(tmp_path, extra, message):
+    """Declared and checked by the Azure adapter (providers/azure_openai.py), not by the loader."""
+    with pytest.raises(ConfigError) as e:
         load(tmp_path, '[[providers]]\nname = "az"\nprotocol = "azure-openai"\nbase_url = "https://x/openai"\n'
-                       '[[models]]\nid = "m"\nprovider = "az"\n')
+                       + extra + '[[models]]\nid = "m"\nprovider = "az"\n')
+    assert str(e.value) == message
+
+
+def test_a_setting_of_another_protocol_is_refused_naming_it(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, '[[providers]]\nname = "o"\nprotocol = "openai"\nbase_url = "https://x/v1"\n'
+                       'api_version = "2024-10-21"\n[[models]]\nid = "m"\nprovider = "o"\n')
+    assert str(e.value) == "providers[0].api_version: not a setting of protocol openai (only of azure-openai)"
+
+
+def test_a_new_protocol_brings_its_own_provider_settings(tmp_path, monkeypatch):
+    """The loader names no protocol: an adapter declares its extra keys (PROVIDER_KEYS) and reads
+    them (provider_settings), so a new protocol needs no change in gatewayd/config.py."""
+    from gatewayd import providers
+
+    def settings(table):
+        if table.get("region") not in ("eu", "us"):
+            raise providers.SettingError("region", "must be eu or us")
+        return {"region": table["region"]}
+
+    fake = types.SimpleNamespace(ROUTES=providers.openai.ROUTES, SIM_BASE_PATH="/v1",
+                                 PROVIDER_KEYS=frozenset({"region"}), provider_settings=settings)
+    monkeypatch.setitem(providers.ADAPTERS, "fake", fake)
+    text = '[[providers]]\nname = "f"\nprotocol = "fake"\nbase_url = "https://f/v1"\n{}[[models]]\nid = "m"\nprovider = "f"\n'
+    assert load(tmp_path, text.format('region = "us"\n')).providers["f"].settings == {"region": "us"}
+    with pytest.raises(ConfigError, match=r"^providers\[0\].region: must be eu or us$"):
+        load(tmp_path, text.format('region = "mars"\n'))
+    with pytest.raises(ConfigError, match=r"^providers\[0\].api_version: not a setting of protocol fake"):
+        load(tmp_path, text.format('region = "eu"\napi_version = "x"\n'))
+    assert providers.provider_keys("azure-openai") == {"api_version"}
+    assert all(not providers.provider_keys(p) for p in ("openai", "anthropic", "gemini"))
 
 
 def test_routing_settings(tmp_path):

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from gatewayd.config import Model
+from gatewayd.catalogue import Model
 from gatewayd.errors import BodyError
 from gatewayd.formats.usage import Usage
 from gatewayd.money import apply_ratio

@@ -20,6 +20,7 @@ from gatewayd.formats.chat_fields import parse_data_url as _parse_data_url
 from gatewayd.formats.chat_fields import stop_sequences as _stop_sequences
 from gatewayd.formats.chat_fields import text_part as _text_part
 from gatewayd.formats.errors import TranslationError
+from gatewayd.formats.gemini_schema import gemini_schema
 
 #: Between a tool call id the gateway made and the Gemini thought signature it carries.
 SIGNATURE_SEPARATOR = "__thought__"
@@ -50,7 +51,7 @@ EFFORT_THINKING_BUDGET: dict[str, int] = {
 _IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
 #: Audio formats of the chat format's ``input_audio`` part, as MIME types Gemini reads.
 _AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mp3"}
-#: By file extension, for ``fileData`` URLs (Gemini fetches those itself; the type is a hint).
+#: By file extension, for ``fileData`` URLs (Gemini fetches those itself, but needs their type).
 _URL_MEDIA_TYPES = {
     ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp",
     ".heic": "image/heic", ".heif": "image/heif", ".pdf": "application/pdf",
@@ -59,11 +60,12 @@ _URL_MEDIA_TYPES = {
 _TOOL_CHOICE_MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 
 
-def chat_request_to_gemini(body: dict) -> dict:
+def chat_request_to_gemini(body: dict, *, upstream_model: str | None = None) -> dict:
     """Translate a chat-format request body into a Gemini ``generateContent`` body.
 
     The model is not part of a Gemini body (it is in the URL), and neither is ``stream``
     (the URL's method says it: ``generateContent`` or ``streamGenerateContent``).
+    ``upstream_model`` (the provider's id) only tells which thinking budgets it accepts.
     """
     if not isinstance(body, dict):
         raise TranslationError("the request body must be a JSON object")
@@ -81,7 +83,7 @@ def chat_request_to_gemini(body: dict) -> dict:
             out["toolConfig"] = tool_config
     else:
         _tool_config(body.get("tool_choice"))  # still validated; without tools there is nothing to choose
-    generation = _generation_config(body)
+    generation = _generation_config(body, upstream_model)
     if generation:
         out["generationConfig"] = generation
     return out
@@ -216,14 +218,22 @@ def _image_part(image_url, where: str) -> dict:
             )
         return {"inlineData": {"mimeType": media_type, "data": data}}
     if url.startswith(("https://", "http://")):
-        return {"fileData": _file_data(url)}
+        return {"fileData": _file_data(url, f"{where}.url")}
     raise TranslationError("image URLs must be http(s) URLs or base64 data URLs", f"{where}.url")
 
 
-def _file_data(url: str) -> dict:
-    path = url.split("?", 1)[0].split("#", 1)[0].lower()
+def _file_data(url: str, where: str) -> dict:
+    """Gemini needs a ``fileData`` part's ``mimeType`` (it is optional in the schema, but
+    Google asks for it with every file). It is told by the URL's extension; the gateway
+    does not fetch the URL to find out (that would be I/O here, and a way into the
+    gateway's network), so a URL that does not tell is refused with what would work."""
+    path = url.split("#", 1)[0].split("?", 1)[0].lower()
     media_type = next((t for ext, t in _URL_MEDIA_TYPES.items() if path.endswith(ext)), None)
-    return {"mimeType": media_type, "fileUri": url} if media_type else {"fileUri": url}
+    if media_type is None:
+        raise TranslationError(
+            "this model needs the type of an image URL, and this URL's path does not end in "
+            f"{', '.join(_URL_MEDIA_TYPES)}: send the image inline as a base64 data URL instead", where)
+    return {"mimeType": media_type, "fileUri": url}
 
 
 def _file_part(file, where: str) -> dict:
@@ -249,7 +259,8 @@ def _file_part(file, where: str) -> dict:
 def _audio_part(audio, where: str) -> dict:
     if not isinstance(audio, dict) or not isinstance(audio.get("data"), str) or not audio["data"]:
         raise TranslationError(f"{where}.data must be base64 audio", f"{where}.data")
-    media_type = _AUDIO_FORMATS.get(audio.get("format"))
+    fmt = audio.get("format")
+    media_type = _AUDIO_FORMATS.get(fmt) if isinstance(fmt, str) else None  # a list is no key: check first
     if media_type is None:
         raise TranslationError(f"{where}.format must be one of {', '.join(_AUDIO_FORMATS)}", f"{where}.format")
     return {"inlineData": {"mimeType": media_type, "data": audio["data"]}}
@@ -381,105 +392,10 @@ def _declaration(tool, where: str) -> dict:
     if parameters is not None:
         if not isinstance(parameters, dict):
             raise TranslationError(f"{where}.function.parameters must be a JSON schema object", f"{where}.function.parameters")
-        schema = gemini_schema(parameters, f"{where}.function.parameters")
+        schema = gemini_schema(parameters, f"{where}.function.parameters", f"the parameters of tool {out['name']!r}")
         # Gemini refuses an OBJECT schema without properties: a tool that takes nothing has no parameters.
         if schema.get("properties"):
             out["parameters"] = schema
-    return out
-
-
-# Keys of Gemini's Schema object (an OpenAPI 3.0 subset) that a JSON schema can map to as is.
-_SCHEMA_KEYS = frozenset({
-    "description", "title", "nullable", "minItems", "maxItems", "minProperties", "maxProperties",
-    "minLength", "maxLength", "pattern", "minimum", "maximum", "example", "default", "propertyOrdering",
-})
-_FORMATS = {"STRING": {"enum", "date-time"}, "NUMBER": {"float", "double"}, "INTEGER": {"int32", "int64"}}
-_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "boolean": "BOOLEAN",
-          "array": "ARRAY", "object": "OBJECT", "null": "NULL"}
-
-
-def gemini_schema(schema: dict, where: str = "schema") -> dict:
-    """A JSON schema reduced to what Gemini's ``Schema`` accepts.
-
-    Types become Gemini's upper-case names; ``["string", "null"]`` becomes ``STRING``
-    with ``nullable``; ``oneOf`` becomes ``anyOf``; ``const`` a one-value ``enum``;
-    local ``$ref``s into ``$defs``/``definitions`` are inlined (a recursive one is
-    refused: Gemini's schema cannot say it); ``required`` keeps only properties that
-    exist; keys Gemini does not know (``additionalProperties``, ``$schema``, ``strict``,
-    unsupported ``format`` values, non-string ``enum``s ...) are dropped, since they only
-    constrain, never change, what a valid call looks like.
-    """
-    defs: dict = {}
-    for key in ("definitions", "$defs"):
-        if isinstance(schema.get(key), dict):
-            defs.update(schema[key])
-    return _clean(schema, defs, where, ())
-
-
-#: Deeper tool schemas are refused (a clear 400) rather than walked into Python's recursion limit.
-MAX_SCHEMA_DEPTH = 64
-
-
-def _clean(schema, defs: dict, where: str, refs: tuple[str, ...], depth: int = 0) -> dict:
-    if not isinstance(schema, dict):
-        raise TranslationError(f"{where} must be a JSON schema object", where)
-    if depth > MAX_SCHEMA_DEPTH:
-        raise TranslationError(f"{where} nests more than {MAX_SCHEMA_DEPTH} levels deep", where)
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        name = ref.rsplit("/", 1)[-1]
-        if not ref.startswith(("#/$defs/", "#/definitions/")) or name not in defs:
-            raise TranslationError(f"{where}.$ref {ref!r} does not point into this schema's $defs", f"{where}.$ref")
-        if name in refs:
-            raise TranslationError(f"{where}.$ref {ref!r} is recursive, which this model's tool schemas cannot express",
-                                   f"{where}.$ref")
-        merged = {**defs[name], **{k: v for k, v in schema.items() if k != "$ref"}}
-        return _clean(merged, defs, where, (*refs, name), depth + 1)
-
-    out: dict = {k: schema[k] for k in _SCHEMA_KEYS if k in schema}
-    kind = schema.get("type")
-    variants = schema.get("anyOf") if schema.get("anyOf") is not None else schema.get("oneOf")
-    if isinstance(kind, list):
-        names = [k for k in kind if k != "null"]
-        if len(names) < len(kind):
-            out["nullable"] = True
-        if len(names) == 1:
-            kind = names[0]
-        elif names:
-            variants = [{**{k: v for k, v in schema.items() if k not in ("type", "anyOf", "oneOf")}, "type": n} for n in names]
-            kind = None
-        else:
-            kind = "null"
-    if isinstance(kind, str):
-        if kind.lower() not in _TYPES:
-            raise TranslationError(f"{where}.type {kind!r} is not a JSON schema type", f"{where}.type")
-        out["type"] = _TYPES[kind.lower()]
-    if isinstance(variants, list) and variants:
-        out["anyOf"] = [_clean(v, defs, f"{where}.anyOf[{i}]", refs, depth + 1) for i, v in enumerate(variants)]
-    if "const" in schema and isinstance(schema["const"], str):
-        out["enum"] = [schema["const"]]
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
-        out["enum"] = enum
-    fmt = schema.get("format")
-    if isinstance(fmt, str) and fmt in _FORMATS.get(out.get("type", ""), ()):
-        out["format"] = fmt
-    properties = schema.get("properties")
-    if isinstance(properties, dict):
-        out.setdefault("type", "OBJECT")
-        out["properties"] = {
-            name: _clean(sub, defs, f"{where}.properties.{name}", refs, depth + 1) for name, sub in properties.items()
-        }
-        required = schema.get("required")
-        if isinstance(required, list):
-            kept = [r for r in required if isinstance(r, str) and r in properties]
-            if kept:
-                out["required"] = kept
-    items = schema.get("items")
-    if isinstance(items, dict):
-        out["items"] = _clean(items, defs, f"{where}.items", refs, depth + 1)
-    if "type" not in out and "anyOf" not in out:
-        out["type"] = "OBJECT" if "properties" in out else "STRING"
     return out
 
 
@@ -504,7 +420,7 @@ def _tool_config(choice) -> dict | None:
 # --- generationConfig -------------------------------------------------------------------------
 
 
-def _generation_config(body: dict) -> dict:
+def _generation_config(body: dict, upstream_model: str | None) -> dict:
     config: dict = {}
     max_tokens = _max_tokens(body)
     if max_tokens is not None:
@@ -528,6 +444,9 @@ def _generation_config(body: dict) -> dict:
     if budget is not None:
         if max_tokens is not None and budget > max_tokens:
             budget = max_tokens  # the cap includes the thinking (as the chat format's max_completion_tokens does)
+        floor, may_stop = _thinking_floor(upstream_model)
+        if 0 < budget < floor:
+            budget = 0 if may_stop else floor
         thinking: dict = {"thinkingBudget": budget}
         if budget:
             thinking["includeThoughts"] = True  # thought summaries become reasoning_content
@@ -567,9 +486,30 @@ def _response_format(value) -> dict:
     raise TranslationError('response_format.type must be "text", "json_object" or "json_schema"', "response_format.type")
 
 
+#: The least non-zero ``thinkingBudget`` each Gemini 2.5 model accepts, and whether 0 (no
+#: thinking) is allowed: Google's thinking guide (Pro 128-32768 and always thinks; Flash
+#: 0-24576; Flash-Lite 0 or 512-24576). By the start of the provider's model id, longest first.
+THINKING_FLOORS: tuple[tuple[str, int, bool], ...] = (
+    ("gemini-2.5-flash-lite", 512, True),
+    ("gemini-2.5-flash", 1, True),
+    ("gemini-2.5-pro", 128, False),
+)
+#: Another (or an unknown) model: the strictest of the above, which every one of them accepts.
+DEFAULT_THINKING_FLOOR = (512, False)
+
+
+def _thinking_floor(upstream_model: str | None) -> tuple[int, bool]:
+    """(least budget, may be 0) for the model. A cap below the least budget turns thinking
+    off where the model allows it (there is no room to think within the cap), and is
+    otherwise raised to the least budget, which Gemini would refuse to go below."""
+    model = (upstream_model or "").removeprefix("models/")
+    return next(((floor, may_stop) for prefix, floor, may_stop in THINKING_FLOORS if model.startswith(prefix)),
+                DEFAULT_THINKING_FLOOR)
+
+
 def _thinking_budget(effort) -> int | None:
     if effort is None:
         return None
-    if effort not in EFFORT_THINKING_BUDGET:
+    if not isinstance(effort, str) or effort not in EFFORT_THINKING_BUDGET:
         raise TranslationError(f"reasoning_effort must be one of {', '.join(EFFORT_THINKING_BUDGET)}", "reasoning_effort")
     return EFFORT_THINKING_BUDGET[effort]

@@ -499,7 +499,7 @@ def _user_id(body: dict) -> str | None:
 def _thinking_budget(effort) -> int | None:
     if effort is None or effort == "none":
         return None
-    if effort not in EFFORT_BUDGET_TOKENS:
+    if not isinstance(effort, str) or effort not in EFFORT_BUDGET_TOKENS:  # a list is no key: check first
         allowed = ", ".join(["none", *EFFORT_BUDGET_TOKENS])
         raise TranslationError(f"reasoning_effort must be one of {allowed}", "reasoning_effort")
     return EFFORT_BUDGET_TOKENS[effort]

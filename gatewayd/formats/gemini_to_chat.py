@@ -20,6 +20,8 @@ the route can answer it as the error it is rather than as an empty success.
 
 from __future__ import annotations
 
+import re
+
 import orjson
 
 from gatewayd.formats.chat_to_gemini import SIGNATURE_SEPARATOR
@@ -330,3 +332,35 @@ def gemini_error_to_chat(status: int, body: bytes) -> dict:
                           "code": grpc.lower() if isinstance(grpc, str) else None}}
     text = body.decode("utf-8", "replace").strip()[:500] if isinstance(body, bytes) else ""
     return {"error": {"message": text or f"upstream answered {status}", "type": kind, "param": None, "code": None}}
+
+
+RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
+# A google.protobuf.Duration in its JSON form: seconds with up to nine decimals, then "s".
+_DURATION = re.compile(r"(\d{1,12})(\.\d{1,9})?s")
+
+
+def retry_delay_s(body: bytes) -> float | None:
+    """How long a Gemini error asks the caller to wait, in seconds, or None.
+
+    Google does not send ``Retry-After``: a 429 (or 503) carries the hint in the body, as a
+    ``google.rpc.RetryInfo`` entry of ``error.details``: ``{"@type":
+    "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}``. Anything else
+    (no such entry, a delay that is not a Duration string) is no hint.
+    """
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(doc, list) and doc:
+        doc = doc[0]  # the array form a non-SSE stream answers errors in
+    error = doc.get("error") if isinstance(doc, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    if not isinstance(details, list):
+        return None
+    for detail in details:
+        if isinstance(detail, dict) and detail.get("@type") == RETRY_INFO_TYPE:
+            delay = detail.get("retryDelay")
+            match = _DURATION.fullmatch(delay) if isinstance(delay, str) else None
+            if match:
+                return float(match[0][:-1])
+    return None

@@ -90,8 +90,12 @@ def responses_request_to_chat(body: dict) -> dict:
     if reasoning is not None:
         if not isinstance(reasoning, dict):
             raise TranslationError("reasoning must be an object", "reasoning")
-        if reasoning.get("effort") is not None:
-            chat["reasoning_effort"] = reasoning["effort"]
+        effort = reasoning.get("effort")
+        if effort is not None:
+            if not isinstance(effort, str):
+                raise TranslationError("reasoning.effort must be a string such as \"low\", \"medium\" or \"high\"",
+                                       "reasoning.effort")
+            chat["reasoning_effort"] = effort
 
     text = body.get("text")
     if text is not None:
@@ -136,7 +140,8 @@ def _input_to_messages(value) -> list[dict]:
 
 
 def _append_message(messages: list[dict], item: dict, where: str) -> None:
-    role = _MESSAGE_ROLES.get(item.get("role"))
+    role = item.get("role")
+    role = _MESSAGE_ROLES.get(role) if isinstance(role, str) else None  # a list is no key: check first
     if role is None:
         raise TranslationError(
             "role must be one of user, assistant, system, developer", f"{where}.role"
@@ -173,7 +178,7 @@ def _content_part(part, where: str) -> dict:
     if not isinstance(part, dict):
         raise TranslationError("content part must be an object", where)
     kind = part.get("type")
-    if kind in _TEXT_PARTS:
+    if isinstance(kind, str) and kind in _TEXT_PARTS:
         text = part.get("text")
         if not isinstance(text, str):
             raise TranslationError("text must be a string", f"{where}.text")

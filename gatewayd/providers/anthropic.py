@@ -14,7 +14,7 @@ import httpx
 import orjson
 
 from gatewayd import tokens
-from gatewayd.config import Model, ModelRoute
+from gatewayd.catalogue import Model, ModelRoute
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
 from gatewayd.formats import partial, pipes, usage as usage_mod
 from gatewayd.formats.chat_to_messages import chat_request_to_messages

@@ -5,7 +5,8 @@ An endpoint validates what the gateway itself needs and describes the request as
 model's routes (a provider and its id for the model) and asks the adapter table
 (:mod:`gatewayd.providers`) for the builder of (client format, upstream protocol); the
 builder returns a ``Route``: the upstream request, the stream pipe, the non-stream
-reader and the error mapping. The relay knows nothing of protocols.
+reader, the error mapping and where the provider's retry hint is. The relay knows
+nothing of protocols.
 """
 
 from __future__ import annotations
@@ -16,13 +17,23 @@ import attrs
 import httpx
 import orjson
 
-from gatewayd.config import Model, ModelRoute
-from gatewayd.errors import BodyError, UpstreamError
+from gatewayd.catalogue import Model, ModelRoute
+from gatewayd.errors import BodyError, UpstreamError, retry_after_seconds
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.raw_json import replace_top_level_string
 from gatewayd.formats.responses_tools import DROPPED_REASON, plan_tools
 from gatewayd.formats.usage import Usage
+
+
+class SettingError(Exception):
+    """A protocol's own ``[[providers]]`` key is missing or wrong (raised by an adapter's
+    ``provider_settings``; the config loader makes it one line naming the table and key)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
 
 
 @attrs.frozen
@@ -35,6 +46,11 @@ class Call:
     raw: bytes  # the client's bytes: pass-through routes forward them unchanged when they can
     stream: bool
     headers: Any = None  # the client's headers (anthropic-version / anthropic-beta are forwarded)
+
+
+def header_retry_after(error: UpstreamError) -> float | None:
+    """The provider's ``Retry-After`` header: where OpenAI, Anthropic and Azure put their hint."""
+    return retry_after_seconds(error.headers.get("retry-after"))
 
 
 @attrs.define
@@ -50,6 +66,8 @@ class Route:
     finish: Callable[[bytes], tuple[bytes, Usage | None]]
     upstream_error: Callable[[UpstreamError], tuple[int, bytes, dict[str, str]]]
     headers: dict[str, str] = attrs.Factory(dict)  # sent to the client with the answer (e.g. dropped tools)
+    # a 429/5xx -> how long the provider asks us to wait (seconds) or None: cools the route
+    retry_after: Callable[[UpstreamError], float | None] = header_retry_after
 
 
 Builder = Callable[[Call, ModelRoute, Any], Route]  # (call, route, upstream transport) -> Route

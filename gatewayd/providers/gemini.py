@@ -18,6 +18,7 @@ the 400 it is, charging nothing.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from urllib.parse import quote
@@ -27,7 +28,7 @@ import orjson
 
 from gatewayd import tokens
 from gatewayd.billing.estimate import estimate_input_tokens
-from gatewayd.config import ModelRoute
+from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import UpstreamError
 from gatewayd.formats.chat_to_gemini import chat_request_to_gemini
 from gatewayd.formats.errors import answer_object
@@ -37,13 +38,14 @@ from gatewayd.formats.gemini_to_chat import (
     blocked_prompt_error,
     gemini_error_to_chat,
     gemini_response_to_chat,
+    retry_delay_s,
 )
 from gatewayd.formats.pipes import ChatClientPipe, Pipe
 from gatewayd.formats.responses import ChatToResponsesStream, chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.sse import SSEEvent, encode
 from gatewayd.formats.usage import Usage, from_gemini
 from gatewayd.formats.responses_output import envelope
-from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, translate
+from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, header_retry_after, translate
 
 __all__ = [
     "ROUTES",
@@ -70,10 +72,21 @@ def request(upstream, target: ModelRoute, body: bytes, *, stream: bool) -> httpx
     return upstream.post(url, body, headers, stream=stream)
 
 
+def retry_after(error: UpstreamError) -> float | None:
+    """Google's retry hint is in the error body (``google.rpc.RetryInfo``), not in a header;
+    a ``Retry-After`` (from a proxy in front of it) is read when the body has none."""
+    delay = retry_delay_s(error.body)
+    return delay if delay is not None else header_retry_after(error)
+
+
 def gemini_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
-    """A Gemini error (or a blocked prompt) in the chat envelope; status, message and
-    Retry-After kept."""
+    """A Gemini error (or a blocked prompt) in the chat envelope; status and message kept,
+    and the retry hint told as ``Retry-After`` (whole seconds, rounded up), the header chat
+    clients and their SDKs read."""
     headers = {k: error.headers[k] for k in ("retry-after",) if k in error.headers}
+    delay = retry_delay_s(error.body)
+    if delay is not None:
+        headers["retry-after"] = str(math.ceil(delay))
     return error.status, orjson.dumps(gemini_error_to_chat(error.status, error.body)), headers
 
 
@@ -169,7 +182,7 @@ def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe,
     """The route for a chat body (the client's, or translated from responses):
     ``client_body(chat completion, created) -> bytes`` gives the client's non-stream answer."""
     model = call.model
-    upstream_body = translate(chat_request_to_gemini, chat_body)
+    upstream_body = translate(chat_request_to_gemini, chat_body, upstream_model=target.upstream_id)
     estimate = estimate_input_tokens(chat_body, "chat")  # the chat body: it names its images and files for the allowance
     completion_id, created = _ids()
 
@@ -195,6 +208,7 @@ def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe,
         finish=finish,
         upstream_error=gemini_error,
         headers=headers or {},
+        retry_after=retry_after,
     )
 
 

@@ -19,7 +19,7 @@ import httpx
 import orjson
 
 from gatewayd.billing.estimate import estimate_input_tokens, estimate_text_tokens, requested_output_tokens
-from gatewayd.config import ModelRoute
+from gatewayd.catalogue import ModelRoute
 from gatewayd.formats import pipes, usage as usage_mod
 from gatewayd.formats.errors import InvalidAnswer, answer_object
 from gatewayd.formats.embeddings import convert_embeddings, embedding_inputs

@@ -1,4 +1,4 @@
-"""An upstream simulator speaking the real OpenAI and Anthropic wire protocols.
+"""An upstream simulator speaking the real OpenAI, Azure OpenAI, Anthropic and Gemini wire protocols.
 
 Deterministic replies, tool calls, thinking, usage (cache included), streaming and injected
 faults, driven by ``[[sim:...]]`` markers in the last user message. Used by

@@ -49,7 +49,15 @@ def validate(body: dict) -> tuple[str, str | None] | None:
         return "messages: at least one message is required", "messages"
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         return "messages: each message needs a role", "messages"
+    choice = body.get("tool_choice")
+    if choice is not None and (not isinstance(choice, dict) or choice.get("type") not in _TOOL_CHOICE_TYPES):
+        kind = choice.get("type") if isinstance(choice, dict) else choice
+        return (f"tool_choice: Input tag {kind!r} found using 'type' does not match any of the expected tags: "
+                "'auto', 'any', 'tool', 'none'"), "tool_choice"
     return None
+
+
+_TOOL_CHOICE_TYPES = ("auto", "any", "tool", "none")
 
 
 def _tool_results(content) -> list[dict]:

@@ -124,22 +124,37 @@ _ANTHROPIC_TYPES = {
 }
 
 
-def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> Response:
+# Each vendor's error, with its retry hint (``retry_after_s``) where that vendor puts it:
+# OpenAI and Anthropic in a ``Retry-After`` header, Google in the body (google.rpc.RetryInfo).
+
+
+SIMULATED_RETRY_AFTER_S = 7  # what a simulated 429 asks the caller to wait
+
+
+def _with_retry_after(response: Response, retry_after_s: int | None) -> Response:
+    if retry_after_s is not None:
+        response.headers["retry-after"] = str(retry_after_s)
+    return response
+
+
+def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 retry_after_s: int | None = None) -> Response:
     kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     if status == 429 and code is None:
         code = "rate_limit_exceeded"
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return Response(orjson.dumps(body), status, content_type=_JSON)
+    return _with_retry_after(Response(orjson.dumps(body), status, content_type=_JSON), retry_after_s)
 
 
-def anthropic_error(status: int, message: str, **_: object) -> Response:
+def anthropic_error(status: int, message: str, *, retry_after_s: int | None = None, **_: object) -> Response:
     kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     body = {"type": "error", "error": {"type": kind, "message": message}}
+    return _with_retry_after(Response(orjson.dumps(body), status, content_type=_JSON), retry_after_s)
+
+
+def google_error(status: int, message: str, *, retry_after_s: int | None = None, **_: object) -> Response:
+    body = gemini.error_body(status, message, retry_after_s=retry_after_s)
     return Response(orjson.dumps(body), status, content_type=_JSON)
-
-
-def google_error(status: int, message: str, **_: object) -> Response:
-    return Response(orjson.dumps(gemini.error_body(status, message)), status, content_type=_JSON)
 
 
 def _bearer(headers) -> str:
@@ -269,10 +284,8 @@ async def _before_reply(faults: Faults, entry: Recorded, error: Callable[..., Re
         entry.cancelled = not entry.dropped
         raise
     if faults.status:
-        response = error(faults.status, f"simulated error {faults.status}")
-        if faults.status == 429:
-            response.headers["retry-after"] = "7"
-        return response
+        return error(faults.status, f"simulated error {faults.status}",
+                     retry_after_s=SIMULATED_RETRY_AFTER_S if faults.status == 429 else None)
     return None
 
 

@@ -40,9 +40,20 @@ GRPC_STATUS = {
 }
 
 
-def error_body(status: int, message: str) -> dict:
-    return {"error": {"code": status, "message": message,
-                      "status": GRPC_STATUS.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")}}
+def error_body(status: int, message: str, *, retry_after_s: int | None = None) -> dict:
+    """Google's error shape. A retry hint goes where Google puts it: not in a ``Retry-After``
+    header but in ``details``, as a ``google.rpc.RetryInfo`` (with the ``QuotaFailure`` a
+    real 429 names the exhausted quota in)."""
+    error: dict = {"code": status, "message": message,
+                   "status": GRPC_STATUS.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")}
+    if retry_after_s is not None:
+        error["details"] = [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                {"quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
+                 "quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}]},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after_s}s"},
+        ]
+    return {"error": error}
 
 
 def validate(body: dict) -> tuple[str, str | None] | None:
@@ -115,6 +126,7 @@ def extract(body: dict) -> Prompt:
     )
     calling = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {})
     mode = calling.get("mode", "AUTO")
+    mode = mode if isinstance(mode, str) else "AUTO"
     allowed = calling.get("allowedFunctionNames")
     forced = allowed[0] if mode == "ANY" and isinstance(allowed, list) and len(allowed) == 1 else None
     generation = body.get("generationConfig") or {}

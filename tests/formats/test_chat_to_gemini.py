@@ -132,11 +132,19 @@ def test_inline_images_become_inline_data(media_type):
     ("https://example.com/cat.png", {"mimeType": "image/png", "fileUri": "https://example.com/cat.png"}),
     ("https://example.com/CAT.JPG?size=2#x", {"mimeType": "image/jpeg", "fileUri": "https://example.com/CAT.JPG?size=2#x"}),
     ("http://example.com/doc.pdf", {"mimeType": "application/pdf", "fileUri": "http://example.com/doc.pdf"}),
-    ("https://example.com/image", {"fileUri": "https://example.com/image"}),
 ])
 def test_image_urls_become_file_data(url, file_data):
     out = chat_request_to_gemini(body(user([{"type": "image_url", "image_url": {"url": url}}])))
     assert out["contents"][0]["parts"] == [{"fileData": file_data}]
+
+
+@pytest.mark.parametrize("url", ["https://example.com/image", "https://cdn.example.com/i?id=12.png",
+                                 "https://example.com/cat.gif", "https://example.com/photo.png/"])
+def test_an_image_url_whose_type_the_path_does_not_tell_is_refused(url):
+    """Gemini needs the mimeType of a fileData part; the gateway does not fetch URLs to find it out."""
+    error = refused(body(user([{"type": "image_url", "image_url": {"url": url}}])))
+    assert error.param == "messages[0].content[0].image_url.url"
+    assert "data URL" in error.message and ".png" in error.message
 
 
 @pytest.mark.parametrize("url", ["data:image/gif;base64,R0lGOD", "data:image/png;base64,", "ftp://x/y.png", "",
@@ -413,6 +421,24 @@ def test_budget_table_matches_googles_and_the_25_models_limits():
 def test_thinking_budget_never_exceeds_the_cap():
     config = chat_request_to_gemini(body(user("hi"), reasoning_effort="high", max_tokens=3000))["generationConfig"]
     assert config == {"maxOutputTokens": 3000, "thinkingConfig": {"thinkingBudget": 3000, "includeThoughts": True}}
+
+
+@pytest.mark.parametrize("model,cap,effort,budget", [
+    # a cap below the effort's budget lowers it, but never below what the model accepts
+    ("gemini-2.5-pro", 100, "low", 128),  # Pro: at least 128, cannot stop thinking
+    ("gemini-2.5-pro-preview-06-05", 60, "high", 128),
+    ("gemini-2.5-flash", 100, "low", 100),  # Flash: any budget from 1
+    ("gemini-2.5-flash-lite", 300, "low", 0),  # Flash-Lite: 512 or more, or off: no room to think
+    ("gemini-2.5-flash-lite-preview-06-17", 700, "medium", 700),
+    ("models/gemini-2.5-pro", 50, "minimal", 128),
+    ("some-future-gemini", 100, "low", 512),  # unknown: the strictest floor of the 2.5 models
+    (None, 100, "low", 512),
+    ("gemini-2.5-pro", 5000, "high", 5000),
+])
+def test_a_capped_thinking_budget_respects_the_models_minimum(model, cap, effort, budget):
+    out = chat_request_to_gemini(body(user("hi"), reasoning_effort=effort, max_tokens=cap), upstream_model=model)
+    thinking = {"thinkingBudget": budget, "includeThoughts": True} if budget else {"thinkingBudget": 0}
+    assert out["generationConfig"] == {"maxOutputTokens": cap, "thinkingConfig": thinking}
 
 
 def test_bad_reasoning_effort_is_refused():

@@ -19,6 +19,7 @@ from gatewayd.formats.gemini_to_chat import (
     blocked_prompt_error,
     gemini_error_to_chat,
     gemini_response_to_chat,
+    retry_delay_s,
 )
 from gatewayd.formats.sse import SSESplitter
 from gatewayd.formats.usage import Usage, from_gemini
@@ -230,6 +231,39 @@ def test_error_array_html_and_chat_shaped_bodies():
     assert gemini_error_to_chat(500, b"")["error"]["message"] == "upstream answered 500"
     blocked = blocked_prompt_error(PromptBlocked("SAFETY"))
     assert gemini_error_to_chat(400, orjson.dumps(blocked)) == blocked
+
+
+def _quota(*details) -> bytes:
+    return orjson.dumps({"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED",
+                                   "details": list(details)}})
+
+
+RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+
+
+@pytest.mark.parametrize("delay,seconds", [("37s", 37.0), ("1.5s", 1.5), ("0.250s", 0.25), ("0s", 0.0),
+                                           ("3600s", 3600.0)])
+def test_the_retry_delay_is_read_from_retry_info(delay, seconds):
+    """Google sends its hint in the body (a google.protobuf.Duration), not in Retry-After."""
+    quota = {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": "PerMinute"}]}
+    assert retry_delay_s(_quota(quota, {"@type": RETRY_INFO, "retryDelay": delay})) == seconds
+
+
+@pytest.mark.parametrize("body", [
+    _quota(), _quota({"@type": RETRY_INFO}), _quota({"@type": RETRY_INFO, "retryDelay": 37}),
+    _quota({"@type": RETRY_INFO, "retryDelay": "37"}), _quota({"@type": RETRY_INFO, "retryDelay": "-3s"}),
+    _quota({"@type": RETRY_INFO, "retryDelay": "soon"}), _quota({"@type": "other", "retryDelay": "37s"}),
+    _quota([{"@type": RETRY_INFO, "retryDelay": "37s"}]), _quota(5),
+    orjson.dumps({"error": {"details": {"@type": RETRY_INFO, "retryDelay": "37s"}}}), orjson.dumps({"error": 5}),
+    orjson.dumps([{"error": {"details": [{"@type": RETRY_INFO, "retryDelay": "9s"}]}}])[:-3], b"<html>", b"",
+])
+def test_no_retry_delay_without_a_readable_retry_info(body):
+    assert retry_delay_s(body) is None
+
+
+def test_the_array_form_of_an_error_is_read_too():
+    body = orjson.dumps([{"error": {"code": 429, "details": [{"@type": RETRY_INFO, "retryDelay": "9s"}]}}])
+    assert retry_delay_s(body) == 9.0
 
 
 # --- the simulator agrees with the translators -------------------------------------------------

@@ -166,10 +166,18 @@ async def test_auth_paths_and_bad_bodies(sim):
 @pytest.mark.parametrize("status,grpc", [(400, "INVALID_ARGUMENT"), (429, "RESOURCE_EXHAUSTED"), (500, "INTERNAL"),
                                          (503, "UNAVAILABLE")])
 async def test_fault_status_in_googles_shape(sim, status, grpc):
+    """Google's retry hint is in the body (google.rpc.RetryInfo), never a Retry-After header."""
     r = await sim.post(GEN, json=ask(f"[[sim:fault=status:{status}]]"), headers=KEY)
-    assert r.status_code == status
-    assert r.json() == {"error": {"code": status, "message": f"simulated error {status}", "status": grpc}}
-    assert (r.headers.get("retry-after") == "7") is (status == 429)
+    assert r.status_code == status and "retry-after" not in r.headers
+    error = r.json()["error"]
+    assert {k: error[k] for k in ("code", "message", "status")} == {
+        "code": status, "message": f"simulated error {status}", "status": grpc}
+    if status != 429:
+        assert "details" not in error
+        return
+    quota, retry = error["details"]
+    assert quota["@type"] == "type.googleapis.com/google.rpc.QuotaFailure" and quota["violations"]
+    assert retry == {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}
 
 
 async def test_fault_error_after_no_usage_and_invalid_json(sim):

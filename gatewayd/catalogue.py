@@ -1,0 +1,90 @@
+"""The catalogue's values: providers, the routes to a model, and the models clients call.
+
+Frozen values, made once by ``gatewayd.config`` from the config file (or the embedded
+default catalogue) and read by every request. They live apart from the loader so that the
+protocol adapters (``gatewayd.providers``), which the loader asks about each protocol, can
+use them without importing the loader back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+__all__ = ["Model", "ModelRoute", "Provider", "RateLimit"]
+
+
+@attrs.frozen
+class Provider:
+    """A ``[[providers]]`` table. ``settings`` are the keys only its protocol takes (Azure's
+    ``api_version`` ...), read and validated by that protocol's adapter
+    (``gatewayd.providers``), so adding a protocol adds no field here."""
+
+    name: str
+    protocol: str  # a key of gatewayd.providers.ADAPTERS: "openai" | "anthropic" | ...
+    base_url: str
+    api_key: str | None
+    settings: Mapping[str, Any] = attrs.field(factory=dict, hash=False)  # compared, not hashed: a dict
+
+
+@attrs.frozen
+class ModelRoute:
+    """One way to reach a model: a provider, the provider's id for it, and where it stands
+    among the model's other routes (higher priority first; weight shares equal priorities)."""
+
+    provider: Provider
+    upstream_id: str
+    priority: int = 0
+    weight: int = 1
+
+    @property
+    def name(self) -> str:
+        """``provider/upstream_id``: how the route is named in logs, health and ``gatewayctl routes``."""
+        return f"{self.provider.name}/{self.upstream_id}"
+
+
+@attrs.frozen
+class RateLimit:
+    requests: int
+    minutes: int
+
+
+@attrs.frozen
+class Model:
+    """A catalogue entry. Prices are nano-dollars per token; None means not priced."""
+
+    id: str
+    routes: tuple[ModelRoute, ...]  # at least one; highest priority first
+    kind: str  # "chat" | "embedding"
+    family: str  # "gpt" (upstream speaks /v1/responses) | "claude" | "other"
+    input_price: int | None
+    output_price: int | None
+    cached_input_price: int | None
+    cache_write_price: int | None
+    max_output_tokens: int
+    rate_limit: RateLimit | None
+    # client formats ("chat", "messages", "responses", "embeddings") at least one route serves,
+    # from the adapter table (gatewayd.providers); filled in at load time
+    client_formats: frozenset[str] = frozenset()
+    created: int = 1_735_689_600  # 2025-01-01: a stable value for model listings
+
+    @property
+    def provider(self) -> Provider:
+        """The first route's provider (the one listings name as the owner)."""
+        return self.routes[0].provider
+
+    @property
+    def upstream_id(self) -> str:
+        return self.routes[0].upstream_id
+
+    @property
+    def dual_format(self) -> bool:
+        """The spec's dual-format model: callable on /v1/messages too (some route serves that format)."""
+        return "messages" in self.client_formats
+
+    @property
+    def priced(self) -> bool:
+        if self.kind == "embedding":
+            return self.input_price is not None
+        return self.input_price is not None and self.output_price is not None
