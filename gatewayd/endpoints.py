@@ -8,6 +8,7 @@ Thin on purpose: the order of checks, the choice of route and the money live in
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 
@@ -15,11 +16,48 @@ from gatewayd.access import visible_models
 from gatewayd.errors import GatewayError
 from gatewayd.formats.embeddings import embedding_inputs
 from gatewayd.providers.base import Call
-from gatewayd.relay import BodyError, Ctx, Relay, field, parse_body, positive_int
+from gatewayd.errors import BodyError
+from gatewayd.relay import Ctx, Relay
 
 KNOWN_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # "system" turns inside messages pass through for API betas that accept them; the provider decides
 KNOWN_MESSAGES_ROLES = frozenset({"user", "assistant", "system"})
+
+
+def parse_body(raw: bytes) -> dict:
+    if not raw:
+        raise BodyError("the request body is empty; send a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise BodyError(f"the request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise BodyError("the request body must be a JSON object")
+    return body
+
+
+def field(body: dict, name: str, kind: type | tuple, *, required: bool = False, what: str = "") -> Any:
+    """Strict type check for the few fields the gateway reads itself (no coercion)."""
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise BodyError(f"missing required field '{name}'", param=name)
+        return None
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, (int,)))
+    if kind is int and isinstance(value, bool):
+        ok = False
+    if not ok:
+        raise BodyError(f"field '{name}' must be {what or getattr(kind, '__name__', kind)}", param=name)
+    return value
+
+
+def positive_int(body: dict, name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BodyError(f"field '{name}' must be a positive integer", param=name)
+    return value
 
 
 def validate_chat_body(body: dict) -> tuple[str, bool]:
