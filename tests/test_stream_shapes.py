@@ -262,3 +262,21 @@ async def test_a_shutdown_before_the_first_byte_is_a_503_not_a_gateway_bug(tmp_p
     assert "shutting down" in response.text and "gateway bug" not in response.text
     assert (row["status"], row["cost_nano"]) == ("shutdown", 0)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("pipe", ["gemini-to-chat", "gemini-to-responses"])
+@pytest.mark.parametrize("shape", ["candidate-number", "content-number", "parts-number", "part-number",
+                                   "text-number", "function-call-number"])
+@pytest.mark.parametrize("at_start", [True, False], ids=["first", "mid"])
+async def test_a_gemini_event_of_the_wrong_shape_is_the_providers_bad_answer(tmp_path, caplog, pipe, shape, at_start):
+    bad = (None, BAD["gemini"][shape])
+    events = [bad] if at_start else [*GOOD_START["gemini"], bad, (None, gemini([{"text": " five"}]))]
+    response, [row], gw = await run_stream(tmp_path, pipe, events)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    if at_start:
+        assert response.status_code == 502, response.text
+        assert (row["status"], row["cost_nano"]) == ("upstream_invalid", 0)
+        return
+    assert "provider stream broke off (InvalidAnswer)" in error_message(PIPES[pipe][0], response.text)
+    assert "five" not in response.text, "the stream went on past the provider's bad event"
+    assert row["status"] == "upstream_broken" and row["output_tokens"] >= 4
