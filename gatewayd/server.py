@@ -26,7 +26,7 @@ from gatewayd.admin.api import create_admin_app
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
 from gatewayd.billing.ledger import Ledger
-from gatewayd.config import Config, ConfigError, parse_host_port
+from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
@@ -257,8 +257,8 @@ async def _watch_signals(shutdown: trio.Event, relay: Relay, drain_delay_s: floa
             if signum == signal.SIGHUP:
                 try:
                     reloader.reload("SIGHUP")
-                except ConfigError:
-                    pass  # logged by the reloader; the old config stays
+                except Exception:  # noqa: BLE001 - logged by the reloader; the old config stays
+                    pass
                 continue
             if relay.draining:
                 shutdown.set()

@@ -323,6 +323,67 @@ def test_a_bad_reload_is_refused_with_the_start_up_line_and_the_old_config_stays
         daemon.config.write_text(good)
 
 
+def refused_reloads(d: Daemon) -> list[str]:
+    return [doc["error"] for doc in log_lines(d) if doc.get("msg", "").startswith("config reload refused")]
+
+
+def test_a_reload_of_any_unreadable_file_is_refused_and_the_daemon_keeps_serving(daemon, tmp_path):
+    _, _, secret = funded(daemon)
+    path = daemon.config
+    good = path.read_text()
+    kept = tmp_path / "kept.toml"
+    start = len(daemon.output.lines)
+
+    def not_utf8():
+        path.write_bytes(good.encode() + b"\n# caf\xe9\n")
+
+    def infinite_ratio():
+        path.write_text(good + "\n[[groups]]\nname = \"inf\"\nprice_ratio = inf\n")
+
+    def directory():
+        path.rename(kept)
+        path.mkdir()
+
+    def unreadable():  # root reads any mode: /proc/self/mem is unreadable from offset 0 for everyone
+        path.rename(kept)
+        path.symlink_to("/proc/self/mem")
+
+    cases = [(not_utf8, "not UTF-8 text"), (infinite_ratio, "price_ratio: must be a finite number (got inf)"),
+             (directory, "is a directory"), (unreadable, "cannot be read")]
+    try:
+        for make_bad, message in cases:
+            make_bad()
+            checked = check_config(path)
+            assert checked.returncode == 2, checked.stderr
+            [line] = checked.stderr.strip().splitlines()
+            assert line.startswith(f"gatewayd: config error: {path}") or line.startswith("gatewayd: config error: groups")
+            assert message in line, line
+            refused = gatewayctl(daemon, "reload")
+            assert (refused.returncode, refused.stderr.strip()) == (1, line)
+            before = len(refused_reloads(daemon))
+            daemon.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while len(refused_reloads(daemon)) == before:
+                assert daemon.proc.poll() is None, f"SIGHUP killed the daemon:\n{daemon.output.text[-3000:]}"
+                assert time.monotonic() < deadline, "SIGHUP with a bad file was not logged"
+                time.sleep(0.05)
+            assert refused_reloads(daemon)[-1] == line
+            assert chat(daemon, secret, "gpt-4.1-mini", f"{nonce()} still serving").status_code == 200
+            if path.is_symlink() or path.is_dir():
+                path.unlink() if path.is_symlink() else path.rmdir()
+                kept.rename(path)
+            path.write_text(good)
+        assert "Traceback" not in "".join(daemon.output.lines[start:])
+    finally:
+        if path.is_symlink():
+            path.unlink()
+        elif path.is_dir():
+            path.rmdir()
+        if kept.exists():
+            kept.rename(path)
+        path.write_text(good)
+
+
 def test_check_config_matches_the_start_up_error(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[server]\nlisten = "127.0.0.1:0"\n[log]\nformat = "xml"\n')
