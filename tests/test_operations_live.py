@@ -229,6 +229,67 @@ def test_readyz_is_503_while_draining_and_streams_finish(sim, tmp_path):
         d.stop()
 
 
+def slow_stream(d: Daemon, secret: str, words: int = 30):
+    body = {"model": "gpt-4.1-mini", "stream": True, "messages": [
+        {"role": "user", "content": f"{nonce()} [[sim:words={words}]] [[sim:fault=chunk_delay_ms:100]]"}]}
+    return httpx.stream("POST", f"{d.url}/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                        json=body, timeout=30)
+
+
+@pytest.mark.slow
+def test_a_sighup_during_the_drain_is_ignored_and_the_stream_finishes(sim, tmp_path):
+    d = Daemon(tmp_path, sim.url, server="shutdown_grace_s = 10\n")
+    try:
+        account, _, secret = funded(d)
+        with slow_stream(d, secret) as stream:
+            chunks = stream.iter_raw()
+            next(chunks)
+            d.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            d.proc.send_signal(signal.SIGHUP)
+            text = b"".join(chunks)
+            request_id = stream.headers["x-request-id"]
+        assert text.rstrip().endswith(b"data: [DONE]"), text[-300:]
+        assert d.proc.wait(20) == 0
+        messages = [doc.get("msg") for doc in log_lines(d)]
+        assert "gatewayd: SIGHUP ignored: shutting down" in messages and "gatewayd stopped" in messages
+        d.start()
+        assert not any("released" in line for line in d.output.lines), "a hold was left for the next start"
+        assert row_of(d, account["id"], request_id)["status"] == "ok"
+        assert d.admin.audit()["ok"]
+    finally:
+        d.stop()
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_during_the_drain_cuts_the_streams_with_an_error_event(sim, tmp_path):
+    d = Daemon(tmp_path, sim.url, server="shutdown_grace_s = 30\n")
+    try:
+        account, _, secret = funded(d)
+        with slow_stream(d, secret, words=100) as stream:
+            chunks = stream.iter_raw()
+            next(chunks)
+            d.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            d.proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            text = b"".join(chunks).decode()
+            request_id = stream.headers["x-request-id"]
+        assert time.monotonic() - started < 5, "the second SIGTERM did not cut the stream"
+        last = json.loads(text.strip().split("\n\n")[-1].removeprefix("data: "))
+        assert "shutting down" in last["error"]["message"]
+        assert d.proc.wait(20) == 0
+        messages = [doc.get("msg") for doc in log_lines(d)]
+        assert "gatewayd: SIGTERM received again, cutting open streams now" in messages
+        assert "gatewayd stopped" in messages
+        d.start()
+        row = row_of(d, account["id"], request_id)
+        assert row["status"] == "shutdown" and row["output_tokens"] > 0
+        assert d.admin.audit()["ok"]
+    finally:
+        d.stop()
+
+
 @pytest.mark.slow
 def test_metrics_listen_moves_the_ops_endpoints(sim, tmp_path):
     d = Daemon(tmp_path, sim.url, server='metrics_listen = "127.0.0.1:0"\n')
