@@ -11,6 +11,10 @@ from fractions import Fraction
 
 NANO_PER_USD = 1_000_000_000
 MAX_USD = 10**12  # far above any real balance; keeps nonsense like 1e400000 out
+# What an account may be paid in total, and the largest spend limit: $1,000,000,000. The stores
+# keep money in 64-bit integers (9.2e18 nano): with every account's payments under 1e18, its
+# credit, its charges and its holds, and the audit's sums of them, stay inside with room.
+MAX_PAID_NANO = 10**18
 MAX_RATIO = 1000  # a group's price multiplier: charges stay far inside 64-bit integers
 MAX_PRICE_PER_MILLION = 10**6  # USD per 1M tokens: 1 USD a token, far above any real price
 

@@ -197,3 +197,21 @@ async def test_interrupted_holds_of_a_dead_instance_are_released_once(store):
     assert await store.release_dead_holds() == 0
     await store.settle(hold, Settlement(status="ok", http_status=200, cost_nano=1))
     assert (await store.audit([account], [key]))["ok"] is True
+
+
+async def test_a_payment_past_the_total_bound_is_refused_and_stores_nothing(store):
+    from gatewayd.money import MAX_PAID_NANO
+    from gatewayd.store.base import PaymentTooLarge
+
+    _, account, key = await _account_and_key(store, paid=1_000)
+    with pytest.raises(PaymentTooLarge) as info:
+        await store.add_payment(account.id, MAX_PAID_NANO - 999, "too much")
+    assert info.value.total_paid_nano == 1_000
+    with pytest.raises(PaymentTooLarge):
+        await store.add_payment(account.id, 2**64, "beyond 64 bits")
+    await store.add_payment(account.id, MAX_PAID_NANO - 1_000, "up to the bound")
+    account.credit_nano = account.total_paid_nano = MAX_PAID_NANO
+    assert [p.amount_nano for p in await store.payments(account.id)] == [MAX_PAID_NANO - 1_000, 1_000]
+    await store.refresh_balance(account)
+    assert (account.credit_nano, account.total_paid_nano) == (MAX_PAID_NANO, MAX_PAID_NANO)
+    assert (await store.audit([account], [key]))["ok"]
