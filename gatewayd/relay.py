@@ -91,6 +91,7 @@ class Relay:
         self.limiter = limiter or RateLimiter(MemoryWindows())
         self.drain = Drain()  # cuts upstream reads when a shutdown's grace period ends
         self.draining = False  # set when shutdown starts: /readyz answers 503 from then on
+        self.readiness: Any = None  # gatewayd.ops.Readiness: the store check /readyz and the daemon share
         self.metrics = Metrics()
         self.metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
         self._provider_up: dict[str, bool] = {}

@@ -32,6 +32,7 @@ from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
 from gatewayd import logs, loopwatch, protocol_errors
 from gatewayd.money import usd_to_nano
+from gatewayd.ops import readiness_of
 from gatewayd.providers.upstream import Upstream
 from gatewayd.changes import ChangeFollower
 from gatewayd.ratelimit import StoreWindows, open_rate_limiter
@@ -173,6 +174,9 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             ledger = Ledger(store)
             relay = Relay(config, directory, ledger, upstream, limiter)
             nursery.start_soon(store.maintain)
+            readiness = readiness_of(relay)
+            await readiness.check()  # gateway_store_up and gateway_ready right before the first scrape
+            nursery.start_soon(readiness.watch)
             metrics_listen = config.server.metrics_listen
             if metrics_listen is not None and worker is not None:
                 metrics_listen = worker.metrics_listen(metrics_listen)

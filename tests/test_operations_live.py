@@ -206,6 +206,16 @@ def test_healthz_and_readyz(daemon):
 
 
 @pytest.mark.slow
+def test_store_up_and_ready_are_right_from_start_up_without_a_readyz_poll(sim, tmp_path):
+    d = Daemon(tmp_path, sim.url)
+    try:
+        first = scrape(d.url)  # nothing has asked /readyz
+        assert first[("gateway_store_up", ())] == 1 and first[("gateway_ready", ())] == 1
+    finally:
+        d.stop()
+
+
+@pytest.mark.slow
 def test_readyz_is_503_while_draining_and_streams_finish(sim, tmp_path):
     d = Daemon(tmp_path, sim.url, server="drain_delay_s = 3\nshutdown_grace_s = 10\n")
     try:
