@@ -489,6 +489,17 @@ def test_log_format_and_level_follow_flag_then_env_then_file(sim, tmp_path):
         [line] = [line for line in d.output.lines if f"request_id={request_id}" in line]
         assert " INFO    request " in line and f"key_id={key['id']}" in line and "status=200" in line
         assert not log_lines(d), "a JSON line in text format"
+        # a path that decodes to a newline cannot forge a second line
+        forged = "2020-01-01T00:00:00.000Z ERROR   forged"
+        injected = httpx.get(f"{d.url}/v1/x%0A{forged.replace(' ', '%20')}")
+        assert injected.status_code == 404
+        deadline = time.monotonic() + 5
+        while not [line for line in d.output.lines if f"request_id={injected.headers['x-request-id']}" in line]:
+            assert time.monotonic() < deadline, d.output.text[-2000:]
+            time.sleep(0.05)
+        assert not [line for line in d.output.lines if line.startswith(forged)], d.output.text[-2000:]
+        [line] = [line for line in d.output.lines if f"request_id={injected.headers['x-request-id']}" in line]
+        assert f'path="/v1/x\\n{forged}"' in line
     finally:
         d.stop()
     # warning from the environment: no request lines, and the listening line is still printed
