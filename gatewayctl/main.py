@@ -594,6 +594,14 @@ def range_params(since: str | None, until: str | None) -> dict[str, str]:
     return {k: v for k, v in (("since", since), ("until", until)) if v}
 
 
+def csv_cell(value: Any) -> Any:
+    """A CSV cell as the JSONL export and the console's CSV write it: booleans ``true``/``false``
+    (Python's csv module would write ``True``/``False``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
 @app.command("usage")
 def usage(
     account: AccountArg,
@@ -631,7 +639,8 @@ def usage(
             writer.writerow([*USAGE_FIELDS, "cost_usd"])
         for row in usage_rows(s.api, path, params, limit):
             if writer is not None:
-                writer.writerow([*(row.get(f) for f in USAGE_FIELDS), format_usd(row.get("cost_nano")).lstrip("$")])
+                writer.writerow([*(csv_cell(row.get(f)) for f in USAGE_FIELDS),
+                                 format_usd(row.get("cost_nano")).lstrip("$")])
             else:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
         out.flush()

@@ -10,7 +10,9 @@ admin API is written. End-to-end tests against the real daemon come separately.
 from __future__ import annotations
 
 import copy
+import csv
 import http.server
+import io
 import json
 import os
 import re
@@ -559,6 +561,15 @@ def test_usage_key_and_limit(admin: StandInAdmin) -> None:
     assert run.exit_code == 0, run.stderr
     assert admin.last.query == {"key": ["key_1"], "limit": ["5"]}
     assert one_json(run) == [USAGE_ROW]
+
+
+def test_usage_csv_writes_booleans_as_jsonl_and_the_console_do(admin: StandInAdmin) -> None:
+    run = gatewayctl(admin, "usage", "acct", "--csv")
+    assert run.exit_code == 0, run.stderr
+    [row] = list(csv.DictReader(io.StringIO(run.stdout)))
+    assert row["stream"] == "true" and row["cost_usd"] == "0.004700"
+    jsonl = gatewayctl(admin, "usage", "acct", "--jsonl")
+    assert '"stream": true' in jsonl.stdout
 
 
 def test_usage_limit_must_be_positive(admin: StandInAdmin) -> None:
