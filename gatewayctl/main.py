@@ -736,9 +736,13 @@ def routes(
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Every model's routes with their state (healthy, cooling, probing), recent errors and latency.
+    """Every model's routes with their state, recent errors (--json) and latency.
 
-    Health is what this gatewayd process has seen since it started (docs/operations.md)."""
+    A route that fails routing.failures_to_cool times in a row is "cooling" for
+    routing.cooldown_s (after a 429 or 5xx with Retry-After: that long, up to max_cooldown_s);
+    then it is "ready_to_probe" and the next request tries it ("probing"): success makes it
+    "healthy", failure cools it again for twice as long. Health is what this gatewayd process
+    has seen since it started: with several instances or workers, the one that answered."""
     s = session(socket, json_output)
     rows = data(s.api.get("/admin/v1/routes"))
     if model is not None:

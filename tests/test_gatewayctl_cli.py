@@ -829,12 +829,12 @@ def _command_paths() -> list[list[str]]:
 
 @pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "gatewayctl")
 def test_help_cites_only_what_a_user_has(path: list[str]) -> None:
-    """--help may point at docs/ files and commands; never at the developers' design notes."""
+    """--help may point at commands and say what it means; never at files a user installing the
+    wheel does not have (docs/ is not in it) nor at the developers' design notes."""
     run = gatewayctl(None, *path, "--help")
     assert run.exit_code == 0, run.stderr
     text = flatten(run.stdout)
     assert "Usage: gatewayctl" in text
     assert not re.search(r"design\.md|section \d|spec\b|issue \d", text, re.IGNORECASE), text
-    for cited in re.findall(r"docs/[\w./-]+\.md", text):
-        assert (Path(__file__).resolve().parent.parent / cited).is_file(), cited
+    assert not re.search(r"docs/|\.md\b", text), text
     assert "--socket" in text and "--json" in text  # accepted at every level
