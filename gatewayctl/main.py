@@ -594,6 +594,14 @@ def range_params(since: str | None, until: str | None) -> dict[str, str]:
     return {k: v for k, v in (("since", since), ("until", until)) if v}
 
 
+def csv_cell(value: Any) -> Any:
+    """A CSV cell as the JSONL export and the console's CSV write it: booleans ``true``/``false``
+    (Python's csv module would write ``True``/``False``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
 @app.command("usage")
 def usage(
     account: AccountArg,
@@ -631,7 +639,8 @@ def usage(
             writer.writerow([*USAGE_FIELDS, "cost_usd"])
         for row in usage_rows(s.api, path, params, limit):
             if writer is not None:
-                writer.writerow([*(row.get(f) for f in USAGE_FIELDS), format_usd(row.get("cost_nano")).lstrip("$")])
+                writer.writerow([*(csv_cell(row.get(f)) for f in USAGE_FIELDS),
+                                 format_usd(row.get("cost_nano")).lstrip("$")])
             else:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
         out.flush()
@@ -729,11 +738,15 @@ def routes(
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Every model's routes with their state (healthy, cooling, probing), recent errors and latency
-    (the moving average of the time to the first byte: a stream's first event, a non-streaming
-    answer's status line).
+    """Every model's routes with their state, recent errors (--json) and latency (the moving
+    average of the time to the first byte: a stream's first event, a non-streaming answer's
+    status line).
 
-    Health is what this gatewayd process has seen since it started (docs/operations.md)."""
+    A route that fails routing.failures_to_cool times in a row is "cooling" for
+    routing.cooldown_s (after a 429 or 5xx with Retry-After: that long, up to max_cooldown_s);
+    then it is "ready_to_probe" and the next request tries it ("probing"): success makes it
+    "healthy", failure cools it again for twice as long. Health is what this gatewayd process
+    has seen since it started: with several instances or workers, the one that answered."""
     s = session(socket, json_output)
     rows = data(s.api.get("/admin/v1/routes"))
     if model is not None:

@@ -8,6 +8,7 @@ checks a setting again. Prices become integer nano-dollars per token here.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import tomllib
 from fractions import Fraction
@@ -31,6 +32,9 @@ __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads th
 DEFAULT_CATALOGUE: Traversable = resources.files("gatewayd") / "data" / "catalogue.toml"
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_DATA_DIR = "var"
+# Every number in the file: far above any sensible setting, and small enough that sums and
+# products of them stay exact and within the store's 64-bit integers.
+MAX_NUMBER = 10**12
 
 
 class ConfigError(Exception):
@@ -120,13 +124,24 @@ class Config:
 
 
 def _read_toml(path: Path | Traversable) -> dict[str, Any]:
+    """The file as TOML, or the one-line ``ConfigError`` for every way it can be unreadable:
+    a reload (SIGHUP, ``gatewayctl reload``) and ``check-config`` rely on nothing else
+    escaping, since the daemon must keep running on the config in force."""
     try:
         with path.open("rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a file") from None
+    except OSError as e:  # permission denied, an I/O error, ...
+        raise ConfigError(f"{path}: cannot be read: {e.strerror or type(e).__name__}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
 
 
 class _Section:
@@ -167,8 +182,15 @@ class _Section:
         kinds = (int,) if integer else (int, float)
         if isinstance(value, bool) or not isinstance(value, kinds):
             raise ConfigError(f"{self._key(key)}: must be {'an integer' if integer else 'a number'}")
+        # nan compares false with everything, so it would pass the minimum and then make every
+        # timeout, deadline or price it reaches fail at request time; inf (also what a float
+        # literal too large for a double becomes) is no duration or amount either
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{self._key(key)}: must be a finite number (got {value})")
         if value < minimum:
             raise ConfigError(f"{self._key(key)}: must be at least {minimum}")
+        if abs(value) > MAX_NUMBER:
+            raise ConfigError(f"{self._key(key)}: must be at most {MAX_NUMBER}")
         return value
 
     def bool(self, key: str, default: bool) -> bool:
@@ -422,6 +444,8 @@ def _groups(raw: Any) -> dict[str, Group]:
         s = _Section(table, f"groups[{i}]")
         s.unknown({"name", "price_ratio", "retired"})
         name = s.str("name")
+        if name in groups:
+            raise ConfigError(f"groups[{i}].name: duplicate group {name!r}")
         try:
             price_ratio = ratio(s.number("price_ratio", 1.0))
         except MoneyError as e:

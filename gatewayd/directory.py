@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import attrs
 
 from gatewayd.config import Config
+from gatewayd.money import MAX_PAID_NANO, format_usd
 from gatewayd.records import (
     Account,
     Key,
@@ -32,7 +33,7 @@ from gatewayd.records import (
     secret_hint,
     utc_now_iso,
 )
-from gatewayd.store.base import EmailTaken, KeyRevoked, TooManyKeys
+from gatewayd.store.base import EmailTaken, KeyRevoked, PaymentTooLarge, TooManyKeys
 
 MAX_KEYS_PER_ACCOUNT = 1000
 MAX_KEY_NAME = 50
@@ -103,6 +104,8 @@ def _parse_date(value: Any) -> dt.date:
 def _money(value: Any, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise DirectoryError(f"{field} must be a non-negative integer number of nano-dollars")
+    if value > MAX_PAID_NANO:  # stored in a 64-bit column; no account could spend more
+        raise DirectoryError(f"{field} must be at most {MAX_PAID_NANO} ({format_usd(MAX_PAID_NANO, 2)})")
     return value
 
 
@@ -249,7 +252,15 @@ class Directory:
             raise DirectoryError("amount_nano must be a positive integer number of nano-dollars")
         if not isinstance(note, str) or len(note) > 500:
             raise DirectoryError("note must be a string of at most 500 characters")
-        payment = await self.store.add_payment(account.id, amount_nano, note)
+        try:
+            if amount_nano > MAX_PAID_NANO:
+                raise PaymentTooLarge(0)
+            payment = await self.store.add_payment(account.id, amount_nano, note)
+        except PaymentTooLarge as e:  # the store checks the stored total, in the payment's transaction
+            raise DirectoryError(
+                f"amount_nano: an account may be paid at most {format_usd(MAX_PAID_NANO, 2)} in total; it has been "
+                f"paid {format_usd(e.total_paid_nano or account.total_paid_nano, 2)}, so this payment of "
+                f"{format_usd(amount_nano, 2)} is refused") from None
         account.credit_nano += amount_nano
         account.total_paid_nano += amount_nano
         return payment.doc()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 import sys
 
 import orjson
@@ -38,13 +39,36 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
+# Every character a log reader could take as the end of a line (Python's str.splitlines splits on
+# all of these), or that a terminal would act on: escaped in text lines.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NEEDS_QUOTES = re.compile(r'[\s"=\\]')
+
+
+def _escape(text: str) -> str:
+    return _CONTROL.sub(lambda m: _SHORT.get(m.group(), f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                               else f"\\u{ord(m.group()):04x}"), text)
+
+
+def text_value(value) -> str:
+    """A field value for a text line: control characters escaped, and quoted (backslash and quote
+    escaped) when it holds a space, a quote, ``=`` or a backslash, so a value that comes from a
+    client (a request path: ``%0A`` decodes to a newline, ``%20`` to a space) can neither start a
+    forged line nor pass as another ``key=value`` field of this one."""
+    text = str(value)
+    if not text or _NEEDS_QUOTES.search(text):
+        return '"' + _escape(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+    return _escape(text)
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_time(record.created)} {record.levelname:<7} {record.getMessage()}"
+        line = f"{_time(record.created)} {record.levelname:<7} {_escape(record.getMessage())}"
         fields = getattr(record, "fields", None)
         if fields:
-            line += " " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
-        if record.exc_info:
+            line += " " + " ".join(f"{k}={text_value(v)}" for k, v in fields.items() if v is not None)
+        if record.exc_info:  # the traceback's own lines, after the record's one line
             line += "\n" + self.formatException(record.exc_info)
         return line
 

@@ -11,6 +11,12 @@ from fractions import Fraction
 
 NANO_PER_USD = 1_000_000_000
 MAX_USD = 10**12  # far above any real balance; keeps nonsense like 1e400000 out
+# What an account may be paid in total, and the largest spend limit: $1,000,000,000. The stores
+# keep money in 64-bit integers (9.2e18 nano): with every account's payments under 1e18, its
+# credit, its charges and its holds, and the audit's sums of them, stay inside with room.
+MAX_PAID_NANO = 10**18
+MAX_RATIO = 1000  # a group's price multiplier: charges stay far inside 64-bit integers
+MAX_PRICE_PER_MILLION = 10**6  # USD per 1M tokens: 1 USD a token, far above any real price
 
 
 class MoneyError(ValueError):
@@ -42,6 +48,8 @@ def price_per_million_to_nano_per_token(value: str | int | float | Decimal) -> i
         raise MoneyError(f"not a price: {value!r}") from None
     if not price.is_finite() or price < 0:
         raise MoneyError(f"not a price: {value!r}")
+    if price > MAX_PRICE_PER_MILLION:
+        raise MoneyError(f"price {value!r} is above {MAX_PRICE_PER_MILLION} USD per 1M tokens")
     per_token = price * 1000  # (USD / 1e6 tokens) * 1e9 nano/USD
     if per_token != per_token.to_integral_value():
         raise MoneyError(f"price {value!r} has more than three decimals")
@@ -51,12 +59,16 @@ def price_per_million_to_nano_per_token(value: str | int | float | Decimal) -> i
 def ratio(value: str | int | float | Decimal) -> Fraction:
     """A price ratio (group multiplier) as an exact fraction of what the operator wrote."""
     try:
-        r = Fraction(Decimal(str(value)))
-    except (InvalidOperation, ValueError):
+        amount = Decimal(str(value))
+    except InvalidOperation:
         raise MoneyError(f"not a ratio: {value!r}") from None
-    if r < 0:
+    if not amount.is_finite():  # Fraction() raises OverflowError on infinity, ValueError on NaN
+        raise MoneyError(f"not a ratio: {value!r}")
+    if amount < 0:
         raise MoneyError(f"ratio must not be negative: {value!r}")
-    return r
+    if amount > MAX_RATIO:
+        raise MoneyError(f"ratio must be at most {MAX_RATIO}: {value!r}")
+    return Fraction(amount)
 
 
 def apply_ratio(nano: int, r: Fraction) -> int:

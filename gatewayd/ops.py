@@ -20,11 +20,17 @@ from gatewayd.metrics import CONTENT_TYPE
 from gatewayd.relay import Relay
 
 READY_TIMEOUT_S = 2.0
+STORE_CHECK_S = 5.0  # the daemon checks the store this often whether or not /readyz is polled
 JSON = "application/json"
 
 
 class Readiness:
-    """The store check, with its health changes logged once each."""
+    """The store check, with its health changes logged once each.
+
+    One per relay (:func:`readiness_of`): ``/readyz`` on either listener and the daemon's own
+    periodic check (:meth:`watch`) share what was last seen, so ``gateway_store_up`` and
+    ``gateway_ready`` are right from start-up and stay current, and a store going away is
+    logged even when nothing polls ``/readyz``."""
 
     def __init__(self, relay: Relay) -> None:
         self.relay = relay
@@ -60,9 +66,21 @@ class Readiness:
             return False, {"ready": False, "reason": f"the store does not answer ({reason})"}
         return True, {"ready": True}
 
+    async def watch(self, every_s: float = STORE_CHECK_S) -> None:
+        """Check now and then every ``every_s``, until cancelled (the daemon's nursery)."""
+        while True:
+            await self.check()
+            await trio.sleep(every_s)
+
+
+def readiness_of(relay: Relay) -> Readiness:
+    if relay.readiness is None:
+        relay.readiness = Readiness(relay)
+    return relay.readiness
+
 
 def add_ops_routes(app: Quart, relay: Relay) -> None:
-    readiness = Readiness(relay)
+    readiness = readiness_of(relay)
 
     @app.get("/healthz")
     async def healthz():

@@ -4,7 +4,8 @@
     price) -> rate limit -> reserve (estimate, hold) -> route -> provider call ->
     respond / stream -> settle (charge, release hold, usage row)
 
-Endpoint handlers call ``Relay.admit`` and ``authorize``, then ``run`` a ``Call``; the
+Endpoint handlers (``gatewayd.endpoints``, which parse the body and check the few fields the
+gateway reads) call ``Relay.admit`` and ``authorize``, then ``run`` a ``Call``; the
 adapter table (``gatewayd.providers``) builds the ``Route`` for it: the upstream request
 and the pipe that turns the upstream answer into the client's format. Settlement happens exactly once per hold, shielded from cancellation, before
 the client receives the last byte.
@@ -90,6 +91,7 @@ class Relay:
         self.limiter = limiter or RateLimiter(MemoryWindows())
         self.drain = Drain()  # cuts upstream reads when a shutdown's grace period ends
         self.draining = False  # set when shutdown starts: /readyz answers 503 from then on
+        self.readiness: Any = None  # gatewayd.ops.Readiness: the store check /readyz and the daemon share
         self.metrics = Metrics()
         self.metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
         self._provider_up: dict[str, bool] = {}
@@ -435,7 +437,10 @@ class Relay:
         that far before answering 200), so a failure there raises ``AttemptFailed`` and
         leaves the hold to ``run`` (another route may serve the request); after that,
         failures become an error event in the client's format and what was streamed is
-        charged.
+        charged. Every way out, the end of the stream included, is inside the handlers:
+        an exception of ours anywhere becomes the error event saying the gateway failed,
+        and the shielded ``finally`` settles whatever is still held, so no path leaves a
+        hold open or writes no usage row.
         """
         pipe = route.make_pipe()
         splitter = SSESplitter()
@@ -473,6 +478,28 @@ class Relay:
                         yield out
                     if pipe.complete or pipe.failed:
                         break
+                if pipe.complete and not pipe.failed:
+                    closing = pipe.closing()  # made before settling: if it fails, the row says so
+                    status = "ok"
+                    await self._settle_stream(hold, grant, pipe, route, status)
+                    yield closing
+                    return
+                if pipe.failed:
+                    status = "upstream_error"
+                    await self._settle_stream(hold, grant, pipe, route, status)
+                    if pipe.complete:
+                        yield pipe.closing()
+                    return
+                status = "upstream_broken"
+                if not started:
+                    raise AttemptFailed(
+                        GatewayError(502, "the provider ended the stream before sending anything", "bad_gateway",
+                                     model_step=True),
+                        status, reason="stream ended before its first event")
+                await self._settle_stream(hold, grant, pipe, route, status)
+                yield pipe.error_event("the provider ended the stream early; the output is incomplete")
+            except (AttemptFailed, GatewayError):
+                raise  # decided above (a refusal before any byte, or the shutdown cut): not a fault
             except UpstreamError as e:
                 # a pipe raises it only for a refusal in the first event (a blocked prompt), before
                 # any byte reached the client: answered as the provider's error, nothing charged
@@ -507,47 +534,42 @@ class Relay:
                 await self._settle_stream(hold, grant, pipe, route, status)
                 yield pipe.error_event(f"{error.message}; the output is incomplete")
                 return
-            if pipe.complete and not pipe.failed:
-                status = "ok"
-                await self._settle_stream(hold, grant, pipe, route, status)
-                yield pipe.closing()
-                return
-            if pipe.failed:
-                status = "upstream_error"
-                if pipe.complete:
-                    yield pipe.closing()
-                return
-            status = "upstream_broken"
-            if not started:
-                raise AttemptFailed(
-                    GatewayError(502, "the provider ended the stream before sending anything", "bad_gateway",
-                                 model_step=True),
-                    status, reason="stream ended before its first event")
-            await self._settle_stream(hold, grant, pipe, route, status)
-            yield pipe.error_event("the provider ended the stream early; the output is incomplete")
         finally:
             with trio.CancelScope(shield=True):
-                if pipe.complete:
-                    await _drain(chunks)
-                await chunks.aclose()
-                await response.aclose()
-                if started and status in ("idle_timeout", "upstream_broken", "upstream_error"):
-                    self.router.failed(target, f"stream {status.replace('_', ' ')} after its first byte")
-                if not hold.settled:
-                    if started:
-                        await self._settle_stream(hold, grant, pipe, route, status)
-                    elif status in ("shutdown", "internal_error"):  # refused: the client got nothing
-                        http_status = {"shutdown": 503, "internal_error": 500}[status]
-                        await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
-                    # otherwise nothing reached the client: ``run`` settles (or tries another route)
+                try:
+                    if pipe.complete:
+                        await _drain(chunks)
+                    await chunks.aclose()
+                    await response.aclose()
+                    if started and status in ("idle_timeout", "upstream_broken", "upstream_error"):
+                        self.router.failed(target, f"stream {status.replace('_', ' ')} after its first byte")
+                finally:
+                    if not hold.settled:
+                        if started:
+                            await self._settle_stream(hold, grant, pipe, route, status)
+                        elif status in ("shutdown", "internal_error"):  # refused: the client got nothing
+                            http_status = {"shutdown": 503, "internal_error": 500}[status]
+                            await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
+                        # otherwise nothing reached the client: ``run`` settles (or tries another route)
 
     async def _settle_stream(self, hold: Hold, grant: Grant, pipe: Pipe, route: Route, status: str) -> None:
-        usage = pipe.usage
+        """Charge a stream: its reported usage, or (cut short, or no usage) what was streamed.
+
+        Never skipped: counting reads the provider's events, and should it fail anyway the
+        fault is logged with the request id and the input estimate is charged, so the hold
+        is released and the usage row written whatever the events held."""
+        if hold.settled:
+            return
         with trio.CancelScope(shield=True):
+            usage = pipe.usage
             # A cut stream's reported output can be a placeholder (Anthropic's message_start says
             # output_tokens 1): count what was streamed and charge the larger of the two.
             if usage is None or status != "ok":
-                produced = await tokens.count_off_loop(pipe.produced_text())
+                try:
+                    produced = await tokens.count_off_loop(pipe.produced_text())
+                except Exception as e:
+                    our_fault(hold.request_id, "while counting what the stream produced", e)  # logs it
+                    produced = 0
                 base = usage or Usage(input_tokens=route.input_tokens_estimate)
                 usage = attrs.evolve(base, output_tokens=max(base.output_tokens, produced))
                 if not usage.input_tokens:

@@ -59,6 +59,14 @@ class Reloader:
             if self.metrics is not None:
                 self.metrics.reloads.labels("refused").inc()
             raise ConfigError(str(e)) from None
+        except Exception:
+            # every bad file is a ConfigError (config.load_config); anything else is a gateway
+            # bug, and still must not take the daemon down or change the config in force
+            logging.getLogger("gatewayd").error("config reload failed (a gateway bug); the config in force stays",
+                                                exc_info=True, extra={"fields": {"source": source}})
+            if self.metrics is not None:
+                self.metrics.reloads.labels("refused").inc()
+            raise
         restart = [name for name, a, b in (
             ("server", old.server, new.server), ("database", old.database_url, new.database_url),
             ("redis", old.redis_url, new.redis_url), ("log", old.log, new.log)) if a != b]

@@ -26,12 +26,13 @@ from gatewayd.admin.api import create_admin_app
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
 from gatewayd.billing.ledger import Ledger
-from gatewayd.config import Config, ConfigError, parse_host_port
+from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
 from gatewayd import logs, loopwatch, protocol_errors
 from gatewayd.money import usd_to_nano
+from gatewayd.ops import readiness_of
 from gatewayd.providers.upstream import Upstream
 from gatewayd.changes import ChangeFollower
 from gatewayd.ratelimit import StoreWindows, open_rate_limiter
@@ -133,7 +134,17 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
                 task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run until SIGINT/SIGTERM. ``loader`` re-reads the config file for a reload (SIGHUP,
     ``gatewayctl reload``); without one, a reload re-applies the config in force. ``worker``:
-    one of ``serve --workers N``, on the supervisor's sockets."""
+    one of ``serve --workers N``, on the supervisor's sockets.
+
+    The three signals are caught for the daemon's whole life, until "gatewayd stopped": a
+    receiver closed at the first SIGTERM would give SIGHUP back its default action
+    (terminate), so a reload sent during the drain would kill the process, cutting the open
+    streams with no error event and leaving their holds for the next start."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        await _serve(config, loader, signals, worker, task_status)
+
+
+async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, task_status) -> None:
     protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
     Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
     store = await open_store(config, worker_index=worker.index if worker is not None else 0)
@@ -163,6 +174,9 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
             ledger = Ledger(store)
             relay = Relay(config, directory, ledger, upstream, limiter)
             nursery.start_soon(store.maintain)
+            readiness = readiness_of(relay)
+            await readiness.check()  # gateway_store_up and gateway_ready right before the first scrape
+            nursery.start_soon(readiness.watch)
             metrics_listen = config.server.metrics_listen
             if metrics_listen is not None and worker is not None:
                 metrics_listen = worker.metrics_listen(metrics_listen)
@@ -178,8 +192,9 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
             admin_path = config.server.admin_socket
             if metrics_listen is not None:
                 ops_binds = await nursery.start(_serve_ops, relay, metrics_listen, ops_shutdown)
+            # in the outer nursery: signals are still handled while the listeners drain
+            nursery.start_soon(_watch_signals, signals, shutdown, relay, config.server.drain_delay_s, reloader)
             async with trio.open_nursery() as servers:
-                servers.start_soon(_watch_signals, shutdown, relay, config.server.drain_delay_s, reloader)
                 servers.start_soon(_drain_on_shutdown, shutdown, relay, config.server.shutdown_grace_s)
                 await servers.start(
                     lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path, worker),
@@ -247,32 +262,44 @@ async def _drain_on_shutdown(shutdown: trio.Event, relay: Relay, grace_s: float)
     relay.drain.begin(grace_s)
 
 
-async def _watch_signals(shutdown: trio.Event, relay: Relay, drain_delay_s: float, reloader: Reloader) -> None:
+async def _watch_signals(signals, shutdown: trio.Event, relay: Relay, drain_delay_s: float,
+                         reloader: Reloader) -> None:
     """SIGHUP reloads the config; SIGINT/SIGTERM start the shutdown: /readyz answers 503 at
     once, the listeners stop accepting ``drain_delay_s`` later, open streams get the grace
-    period. A second SIGINT/SIGTERM skips the rest of the delay."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+    period. Runs until the daemon stops, so that during the shutdown a SIGHUP is ignored
+    (logged: a reload then would change nothing that is still served), a second
+    SIGINT/SIGTERM skips the rest of the delay, and one after that ends the grace period at
+    once: open streams are cut as at its end (an error event, settled as ``shutdown``)."""
+    async with trio.open_nursery() as nursery:
         async for signum in signals:
             name = signal.Signals(signum).name
             if signum == signal.SIGHUP:
+                if relay.draining:
+                    logs.event("gatewayd: SIGHUP ignored: shutting down", logging.WARNING, signal=name)
+                    continue
                 try:
                     reloader.reload("SIGHUP")
-                except ConfigError:
-                    pass  # logged by the reloader; the old config stays
+                except Exception:  # noqa: BLE001 - logged by the reloader; the old config stays
+                    pass
                 continue
-            if relay.draining:
+            if not relay.draining:
+                relay.draining = True
+                logs.event(f"gatewayd: {name} received, shutting down", logging.WARNING, signal=name,
+                           drain_delay_s=drain_delay_s)
+                nursery.start_soon(_stop_accepting_after, drain_delay_s, shutdown)
+            elif not shutdown.is_set():
+                logs.event(f"gatewayd: {name} received again, stopping without the rest of the drain delay",
+                           logging.WARNING, signal=name)
                 shutdown.set()
-                return
-            relay.draining = True
-            logs.event(f"gatewayd: {name} received, shutting down", logging.WARNING, signal=name,
-                       drain_delay_s=drain_delay_s)
-            if drain_delay_s > 0:
-                with trio.move_on_after(drain_delay_s):
-                    async for signum in signals:
-                        if signum != signal.SIGHUP:
-                            break
-            shutdown.set()
-            return
+            else:
+                logs.event(f"gatewayd: {name} received again, cutting open streams now", logging.WARNING,
+                           signal=name)
+                relay.drain.begin(0)
+
+
+async def _stop_accepting_after(delay_s: float, shutdown: trio.Event) -> None:
+    await trio.sleep(delay_s)
+    shutdown.set()
 
 
 def run(config: Config, loader=None, worker: WorkerSockets | None = None) -> None:

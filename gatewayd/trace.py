@@ -32,7 +32,7 @@ class Trace:
     key_id: str | None = None
     model: str | None = None  # a catalogue id, set once the model is authorized (bounded label)
     provider: str | None = None
-    route: str | None = None  # "passthrough" | "translated"
+    route: str | None = None  # the route taken: "provider/upstream_id" (ModelRoute.name), the last one tried
     stream: bool = False
     status: int = 0  # the HTTP status the client got
     usage_status: str | None = None  # the usage row's status (ok, upstream_error, ...)

@@ -88,3 +88,25 @@ def test_null_optional_fields_take_their_defaults(gateway):
     paid = gateway.admin.call("POST", f"/accounts/{created['id']}/payments", {"amount_nano": 1, "note": None},
                               expect=201)
     assert paid["payment"]["note"] == ""
+
+
+def test_payments_are_bounded_so_every_sum_stays_inside_64_bits(gateway, account):
+    from gatewayd.money import MAX_PAID_NANO
+    from tests.live import BIN
+    import subprocess
+
+    payments = f"/accounts/{account['id']}/payments"
+    for amount in (9_223_372_036_854_775_807, MAX_PAID_NANO - START + 1):
+        message = refused(gateway, "POST", payments, {"amount_nano": amount})
+        assert message.startswith("amount_nano: an account may be paid at most $1000000000.00 in total"), message
+    assert gateway.admin.balance(account["id"])["balance_nano"] == START
+    up_to = gateway.admin.call("POST", payments, {"amount_nano": MAX_PAID_NANO - START}, expect=201)
+    assert up_to["account"]["total_paid_nano"] == MAX_PAID_NANO
+    assert "paid $1000000000.00" in refused(gateway, "POST", payments, {"amount_nano": 1})
+    done = subprocess.run([str(BIN / "gatewayctl"), "account", "pay", account["id"], "9999999999", "--socket",
+                           gateway.socket], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "at most $1000000000.00 in total" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "500" not in done.stderr
+    huge_limit = refused(gateway, "POST", f"/accounts/{account['id']}/keys", {"name": "k", "spend_limit_nano": 2**63})
+    assert huge_limit.startswith("spend_limit_nano must be at most")
+    assert gateway.admin.audit()["ok"]

@@ -125,3 +125,79 @@ def test_cli_missing_file(tmp_path):
     result = subprocess.run([str(BIN / "gatewayd"), "serve", "--config", str(tmp_path / "nope.toml")],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "file not found" in result.stderr and "Traceback" not in result.stderr
+
+
+PROVIDER = "[[providers]]\nname='p'\nprotocol='openai'\nbase_url='http://x'\n[[models]]\nid='m'\nprovider='p'\n"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[server]\nstream_idle_timeout_s = nan\n", "server.stream_idle_timeout_s: must be a finite number (got nan)"),
+    ("[server]\nupstream_connect_timeout_s = nan\n", "server.upstream_connect_timeout_s: must be a finite number"),
+    ("[server]\nshutdown_grace_s = nan\n", "server.shutdown_grace_s: must be a finite number"),
+    ("[server]\ndrain_delay_s = inf\n", "server.drain_delay_s: must be a finite number (got inf)"),
+    ("[server]\nmodels_visible_after_paid = nan\n", "server.models_visible_after_paid: must be a finite number"),
+    ("[server]\nstream_idle_timeout_s = 1e400\n", "server.stream_idle_timeout_s: must be a finite number (got inf)"),
+    ("[server]\nmax_body_bytes = 9223372036854775807\n", "server.max_body_bytes: must be at most"),
+    ("[routing]\ndeadline_s = nan\n", "routing.deadline_s: must be a finite number"),
+    ("[routing]\nfirst_byte_timeout_s = inf\n", "routing.first_byte_timeout_s: must be a finite number"),
+    ("[routing]\nnon_stream_timeout_s = -nan\n", "routing.non_stream_timeout_s: must be a finite number"),
+    ("[routing]\ncooldown_s = nan\n", "routing.cooldown_s: must be a finite number"),
+    ("[routing]\nmax_cooldown_s = inf\n", "routing.max_cooldown_s: must be a finite number"),
+    ("[routing]\nsticky_ttl_s = nan\n", "routing.sticky_ttl_s: must be a finite number"),
+    ("[[groups]]\nname = 'vip'\nprice_ratio = inf\n", "groups[0].price_ratio: must be a finite number"),
+    ("[[groups]]\nname = 'vip'\nprice_ratio = nan\n", "groups[0].price_ratio: must be a finite number"),
+    ("[[groups]]\nname = 'vip'\nprice_ratio = 1e400\n", "groups[0].price_ratio: must be a finite number"),
+    ("[[groups]]\nname = 'vip'\nprice_ratio = 1e300\n", "groups[0].price_ratio: must be at most"),
+    ("[[groups]]\nname = 'vip'\nprice_ratio = 5000\n", "groups[0].price_ratio: ratio must be at most 1000"),
+    ("[[groups]]\nname = 'vip'\n[[groups]]\nname = 'vip'\nprice_ratio = 2\n",
+     "groups[1].name: duplicate group 'vip'"),
+    (PROVIDER + "input_price = inf\n", "models[0].input_price: must be a finite number"),
+    (PROVIDER + "output_price = nan\n", "models[0].output_price: must be a finite number"),
+    (PROVIDER + "output_price = 2000000\n", "models[0].output_price: price 2000000 is above 1000000 USD per 1M"),
+])
+def test_non_finite_overflowing_and_duplicate_values_are_refused_naming_the_key(tmp_path, text, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ={})
+    assert message in str(info.value)
+
+
+def bad_files(tmp_path: Path) -> list[tuple[Path, str]]:
+    not_utf8 = tmp_path / "latin1.toml"
+    not_utf8.write_bytes(b'[server]\nlisten = "127.0.0.1:0"\n# caf\xe9\n')
+    directory = tmp_path / "dir.toml"
+    directory.mkdir()
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    return [
+        (not_utf8, f"{not_utf8}: not UTF-8 text (byte 0xe9 at offset"),
+        (directory, f"{directory}: is a directory, not a file"),
+        (Path("/proc/self/mem"), "/proc/self/mem: cannot be read: Input/output error"),  # readable by nobody
+        (deep, f"{deep}: not valid TOML"),
+    ]
+
+
+def test_every_way_a_file_can_be_bad_is_one_config_error(tmp_path, monkeypatch):
+    for path, message in bad_files(tmp_path):
+        with pytest.raises(ConfigError) as info:
+            load_config(path, environ={})
+        assert str(info.value).startswith(message), (str(info.value), message)
+    unreadable = write(tmp_path, "[server]\n")
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "open", denied)
+    with pytest.raises(ConfigError, match=f"^{unreadable}: cannot be read: Permission denied$"):
+        load_config(unreadable, environ={})
+
+
+def test_check_config_answers_every_bad_file_with_one_line_and_exit_2(tmp_path):
+    cases = bad_files(tmp_path)
+    cases.append((write(tmp_path, "[server]\nshutdown_grace_s = nan\n"),
+                  "server.shutdown_grace_s: must be a finite number (got nan)"))
+    for path, message in cases:
+        checked = subprocess.run([str(BIN / "gatewayd"), "check-config", str(path)], capture_output=True, text=True,
+                                 timeout=30)
+        assert (checked.returncode, checked.stdout) == (2, ""), checked.stderr
+        [line] = checked.stderr.strip().splitlines()
+        assert line.startswith("gatewayd: config error: ") and message in line, line

@@ -281,6 +281,7 @@ def test_usage_log_pages_filters_csv_and_chart(gateway):
     assert sum(int(r["cost_nano"]) for r in table) == spent
     assert {r["key_name"] for r in table} == {"alpha", "'=SUM(A1)"}
     assert table[0]["time"].endswith(("-05:00", "-04:00"))
+    assert {r["stream"] for r in table} <= {"true", "false"}  # as in JSON and gatewayctl's CSV
     filtered = list(csv.DictReader(io.StringIO(client.get("/console/usage.csv", params={"key": key_a["id"]}).text)))
     assert len(filtered) == 40 and {r["model"] for r in filtered} == {"gpt-4.1-mini"}
     client.close()

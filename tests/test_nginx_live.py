@@ -124,3 +124,14 @@ def test_requests_spread_over_instances_and_one_killed_is_skipped(behind_nginx, 
             assert response.status_code == 200, response.text
     assert len(daemon.admin.usage(account["id"])) == 16
     assert daemon.admin.audit()["ok"]
+
+
+def test_metrics_and_readyz_are_not_public_but_healthz_is(behind_nginx):
+    nginx, daemon = behind_nginx
+    with httpx.Client(base_url=nginx.url, timeout=30) as http:
+        for path in ("/metrics", "/metrics?x=1", "/%6detrics", "/readyz"):
+            assert http.get(path).status_code == 403, path
+        for path in ("/metrics/", "/METRICS"):  # not the exact location: gatewayd has no such route
+            assert http.get(path).status_code == 404, path
+        assert http.get("/healthz").json() == {"ok": True}
+    assert "gateway_requests_total" in httpx.get(f"{daemon.url}/metrics").text  # scraped on the instance itself

@@ -206,6 +206,16 @@ def test_healthz_and_readyz(daemon):
 
 
 @pytest.mark.slow
+def test_store_up_and_ready_are_right_from_start_up_without_a_readyz_poll(sim, tmp_path):
+    d = Daemon(tmp_path, sim.url)
+    try:
+        first = scrape(d.url)  # nothing has asked /readyz
+        assert first[("gateway_store_up", ())] == 1 and first[("gateway_ready", ())] == 1
+    finally:
+        d.stop()
+
+
+@pytest.mark.slow
 def test_readyz_is_503_while_draining_and_streams_finish(sim, tmp_path):
     d = Daemon(tmp_path, sim.url, server="drain_delay_s = 3\nshutdown_grace_s = 10\n")
     try:
@@ -225,6 +235,67 @@ def test_readyz_is_503_while_draining_and_streams_finish(sim, tmp_path):
         assert text.rstrip().endswith(b"data: [DONE]"), "the open stream was not let finish"
         assert d.proc.wait(20) == 0
         assert any(doc.get("msg") == "gatewayd stopped" for doc in log_lines(d))
+    finally:
+        d.stop()
+
+
+def slow_stream(d: Daemon, secret: str, words: int = 30):
+    body = {"model": "gpt-4.1-mini", "stream": True, "messages": [
+        {"role": "user", "content": f"{nonce()} [[sim:words={words}]] [[sim:fault=chunk_delay_ms:100]]"}]}
+    return httpx.stream("POST", f"{d.url}/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                        json=body, timeout=30)
+
+
+@pytest.mark.slow
+def test_a_sighup_during_the_drain_is_ignored_and_the_stream_finishes(sim, tmp_path):
+    d = Daemon(tmp_path, sim.url, server="shutdown_grace_s = 10\n")
+    try:
+        account, _, secret = funded(d)
+        with slow_stream(d, secret) as stream:
+            chunks = stream.iter_raw()
+            next(chunks)
+            d.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            d.proc.send_signal(signal.SIGHUP)
+            text = b"".join(chunks)
+            request_id = stream.headers["x-request-id"]
+        assert text.rstrip().endswith(b"data: [DONE]"), text[-300:]
+        assert d.proc.wait(20) == 0
+        messages = [doc.get("msg") for doc in log_lines(d)]
+        assert "gatewayd: SIGHUP ignored: shutting down" in messages and "gatewayd stopped" in messages
+        d.start()
+        assert not any("released" in line for line in d.output.lines), "a hold was left for the next start"
+        assert row_of(d, account["id"], request_id)["status"] == "ok"
+        assert d.admin.audit()["ok"]
+    finally:
+        d.stop()
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_during_the_drain_cuts_the_streams_with_an_error_event(sim, tmp_path):
+    d = Daemon(tmp_path, sim.url, server="shutdown_grace_s = 30\n")
+    try:
+        account, _, secret = funded(d)
+        with slow_stream(d, secret, words=100) as stream:
+            chunks = stream.iter_raw()
+            next(chunks)
+            d.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            d.proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            text = b"".join(chunks).decode()
+            request_id = stream.headers["x-request-id"]
+        assert time.monotonic() - started < 5, "the second SIGTERM did not cut the stream"
+        last = json.loads(text.strip().split("\n\n")[-1].removeprefix("data: "))
+        assert "shutting down" in last["error"]["message"]
+        assert d.proc.wait(20) == 0
+        messages = [doc.get("msg") for doc in log_lines(d)]
+        assert "gatewayd: SIGTERM received again, cutting open streams now" in messages
+        assert "gatewayd stopped" in messages
+        d.start()
+        row = row_of(d, account["id"], request_id)
+        assert row["status"] == "shutdown" and row["output_tokens"] > 0
+        assert d.admin.audit()["ok"]
     finally:
         d.stop()
 
@@ -323,6 +394,67 @@ def test_a_bad_reload_is_refused_with_the_start_up_line_and_the_old_config_stays
         daemon.config.write_text(good)
 
 
+def refused_reloads(d: Daemon) -> list[str]:
+    return [doc["error"] for doc in log_lines(d) if doc.get("msg", "").startswith("config reload refused")]
+
+
+def test_a_reload_of_any_unreadable_file_is_refused_and_the_daemon_keeps_serving(daemon, tmp_path):
+    _, _, secret = funded(daemon)
+    path = daemon.config
+    good = path.read_text()
+    kept = tmp_path / "kept.toml"
+    start = len(daemon.output.lines)
+
+    def not_utf8():
+        path.write_bytes(good.encode() + b"\n# caf\xe9\n")
+
+    def infinite_ratio():
+        path.write_text(good + "\n[[groups]]\nname = \"inf\"\nprice_ratio = inf\n")
+
+    def directory():
+        path.rename(kept)
+        path.mkdir()
+
+    def unreadable():  # root reads any mode: /proc/self/mem is unreadable from offset 0 for everyone
+        path.rename(kept)
+        path.symlink_to("/proc/self/mem")
+
+    cases = [(not_utf8, "not UTF-8 text"), (infinite_ratio, "price_ratio: must be a finite number (got inf)"),
+             (directory, "is a directory"), (unreadable, "cannot be read")]
+    try:
+        for make_bad, message in cases:
+            make_bad()
+            checked = check_config(path)
+            assert checked.returncode == 2, checked.stderr
+            [line] = checked.stderr.strip().splitlines()
+            assert line.startswith(f"gatewayd: config error: {path}") or line.startswith("gatewayd: config error: groups")
+            assert message in line, line
+            refused = gatewayctl(daemon, "reload")
+            assert (refused.returncode, refused.stderr.strip()) == (1, line)
+            before = len(refused_reloads(daemon))
+            daemon.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while len(refused_reloads(daemon)) == before:
+                assert daemon.proc.poll() is None, f"SIGHUP killed the daemon:\n{daemon.output.text[-3000:]}"
+                assert time.monotonic() < deadline, "SIGHUP with a bad file was not logged"
+                time.sleep(0.05)
+            assert refused_reloads(daemon)[-1] == line
+            assert chat(daemon, secret, "gpt-4.1-mini", f"{nonce()} still serving").status_code == 200
+            if path.is_symlink() or path.is_dir():
+                path.unlink() if path.is_symlink() else path.rmdir()
+                kept.rename(path)
+            path.write_text(good)
+        assert "Traceback" not in "".join(daemon.output.lines[start:])
+    finally:
+        if path.is_symlink():
+            path.unlink()
+        elif path.is_dir():
+            path.rmdir()
+        if kept.exists():
+            kept.rename(path)
+        path.write_text(good)
+
+
 def test_check_config_matches_the_start_up_error(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[server]\nlisten = "127.0.0.1:0"\n[log]\nformat = "xml"\n')
@@ -357,6 +489,17 @@ def test_log_format_and_level_follow_flag_then_env_then_file(sim, tmp_path):
         [line] = [line for line in d.output.lines if f"request_id={request_id}" in line]
         assert " INFO    request " in line and f"key_id={key['id']}" in line and "status=200" in line
         assert not log_lines(d), "a JSON line in text format"
+        # a path that decodes to a newline cannot forge a second line
+        forged = "2020-01-01T00:00:00.000Z ERROR   forged"
+        injected = httpx.get(f"{d.url}/v1/x%0A{forged.replace(' ', '%20')}")
+        assert injected.status_code == 404
+        deadline = time.monotonic() + 5
+        while not [line for line in d.output.lines if f"request_id={injected.headers['x-request-id']}" in line]:
+            assert time.monotonic() < deadline, d.output.text[-2000:]
+            time.sleep(0.05)
+        assert not [line for line in d.output.lines if line.startswith(forged)], d.output.text[-2000:]
+        [line] = [line for line in d.output.lines if f"request_id={injected.headers['x-request-id']}" in line]
+        assert f'path="/v1/x\\n{forged}"' in line
     finally:
         d.stop()
     # warning from the environment: no request lines, and the listening line is still printed

@@ -215,3 +215,20 @@ async def test_an_exception_outside_the_relay_is_a_logged_500_with_the_request_i
     request_id = response.headers["x-request-id"]
     assert request_id in response.json()["error"]["message"]
     logged_fault(caplog, request_id)
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", chat("gemini-2.5-flash")),
+    ("/v1/responses", {"model": "gemini-2.5-flash", "input": "hi"}),
+], ids=["chat", "responses"])
+@pytest.mark.parametrize("answer", [
+    {"candidates": [{"content": 5}]}, {"candidates": [{"content": {"parts": [{"text": 5}]}}]}, {"candidates": [5]},
+    {"candidates": [{"content": {"parts": [{"functionCall": 5}]}}]},
+], ids=["content", "text", "candidate", "function-call"])
+async def test_a_gemini_answer_of_the_wrong_shape_is_the_providers_502_not_an_empty_success(tmp_path, caplog, path,
+                                                                                            body, answer):
+    answer = {**answer, "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}}
+    response, row = await run(tmp_path, orjson.dumps(answer), path, body, stream_answer=False)
+    assert response.status_code == 502, response.text
+    assert (row["status"], row["http_status"], row["cost_nano"]) == ("upstream_invalid", 502, 0)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "a provider fault was logged as ours"

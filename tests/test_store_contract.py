@@ -213,3 +213,21 @@ async def test_the_audit_reports_a_balance_below_zero_and_a_key_over_its_limit(s
     assert a["balance_nano"] == -400 and a["warnings"] == ["balance below zero by 400 (charges exceeded their holds)"]
     assert k["spent_nano"] == 1_400 and k["warnings"] == [
         "spent 400 over its limit (within one request's estimate error)"]
+
+
+async def test_a_payment_past_the_total_bound_is_refused_and_stores_nothing(store):
+    from gatewayd.money import MAX_PAID_NANO
+    from gatewayd.store.base import PaymentTooLarge
+
+    _, account, key = await _account_and_key(store, paid=1_000)
+    with pytest.raises(PaymentTooLarge) as info:
+        await store.add_payment(account.id, MAX_PAID_NANO - 999, "too much")
+    assert info.value.total_paid_nano == 1_000
+    with pytest.raises(PaymentTooLarge):
+        await store.add_payment(account.id, 2**64, "beyond 64 bits")
+    await store.add_payment(account.id, MAX_PAID_NANO - 1_000, "up to the bound")
+    account.credit_nano = account.total_paid_nano = MAX_PAID_NANO
+    assert [p.amount_nano for p in await store.payments(account.id)] == [MAX_PAID_NANO - 1_000, 1_000]
+    await store.refresh_balance(account)
+    assert (account.credit_nano, account.total_paid_nano) == (MAX_PAID_NANO, MAX_PAID_NANO)
+    assert (await store.audit([account], [key]))["ok"]

@@ -104,3 +104,37 @@ def test_an_outage_longer_than_dead_after_releases_no_live_instance_s_holds(sim,
             d.stop()
         proxy.close()
         pg.drop_database(name)
+
+
+def test_a_store_outage_is_logged_and_in_the_metrics_without_a_readyz_poll(sim, tmp_path):
+    from tests.test_operations_live import log_lines, scrape
+
+    proxy = Proxy()
+    name, url = pg.create_database()
+    d = Daemon(tmp_path, sim.url, env={"GATEWAY_DATABASE_URL": url.replace(":5432/", f":{proxy.port}/")})
+
+    def wait_for(msg: str) -> dict:
+        deadline = time.monotonic() + 20
+        while True:
+            found = [doc for doc in log_lines(d) if doc.get("msg") == msg]
+            if found:
+                return found[-1]
+            assert time.monotonic() < deadline, f"no {msg!r} line:\n{d.output.text[-2000:]}"
+            time.sleep(0.2)
+
+    try:
+        assert scrape(d.url)[("gateway_store_up", ())] == 1
+        proxy.cut()
+        down = wait_for("store does not answer")
+        assert down["store_up"] is False and down["level"] == "error"
+        metrics = scrape(d.url)
+        assert metrics[("gateway_store_up", ())] == 0 and metrics[("gateway_ready", ())] == 0
+        proxy.restore()
+        wait_for("store answers again")
+        metrics = scrape(d.url)
+        assert metrics[("gateway_store_up", ())] == 1 and metrics[("gateway_ready", ())] == 1
+        assert not [doc for doc in log_lines(d) if doc.get("msg") == "request" and doc.get("path") == "/readyz"]
+    finally:
+        d.stop()
+        proxy.close()
+        pg.drop_database(name)

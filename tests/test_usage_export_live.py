@@ -131,3 +131,25 @@ def test_report_sums_per_model_and_per_key(gateway, traffic):
     assert everyone["total"]["requests"] >= 6 and everyone["range"]["account_id"] is None
     human = gatewayctl(gateway, "report", traffic["account"]["id"])
     assert human.returncode == 0 and "claude-haiku-4-5" in human.stdout and "Total: 6 requests" in human.stdout
+
+
+def test_the_edges_of_the_calendar_are_clamped_not_a_500(gateway, traffic):
+    account = traffic["account"]["id"]
+    ids = [r["request_id"] for r in traffic["rows"]]
+    # the end of 9999-12-31 is past the last representable day; 0001-01-01 in UTC+14 is before the first
+    for args in (["--until", "9999-12-31"], ["--since", "0001-01-01"], ["--since", "0001-01-01", "--until", "9999-12-31"]):
+        done = gatewayctl(gateway, "usage", account, *args, "--json")
+        assert done.returncode == 0, done.stderr
+        assert [r["request_id"] for r in json.loads(done.stdout)] == ids
+        report = gatewayctl(gateway, "report", account, *args, "--json")
+        assert report.returncode == 0, report.stderr
+        assert json.loads(report.stdout)["total"]["requests"] == len(ids)
+    everyone = gatewayctl(gateway, "report", "--until", "9999-12-31", "--json")
+    assert everyone.returncode == 0, everyone.stderr
+    admin = gateway.admin
+    assert [r["request_id"] for r in admin.call("GET", f"/accounts/{account}/usage?before=99999999999999999999999"
+                                                )["data"]] == ids
+    late = admin.call("GET", f"/accounts/{account}/usage?since=9999-12-31T23:00:00-05:00")
+    early = admin.call("GET", f"/accounts/{account}/usage?until=0001-01-01T00:30:00%2B01:00")
+    assert late["data"] == [] and early["data"] == []
+    assert admin.call("GET", "/report?until=9999-12-31")["range"]["until"] == "9999-12-31T23:59:59.999Z"

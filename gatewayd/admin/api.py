@@ -10,18 +10,28 @@ with several instances on one database, another instance may have moved them.
 from __future__ import annotations
 
 import datetime
+import logging
 import zoneinfo
 from typing import Any, Callable
 
 import orjson
 from quart import Response, request
 from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
 
 from gatewayd.directory import Directory, DirectoryError
 from gatewayd.store.usage_queries import UsageFilter
 
 JSON = "application/json"
+log = logging.getLogger("gatewayd.admin")
 KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group")
+
+
+# The stored times' range: a bound outside it (the end of 9999-12-31, the start of 0001-01-01
+# in a zone east of UTC) is clamped to it, which selects the same rows.
+EARLIEST = "0001-01-01T00:00:00.000Z"
+LATEST = "9999-12-31T23:59:59.999Z"
+MAX_ROW_ID = 2**63 - 1  # the stores' 64-bit row ids: a larger ``before`` pages from the newest row
 
 
 def instant(value: str | None, timezone: str, name: str, *, end_of_day: bool = False) -> str | None:
@@ -33,6 +43,8 @@ def instant(value: str | None, timezone: str, name: str, *, end_of_day: bool = F
         if len(value) == 10:
             day = datetime.date.fromisoformat(value)
             if end_of_day:
+                if day == datetime.date.max:
+                    return LATEST
                 day += datetime.timedelta(days=1)
             moment = datetime.datetime.combine(day, datetime.time(), zoneinfo.ZoneInfo(timezone))
         else:
@@ -42,7 +54,10 @@ def instant(value: str | None, timezone: str, name: str, *, end_of_day: bool = F
     except ValueError:
         raise DirectoryError(f"{name} must be a date YYYY-MM-DD or an ISO 8601 time with an offset (got {value!r})"
                              ) from None
-    utc = moment.astimezone(datetime.timezone.utc)
+    try:
+        utc = moment.astimezone(datetime.timezone.utc)
+    except OverflowError:  # before year 1 or after year 9999 once in UTC
+        return EARLIEST if moment.year == 1 else LATEST
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
@@ -83,6 +98,19 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
     @app.errorhandler(DirectoryError)
     async def refused(error: DirectoryError):
         return _json({"error": {"message": error.message, "code": error.code}}, error.status)
+
+    @app.errorhandler(Exception)
+    async def failed(error: Exception):
+        """Whatever escapes a route is answered in the JSON shape gatewayctl reads, never Quart's
+        HTML page: an HTTP error with its own status, anything else a logged 500."""
+        if isinstance(error, HTTPException):
+            return _json({"error": {"message": f"{error.name}: {error.description}", "code": "http_error"}},
+                         error.code or 500)
+        log.error("admin: internal error on %s %s: %s", request.method, request.path, type(error).__name__,
+                  exc_info=error)
+        return _json({"error": {"message": f"the gateway failed on {request.method} {request.path} "
+                                           f"({type(error).__name__}); this is a gateway bug, its traceback is "
+                                           "in the daemon's log", "code": "internal_error"}}, 500)
 
     @app.errorhandler(404)
     async def not_found(_error):
@@ -198,7 +226,7 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
             directory.key(key_id, account.id)
         where = usage_filter(account.id, account.timezone)
         limit = _int_arg("limit", 50, 1, 10_000)
-        before = _int_arg("before", None, 1, None)
+        before = _int_arg("before", None, 1, MAX_ROW_ID)
         rows, following = await store.usage_export(where, before_id=before, limit=limit)
         return _json({"data": rows, "next_before": following})
 

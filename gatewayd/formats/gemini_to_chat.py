@@ -120,16 +120,51 @@ def _thoughts(meta) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _parts(doc: dict) -> tuple[list, str | None]:
-    """The first candidate's parts and finish reason (we never ask for more than one)."""
+def _parts(doc: dict) -> tuple[list[dict], str | None]:
+    """The first candidate's parts and finish reason (we never ask for more than one).
+
+    What may be absent is: an event with no candidate (usage only), a candidate with no
+    content (stopped for safety), content with no parts. What is there must have its
+    documented type: a candidate, content or part that is not an object, parts that are
+    not a list, a text that is not a string, a ``functionCall`` that is not an object with
+    a string name. Skipping those would answer an empty success (and bill it); they are
+    the provider's bad answer, :class:`InvalidAnswer`: a 502, or mid-stream "the provider
+    stream broke off".
+    """
     candidates = doc.get("candidates")
-    if not isinstance(candidates, list) or not candidates:
+    if candidates is None or candidates == []:
         return [], None
-    candidate = candidates[0] if isinstance(candidates[0], dict) else {}
-    content = candidate.get("content") if isinstance(candidate.get("content"), dict) else {}
-    parts = content.get("parts") if isinstance(content.get("parts"), list) else []
+    if not isinstance(candidates, list):
+        raise InvalidAnswer("the Gemini answer's candidates is not a list")
+    candidate = candidates[0]
+    if not isinstance(candidate, dict):
+        raise InvalidAnswer("a Gemini candidate is not an object")
+    content = candidate.get("content")
+    if content is None:
+        content = {}
+    if not isinstance(content, dict):
+        raise InvalidAnswer("a Gemini candidate's content is not an object")
+    parts = content.get("parts")
+    if parts is None:
+        parts = []
+    if not isinstance(parts, list):
+        raise InvalidAnswer("a Gemini candidate's parts is not a list")
+    for part in parts:
+        _check_part(part)
     reason = candidate.get("finishReason")
     return parts, reason if isinstance(reason, str) else None
+
+
+def _check_part(part) -> None:
+    if not isinstance(part, dict):
+        raise InvalidAnswer("a Gemini part is not an object")
+    if part.get("text") is not None and not isinstance(part["text"], str):
+        raise InvalidAnswer("a Gemini part's text is not a string")
+    call = part.get("functionCall")
+    if call is not None and not (isinstance(call, dict) and isinstance(call.get("name"), str)):
+        raise InvalidAnswer("a Gemini functionCall is not an object with a string name")
+    if isinstance(call, dict) and call.get("args") is not None and not isinstance(call["args"], dict):
+        raise InvalidAnswer("a Gemini functionCall's args is not an object")
 
 
 def _call_id(completion_id: str, index: int, part: dict | None = None) -> str:
@@ -164,9 +199,7 @@ def gemini_response_to_chat(doc: dict, *, model: str, created: int, completion_i
     texts: list[str] = []
     thoughts: list[str] = []
     tool_calls: list[dict] = []
-    for part in parts:
-        if not isinstance(part, dict):
-            continue
+    for part in parts:  # each checked by _parts
         call = part.get("functionCall")
         if isinstance(call, dict):
             tool_calls.append({
@@ -256,12 +289,14 @@ class GeminiToChatStream:
 
     def feed(self, data) -> list[dict]:
         """One event in; the chunks to send now out. Raises :class:`PromptBlocked` when
-        the first event says the prompt was refused."""
+        the first event says the prompt was refused, :class:`InvalidAnswer` for a candidate
+        of the wrong shape (see :func:`_parts`). An event that is not an object is skipped."""
         if self.finished or self.failed or not isinstance(data, dict):
             return []
         if "error" in data:
             return self._on_error(data["error"])
         _check_blocked(data)
+        parts, reason = _parts(data)  # checked first: an event the provider got wrong changes nothing
         out: list[dict] = []
         if not self._started:
             self._started = True
@@ -270,10 +305,8 @@ class GeminiToChatStream:
         if isinstance(meta, dict):
             self._usage = from_gemini(meta)
             self._thoughts = _thoughts(meta)
-        parts, reason = _parts(data)
         for part in parts:
-            if isinstance(part, dict):
-                out.extend(self._part(part))
+            out.extend(self._part(part))
         if reason is not None:
             self.finished = True
             out.append(self._chunk({}, finish_reason(reason, called_tools=self._calls > 0)))

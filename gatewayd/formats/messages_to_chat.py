@@ -235,12 +235,13 @@ class MessagesToChatStream:
             tool_index = len(self._tool_index_by_block)
             self._tool_index_by_block[index] = tool_index
             self._tool_block_input[index] = block.get("input")
-            self._output.append(block.get("name") or "")
+            name = block.get("name") if isinstance(block.get("name"), str) else ""  # output_text joins strings
+            self._output.append(name)
             call = {
                 "index": tool_index,
                 "id": block.get("id"),
                 "type": "function",
-                "function": {"name": block.get("name"), "arguments": ""},
+                "function": {"name": name, "arguments": ""},
             }
             return [self._chunk({"tool_calls": [call]})]
         return []

@@ -4,6 +4,11 @@ Called only after a disconnect, an idle timeout or an upstream failure, never pe
 chunk: the relay keeps the raw ``data`` of the events it forwarded and parses them
 here once, at the end. Each format has one small function naming the fields that
 carry generated text; the walking is shared.
+
+The events are the provider's, forwarded untouched, so any of them may have any shape:
+every step checks the type it walks into and skips what it cannot read. Counting runs
+while the stream is being settled, and a reader that raised there would leave the hold
+open.
 """
 
 from __future__ import annotations
@@ -33,12 +38,17 @@ def _collect(datas: Iterable[bytes], texts_of: Callable[[dict], Iterable[str]]) 
     return "".join(parts)
 
 
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _chat_chunk_texts(chunk: dict) -> Iterator[str]:
-    for choice in chunk.get("choices") or ():
-        delta = choice.get("delta") or {}
+    for choice in _list(chunk.get("choices")):
+        delta = choice.get("delta") if isinstance(choice, dict) else None
         yield from _strings(delta, ("content", "reasoning_content"))
-        for call in delta.get("tool_calls") or ():
-            yield from _strings(call.get("function"), ("name", "arguments"))
+        for call in _list(delta.get("tool_calls")) if isinstance(delta, dict) else ():
+            if isinstance(call, dict):
+                yield from _strings(call.get("function"), ("name", "arguments"))
 
 
 def _messages_event_texts(event: dict) -> Iterator[str]:

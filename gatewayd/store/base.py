@@ -27,6 +27,14 @@ class TooManyKeys(StoreError):
     """The account already has ``max_keys`` live (not revoked) keys."""
 
 
+class PaymentTooLarge(StoreError):
+    """The payment would take the account's total paid above ``money.MAX_PAID_NANO``."""
+
+    def __init__(self, total_paid_nano: int) -> None:
+        super().__init__(f"total paid would be {total_paid_nano}")
+        self.total_paid_nano = total_paid_nano  # as stored before this payment
+
+
 class EmailTaken(StoreError):
     """Another account has this email (case-insensitive)."""
 

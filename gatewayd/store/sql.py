@@ -19,12 +19,14 @@ from typing import Any, Callable, Iterable, Protocol
 
 import orjson
 
+from gatewayd.money import MAX_PAID_NANO
 from gatewayd.records import Account, Key, expiry_instant, new_id, utc_now_iso
 from gatewayd.store.base import (
     USAGE_FIELDS,
     EmailTaken,
     KeyRevoked,
     Payment,
+    PaymentTooLarge,
     TooManyKeys,
     UsagePage,
     UsageQuery,
@@ -181,11 +183,19 @@ class SQLStore:
     async def add_payment(self, account_id: str, amount_nano: int, note: str) -> Payment:
         created_at = utc_now_iso()
 
+        if not 0 < amount_nano <= MAX_PAID_NANO:
+            raise PaymentTooLarge(0)
+
         def insert(tx: Tx) -> Payment:
+            # the bound is in the UPDATE itself, so it holds against payments made at the same time
+            # on another instance: past MAX_PAID_NANO the 64-bit sums of the audit would overflow
+            if not tx.run("UPDATE accounts SET credit_nano = credit_nano + ?, total_paid_nano = total_paid_nano + ?"
+                          " WHERE id = ? AND total_paid_nano <= ?",
+                          (amount_nano, amount_nano, account_id, MAX_PAID_NANO - amount_nano)):
+                row = tx.one("SELECT total_paid_nano FROM accounts WHERE id = ?", (account_id,))
+                raise PaymentTooLarge(row["total_paid_nano"] if row else 0)
             row = tx.one("INSERT INTO payments (account_id, amount_nano, note, created_at) VALUES (?, ?, ?, ?)"
                          " RETURNING id", (account_id, amount_nano, note, created_at))
-            tx.run("UPDATE accounts SET credit_nano = credit_nano + ?, total_paid_nano = total_paid_nano + ?"
-                   " WHERE id = ?", (amount_nano, amount_nano, account_id))
             return Payment(row["id"], account_id, amount_nano, note, created_at)
 
         return await self._write(insert)

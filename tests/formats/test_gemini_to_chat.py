@@ -419,3 +419,36 @@ def test_a_signed_call_carries_its_signature_in_the_id_and_back():
         {"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2lnbmVk/+="},
         {"functionCall": {"name": "g", "args": {}}}]
     assert [p["functionResponse"]["name"] for p in echoed["contents"][2]["parts"]] == ["f", "g"]
+
+
+WRONG_SHAPES = [
+    {"candidates": 5}, {"candidates": [5]}, {"candidates": [{"content": 5}]},
+    {"candidates": [{"content": {"parts": 5}}]}, {"candidates": [{"content": {"parts": [5]}}]},
+    {"candidates": [{"content": {"parts": [{"text": 5}]}}]},
+    {"candidates": [{"content": {"parts": [{"functionCall": 5}]}}]},
+    {"candidates": [{"content": {"parts": [{"functionCall": {"name": 5}}]}}]},
+    {"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": [1]}}]}}]},
+]
+
+
+@pytest.mark.parametrize("doc", WRONG_SHAPES)
+def test_a_candidate_of_the_wrong_shape_is_an_invalid_answer_not_an_empty_success(doc):
+    with pytest.raises(InvalidAnswer):
+        translate(doc)
+
+
+@pytest.mark.parametrize("doc", WRONG_SHAPES)
+def test_a_stream_event_of_the_wrong_shape_is_an_invalid_answer_and_changes_nothing(doc):
+    s = stream()
+    first = s.feed(answer([{"text": "a"}], reason=None, usage={"promptTokenCount": 5}))
+    with pytest.raises(InvalidAnswer):
+        s.feed({**doc, "usageMetadata": {"promptTokenCount": 99}})
+    assert s.usage == Usage(input_tokens=5) and s.output_text == "a" and not s.finished
+    assert deltas(first)[-1] == {"content": "a"}
+
+
+def test_absent_content_and_parts_are_not_wrong_shapes():
+    assert stream().feed({"candidates": [{"finishReason": "STOP"}]})[-2]["choices"][0]["finish_reason"] == "stop"
+    assert stream().feed({"candidates": [{"content": {"role": "model"}}], "usageMetadata": USAGE})
+    assert stream().feed({"usageMetadata": USAGE}) and stream().feed({"candidates": []})
+    assert translate(answer([{"text": None, "functionCall": {"name": "f"}}]))["choices"][0]["message"]["tool_calls"]

@@ -39,3 +39,18 @@ def test_message_text():
                            {"type": "tool_use", "input": {"a": 1}}, "junk"]}
     assert partial.message_text(message) == 't x{"a":1}'.replace(" ", "")
     assert partial.message_text(None) == ""
+
+
+def test_shapes_that_cannot_be_read_are_skipped_not_raised():
+    # the provider's events, forwarded untouched: any may have any shape
+    datas = [
+        b'{"choices":[{"delta":{"content":"one "}}]}',
+        b'{"choices":5}', b'{"choices":[5]}', b'{"choices":[{"delta":5}]}',
+        b'{"choices":[{"delta":{"tool_calls":5}}]}', b'{"choices":[{"delta":{"tool_calls":[5, {"function":5}]}}]}',
+        b'{"choices":[{"delta":{"content":5,"tool_calls":[{"function":{"name":"f","arguments":7}}]}}]}',
+        b'5', b'"text"',
+    ]
+    assert partial.chat_stream_text(datas) == "one f"
+    assert partial.messages_stream_text([b'{"type":"content_block_delta","delta":5}',
+                                         b'{"type":"content_block_delta","delta":{"text":5}}']) == ""
+    assert partial.responses_stream_text([b'{"type":"response.output_text.delta","delta":[1]}']) == ""
