@@ -137,3 +137,41 @@ async def test_a_hold_whose_commit_answer_was_lost_is_released_when_the_database
         assert store._unknown == {}
     finally:
         await store.close()
+
+
+async def test_the_pool_is_back_within_seconds_after_a_long_outage(database, proxy, monkeypatch):
+    """psycopg_pool's reconnection backoff doubles without a cap: with an endless retry
+    window a 70 s outage left the pool failing for 47 s more after the database was back.
+    ``RECONNECT_WINDOW_S`` bounds it; past it the next request starts over at the first delay.
+    Run at a tenth of the time scale: first delay 0.1 s, window 1.5 s, a 7 s outage, and a
+    pool of 2, both in their backoff (a larger pool opens fresh attempts beside them): an
+    endless window left the pool down 6.4 s after the outage here."""
+    import psycopg_pool.base
+
+    from gatewayd.store import postgres
+
+    monkeypatch.setattr(psycopg_pool.base.AttemptWithBackoff, "INITIAL_DELAY", 0.1)
+    monkeypatch.setattr(postgres, "RECONNECT_WINDOW_S", postgres.RECONNECT_WINDOW_S / 10)
+    monkeypatch.setattr(postgres, "POOL_WAIT_S", 0.3)
+    store = await postgres.PostgresStore.open(database.replace(":5432/", f":{proxy.port}/"), pool_size=2)
+    try:
+        await store.ping()
+        proxy.cut()
+        with trio.move_on_after(7):  # requests keep coming during the outage, as they would
+            while True:
+                with pytest.raises(StoreUnavailable):
+                    await store.ping()
+                await trio.sleep(0.1)
+        proxy.restore()
+        restored = trio.current_time()
+        while True:
+            try:
+                await store.ping()
+                break
+            except StoreUnavailable:
+                await trio.sleep(0.05)
+        back_after = trio.current_time() - restored
+        print(f"the pool answered {back_after:.1f} s after the database was back")
+        assert back_after < 2.0
+    finally:
+        await store.close()

@@ -65,6 +65,11 @@ SETTLE_WAIT_S = 30.0  # a settling request retries this long (backoff 0.25 s .. 
 FEED_WAIT_S = 0.5  # the change feed waits this long for a notification, then looks again
 FEED_PING_S = 5.0  # the change feed's connection is pinged this often ...
 FEED_PING_TIMEOUT_S = 3.0  # ... and replaced (everything reloaded) when it does not answer within this
+# How long psycopg_pool keeps retrying one lost connection (delays 1, 2, 4, 8 s) before it
+# gives the slot up; the next request that needs a connection starts a new attempt at 1 s.
+# Its backoff doubles without a cap within the window: with the window at "forever" (as it
+# was), the pool came back 47 s after a 70 s outage ended (the delay had grown to 64 s).
+RECONNECT_WINDOW_S = 15.0
 
 UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
 
@@ -145,7 +150,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             url, min_size=min(2, pool_size), max_size=pool_size, open=False, timeout=POOL_WAIT_S,
             kwargs={"row_factory": dict_row, "connect_timeout": 3, **keepalives(url)},
             check=psycopg_pool.ConnectionPool.check_connection,
-            reconnect_timeout=10 * 365 * 24 * 3600.0, name="gatewayd",
+            reconnect_timeout=RECONNECT_WINDOW_S, name="gatewayd",
         )
         store = cls(url, pool, pool_size, slot)
         try:
