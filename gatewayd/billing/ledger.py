@@ -9,7 +9,9 @@ releases and writes the usage row in one transaction, exactly once per hold.
 
 from __future__ import annotations
 
-from gatewayd.errors import GatewayError
+import time
+
+from gatewayd.errors import GatewayError, invalid_token
 from gatewayd.formats.usage import Usage
 from gatewayd.money import format_usd
 from gatewayd.records import Account, Key
@@ -56,6 +58,10 @@ class Ledger:
         except StoreUnavailable:
             raise store_unavailable() from None
         if isinstance(held, Refusal):
+            if held.what == "key" and key.state(time.time()) == "used_up":
+                # spent through another instance since this one's cache last heard: the spec's
+                # used-up key is the same 401 as every other key problem, not the 403
+                raise invalid_token()
             raise refusal_error(held, amount_nano)
         self.open_holds += 1
         self.held_nano += amount_nano

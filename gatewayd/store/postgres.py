@@ -75,8 +75,9 @@ UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.
 
 
 class _Refused(Exception):
-    def __init__(self, refusal: Refusal) -> None:
+    def __init__(self, refusal: Refusal, key_row: dict | None = None) -> None:
         self.refusal = refusal
+        self.key_row = key_row
 
 
 class _SentThenLost(Exception):
@@ -299,9 +300,10 @@ class PostgresStore(InstanceMaintenance, SQLStore):
                        " OR spend_limit_nano - spent_nano - held_nano >= ?) RETURNING spent_nano, held_nano",
                        (amount_nano, key.id, amount_nano))
             if k is None:
-                left = tx.one("SELECT spend_limit_nano - spent_nano - held_nano AS left FROM keys WHERE id = ?",
-                              (key.id,))
-                raise _Refused(Refusal("key", left["left"] if left and left["left"] is not None else 0))
+                now_k = tx.one("SELECT spend_limit_nano - spent_nano - held_nano AS left, spent_nano, held_nano"
+                               " FROM keys WHERE id = ?", (key.id,))
+                left = now_k["left"] if now_k and now_k["left"] is not None else 0
+                raise _Refused(Refusal("key", left), now_k)
             a = tx.one("UPDATE accounts SET held_nano = held_nano + ? WHERE id = ? AND credit_nano - held_nano >= ?"
                        " RETURNING credit_nano, held_nano, total_paid_nano", (amount_nano, account.id, amount_nano))
             if a is None:
@@ -321,6 +323,10 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         try:
             k, a = await self._write(hold)
         except _Refused as refused:
+            if refused.key_row is not None:
+                # charges made through other instances do not notify: this cache learns the
+                # key's spend here, so a key whose limit is used up reads as used-up (a 401)
+                key.spent_nano, key.held_nano = refused.key_row["spent_nano"], refused.key_row["held_nano"]
             return refused.refusal
         except OutcomeUnknown:
             # the commit may have happened: the caller answers 503 "nothing was charged", so
