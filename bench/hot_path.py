@@ -326,7 +326,9 @@ def main() -> int:
         sim.stop()
         raise
     try:
-        daemon = Daemon(workdir / "gw", nginx.url, env={"GATEWAYD_SLOW_STEP_MS": str(args.slow_step_ms)})
+        # no loop-watch instrument here: it costs ~0.2 ms a request (a CPU clock read around every
+        # task step); the sizes section runs an instrumented twin for the longest step
+        daemon = Daemon(workdir / "gw", nginx.url)
     except BaseException:
         nginx.stop()
         sim.stop()
@@ -341,7 +343,6 @@ def main() -> int:
         account = daemon.admin.account("bench@example.com", paid_usd="100000000")
         secret = daemon.admin.key(account["id"], name="bench")["secret"]
         gw_headers = {"Authorization": f"Bearer {secret}"}
-        steps = SlowSteps(daemon)
         gw_pid = daemon.proc.pid
         gw_pids = process_tree(gw_pid)
         rss_idle = rss_kib(gw_pid)
@@ -371,7 +372,6 @@ def main() -> int:
         # warm both routes (tokenizer tables, pools) before anything is measured
         for model, _, _ in routes.values():
             loadgen.closed_loop(gateway().host, gateway().port, gateway().raw(chat_body(model, 1024)), 4, 0.5)
-        steps.since_mark()
         rss_warm = rss_kib(gw_pid)
         figures["rss_idle"], figures["rss_warm"] = rss_idle, rss_warm
 
@@ -401,7 +401,6 @@ def main() -> int:
                       f"p99/p50 at 64: {many['p99'] / many['p50']:.1f}x (goal under 3x); "
                       f"LiteLLM CPU / ours at 1 / 64 conns: {peer['cpu_1'] / one['cpu_ms']:.1f}x / "
                       f"{peer['cpu_64'] / many['cpu_ms']:.1f}x (goal 10x; {peer['source']})")
-            print(steps.summary(steps.since_mark(), args.slow_step_ms))
 
         if "workers" in sections:
             workers_section(args, nginx.url, workdir, figures)
@@ -463,17 +462,28 @@ def main() -> int:
                     process.wait(10)
 
         if "sizes" in sections:
-            print("\n== CPU per request by body size, 1 connection ==")
+            watched = Daemon(workdir / "gw-watched", nginx.url, env={"GATEWAYD_SLOW_STEP_MS": str(args.slow_step_ms)})
+            if pinned:
+                pin(watched.proc.pid, GATEWAY_CORE)
+            steps = SlowSteps(watched)
+            watched_account = watched.admin.account("bench@example.com", paid_usd="100000000")
+            watched_t = Target(watched.url, "/v1/chat/completions",
+                               {"Authorization": f"Bearer {watched.admin.key(watched_account['id'], name='b')['secret']}"},
+                               lambda: [watched.proc.pid])
+            for model, _, _ in routes.values():
+                loadgen.closed_loop(watched_t.host, watched_t.port, watched_t.raw(chat_body(model, 1024)), 4, 0.5)
+            print("\n== CPU per request by body size, 1 connection (longest loop step: an instrumented twin) ==")
             print(f"{'route':14} {'KB':>5} | {'gw CPU ms':>9} {'p50 ms':>8} {'longest step':>12} | "
                   f"{'floor CPU':>9}")
             for name, (model, floor, make) in routes.items():
                 costs = {}
                 for kb in (1, 100, 400, 1600):
                     gw_t, body = gateway(), chat_body(model, kb * 1024)
-                    steps.since_mark()
                     gw = median_window([gw_t.measure(lambda: loadgen.closed_loop(
                         gw_t.host, gw_t.port, gw_t.raw(body), 1, args.seconds, warmup=1))
                         for _ in range(args.repeat)])
+                    steps.since_mark()
+                    loadgen.closed_loop(watched_t.host, watched_t.port, watched_t.raw(body), 1, args.seconds, warmup=1)
                     slow = steps.since_mark()
                     fl = median_window([floor.measure(lambda: loadgen.closed_loop(
                         floor.host, floor.port, floor.raw(make(kb * 1024)), 1, args.seconds / 2, warmup=1))
@@ -489,6 +499,7 @@ def main() -> int:
                 per_kb = (costs[1600] - costs[1]) / 1599 * 1000
                 figures[("per_kb", name)] = per_kb
                 print(f"{'':14} cost per KB: {per_kb:.1f} us (goal: at most 5 us past JSON parsing)")
+            watched.stop()
 
         if "paced" in sections:
             print(f"\n== latency at a paced {args.rate:g} req/s, 1 KB non-streaming ({args.paced_seconds:g} s) ==")
@@ -519,7 +530,6 @@ def main() -> int:
                       f"{gw['ttfb50']:.2f} ms | floor {fl['rps']:6.0f}/s, TTFB p50 {fl['ttfb50']:.2f} ms | added TTFB "
                       f"p50 {gw['ttfb50'] - fl['ttfb50']:+.2f} ms p99 {gw['ttfb99'] - fl['ttfb99']:+.2f} ms | "
                       f"{gw['rps'] / peer['streams_16']:.1f}x LiteLLM's {peer['streams_16']:.0f}/s (goal 20x)")
-            print("since the sizes: " + steps.summary(steps.since_mark(), args.slow_step_ms))
     finally:
         daemon.stop()
         nginx.stop()

@@ -23,7 +23,7 @@ import trio
 from gatewayd import endpoints, trace
 from gatewayd.access import client_address
 from gatewayd.errors import GatewayError, our_fault
-from gatewayd.relay import Ctx, Relay
+from gatewayd.relay import LARGE_BODY_BYTES, Ctx, Relay
 
 log = logging.getLogger("gatewayd.app")
 
@@ -137,7 +137,15 @@ async def _read_body(receive) -> bytes | None:
             return None
         parts.append(message.get("body", b""))
         if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+            break
+    if len(parts) == 1:
+        return parts[0]
+    body = b"".join(parts)
+    if len(body) > LARGE_BODY_BYTES:
+        # joining a large body, then parsing it (``parse_body``) each take a millisecond or
+        # more on our machines: let other tasks run in between
+        await trio.lowlevel.checkpoint()
+    return body
 
 
 async def _cancel_on_disconnect(receive, scope: trio.CancelScope) -> None:
