@@ -5,8 +5,8 @@ quart-trio app against a bare ASGI app on the same hypercorn, ``bench/hot_path.p
 floors), a sixth of a whole pass-through request. The API routes need none of what it
 offers (templates, sessions, blueprints, signals): they read the body, run the endpoint
 handler and send bytes or a stream. So the ``Listener`` hands exactly these method and
-path pairs to ``ApiRoutes``; everything else (the console, ``/v1/models/{id}``, the
-not-offered APIs, 404s and 405s) still goes to the Quart app.
+path pairs to ``ApiRoutes`` (and ``GET /v1/models/{id}``); everything else (the console,
+the operator's endpoints, the not-offered APIs, 404s and 405s) still goes to the Quart app.
 
 Like quart-trio, a request runs in a nursery beside a task that waits for the client's
 ``http.disconnect``: a client that goes away cancels the handler (and so the upstream
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+import orjson
 import trio
 
 from gatewayd import endpoints, trace
@@ -27,6 +28,7 @@ from gatewayd.relay import LARGE_BODY_BYTES, Ctx, Relay
 
 log = logging.getLogger("gatewayd.app")
 
+MODEL_PREFIX = "/v1/models/"
 JSON_TYPE = (b"content-type", b"application/json")
 SSE_TYPE = (b"content-type", b"text/event-stream")
 
@@ -71,7 +73,10 @@ class ApiRoutes:
         }
 
     def route(self, method: str, path: str) -> Callable | None:
-        return self._routes.get((method, path))
+        found = self._routes.get((method, path))
+        if found is None and method == "GET" and path.startswith(MODEL_PREFIX) and len(path) > len(MODEL_PREFIX):
+            return self._model
+        return found
 
     def _context(self, scope: dict, headers: Headers, endpoint: str) -> Ctx:
         client = scope.get("client")
@@ -112,6 +117,21 @@ class ApiRoutes:
             return 200, {}, endpoints.models_list(self.relay, ctx)
 
         await _answer(send, ctx, listing())
+
+    async def _model(self, scope, receive, send) -> None:
+        """``GET /v1/models/{id}``: one item of the key's listing, or 404."""
+        if await _read_body(receive) is None:
+            return
+        ctx = self._context(scope, Headers(scope["headers"]), "models")
+        model_id = scope["path"][len(MODEL_PREFIX):]
+
+        async def item() -> tuple[int, dict, bytes]:
+            for entry in orjson.loads(endpoints.models_list(self.relay, ctx))["data"]:
+                if entry["id"] == model_id:
+                    return 200, {}, orjson.dumps(entry)
+            raise GatewayError(404, f"The model {model_id} does not exist", "model_not_found", param="model")
+
+        await _answer(send, ctx, item())
 
 
 async def _answer(send, ctx: Ctx, answering: Awaitable[tuple[int, dict, Any]]) -> None:

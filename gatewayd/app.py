@@ -5,8 +5,8 @@ every response, even ones Quart produces itself: each carries ``X-Request-Id``, 
 body over ``max_body_bytes`` is refused with 413 without being read into memory,
 whether or not the client sent a Content-Length. It hands the /v1 API routes to
 ``gatewayd.api_routes`` (plain ASGI, the hot path) and the rest to the Quart app made by
-``create_app``: the console, the operator's endpoints, ``/v1/models/{id}``, and the
-answers for paths and methods the gateway does not serve.
+``create_app``: the console, the operator's endpoints, and the answers for paths and
+methods the gateway does not serve.
 """
 
 from __future__ import annotations
@@ -16,17 +16,15 @@ import os
 import time
 from typing import Any
 
-import orjson
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from gatewayd import endpoints, logs, trace
-from gatewayd.access import client_address
+from gatewayd import logs, trace
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.errors import GatewayError, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
-from gatewayd.relay import Ctx, Relay
+from gatewayd.relay import Relay
 from gatewayd.trace import Trace
 
 JSON = "application/json"
@@ -209,24 +207,6 @@ def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
         from gatewayd.ops import add_ops_routes
 
         add_ops_routes(app, relay)
-    trusted = relay.config.server.trusted_proxies
-
-    def context(endpoint: str) -> Ctx:
-        client = request.scope.get("client")
-        peer = client[0] if client else None
-        ctx = Ctx(
-            request_id=request.scope["gateway.request_id"],
-            # several X-Forwarded-For lines are one list (RFC 9110 5.3): the last line is the proxy's
-            client_ip=client_address(peer, ", ".join(request.headers.getlist("x-forwarded-for")) or None, trusted),
-            headers=request.headers,
-            endpoint=endpoint,
-        )
-        t = trace.get()
-        if t is not None:
-            t.client = ctx.client_ip
-            t.endpoint = endpoint
-        return ctx
-
     def error_response(error: GatewayError, ctx_endpoint: str) -> Response:
         request_id = request.scope.get("gateway.request_id", "")
         if ctx_endpoint == "messages" and error.model_step:
@@ -234,18 +214,6 @@ def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
         else:
             body = error.chat_body(request_id)
         return Response(body, status=error.status, content_type=JSON, headers=error.headers)
-
-    @app.get("/v1/models/<path:model_id>")
-    async def model(model_id: str):
-        try:
-            listing = orjson.loads(endpoints.models_list(relay, context("models")))
-        except GatewayError as error:
-            return error_response(error, "models")
-        for item in listing["data"]:
-            if item["id"] == model_id:
-                return Response(orjson.dumps(item), content_type=JSON)
-        return error_response(GatewayError(404, f"The model {model_id} does not exist", "model_not_found",
-                                           param="model"), "models")
 
     @app.delete("/v1/models/<path:model_id>")
     async def delete_model(model_id: str):

@@ -61,42 +61,6 @@ KNOWN_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"
 KNOWN_MESSAGES_ROLES = frozenset({"user", "assistant", "system"})
 
 
-def parse_body(raw: bytes) -> dict:
-    if not raw:
-        raise BodyError("the request body is empty; send a JSON object")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise BodyError(f"the request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise BodyError("the request body must be a JSON object")
-    return body
-
-
-def field(body: dict, name: str, kind: type | tuple, *, required: bool = False, what: str = "") -> Any:
-    """Strict type check for the few fields the gateway reads itself (no coercion)."""
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise BodyError(f"missing required field '{name}'", param=name)
-        return None
-    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, (int,)))
-    if kind is int and isinstance(value, bool):
-        ok = False
-    if not ok:
-        raise BodyError(f"field '{name}' must be {what or getattr(kind, '__name__', kind)}", param=name)
-    return value
-
-
-def positive_int(body: dict, name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BodyError(f"field '{name}' must be a positive integer", param=name)
-    return value
-
-
 def validate_chat_body(body: dict) -> tuple[str, bool]:
     model_id = field(body, "model", str, required=True, what="a string")
     messages = field(body, "messages", list, required=True, what="an array of messages")

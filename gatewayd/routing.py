@@ -38,7 +38,6 @@ import attrs
 import orjson
 
 from gatewayd.config import Model, ModelRoute, RoutingSettings
-from gatewayd.errors import retry_after_seconds  # noqa: F401 (re-exported)
 from gatewayd import providers
 
 RECENT_ERRORS = 5

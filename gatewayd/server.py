@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import stat
-import sys
 import time
 from pathlib import Path
 

@@ -9,7 +9,8 @@ import types
 import pytest
 
 from gatewayd.config import Model, ModelRoute, Provider, RoutingSettings, load_config, ConfigError
-from gatewayd.routing import Router, retry_after_seconds, sticky_key
+from gatewayd.errors import retry_after_seconds
+from gatewayd.routing import Router, sticky_key
 
 
 def provider(name: str, protocol: str = "openai") -> Provider:
