@@ -17,15 +17,20 @@ from hypercorn.trio import serve
 BODY = b'{"id":"bare","object":"chat.completion","choices":[]}'
 
 
+async def lifespan(receive, send) -> None:
+    """hypercorn's start-up and shutdown messages, answered."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await lifespan(receive, send)
     more = True
     while more:
         message = await receive()
@@ -35,7 +40,8 @@ async def app(scope, receive, send):
     await send({"type": "http.response.body", "body": BODY})
 
 
-def main() -> None:
+def serve_on_loopback(asgi_app) -> None:
+    """Serve ``asgi_app`` with hypercorn on a free loopback port, printing its URL first."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -46,7 +52,11 @@ def main() -> None:
     config.loglevel = "WARNING"
     config.keep_alive_timeout = 75
     print(f"listening on http://127.0.0.1:{port}", flush=True)
-    trio.run(serve, app, config)
+    trio.run(serve, asgi_app, config)
+
+
+def main() -> None:
+    serve_on_loopback(app)
 
 
 if __name__ == "__main__":

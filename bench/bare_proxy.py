@@ -10,16 +10,13 @@ bench/bare_proxy.py UPSTREAM_URL`` (prints its URL).
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
-import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bare_asgi import lifespan, serve_on_loopback  # noqa: E402
 from gatewayd.providers.upstream import Upstream  # noqa: E402
 
 UPSTREAM = Upstream(connect_timeout_s=5, stream_idle_timeout_s=300)
@@ -28,13 +25,7 @@ UPSTREAM = Upstream(connect_timeout_s=5, stream_idle_timeout_s=300)
 def make_app(upstream_url: str):
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            return await lifespan(receive, send)
         parts, more = [], True
         while more:
             message = await receive()
@@ -65,17 +56,7 @@ def make_app(upstream_url: str):
 
 
 def main() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.accesslog = None
-    config.errorlog = "-"
-    config.loglevel = "WARNING"
-    config.keep_alive_timeout = 75
-    print(f"listening on http://127.0.0.1:{port}", flush=True)
-    trio.run(serve, make_app(sys.argv[1]), config)
+    serve_on_loopback(make_app(sys.argv[1]))
 
 
 if __name__ == "__main__":
