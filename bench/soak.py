@@ -205,6 +205,7 @@ def soak(*, seconds: float, requests: int | None, concurrency: int = 16, account
             "audit_code": code, "audit": report, "held": held, "rss_start": rss_start, "rss_warm": warm,
             "rss_end": rss_end, "rss_max": max([rss for _, rss in samples] + [rss_end]),
             "drift": (rss_end - warm) / warm if warm else 0.0,
+            "curve": [next((rss for n, rss in samples if n >= sent * k / 10), rss_end) for k in range(1, 11)],
         }
     finally:
         daemon.stop()
@@ -241,6 +242,7 @@ def print_report(r: dict) -> bool:
     print(f"daemon RSS: start {r['rss_start'] / 1024:.1f} MiB, after warm-up (first tenth of the requests) "
           f"{r['rss_warm'] / 1024:.1f} MiB, end {r['rss_end'] / 1024:.1f} MiB, max {r['rss_max'] / 1024:.1f} MiB; "
           f"drift after warm-up {r['drift'] * 100:+.1f}%")
+    print("daemon RSS at each tenth of the requests (MiB): " + " ".join(f"{kib / 1024:.0f}" for kib in r["curve"]))
     if not report.get("ok"):
         print(json.dumps(report, indent=1)[:3000])
     return r["audit_code"] == 0 and r["held"] == 0 and not tally.gateway_500s
