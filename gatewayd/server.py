@@ -29,7 +29,7 @@ from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
-from gatewayd import logs, loopwatch, protocol_errors
+from gatewayd import hangups, logs, loopwatch, protocol_errors
 from gatewayd.money import usd_to_nano
 from gatewayd.ops import readiness_of
 from gatewayd.providers.upstream import Upstream
@@ -145,6 +145,7 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
 
 async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, task_status) -> None:
     protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
+    hangups.install()  # a connection whose client left closes now, not keep_alive_timeout later
     Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
     store = await open_store(config, worker_index=worker.index if worker is not None else 0)
     try:
