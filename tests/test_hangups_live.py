@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.live import Daemon
+
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads sockets from Linux's /proc")
 
 TCP_LISTEN = "0A"
@@ -62,6 +64,15 @@ def read_answer(sock: socket.socket) -> bytes:
             break
         data += chunk
     return data
+
+
+@pytest.fixture(scope="module")
+def gateway(sim, tmp_path_factory):
+    """A daemon of its own: the session's is shared with clients of other test files that
+    may still hold kept-alive connections to it."""
+    daemon = Daemon(tmp_path_factory.mktemp("hangups"), sim.url)
+    yield daemon
+    daemon.stop()
 
 
 @pytest.fixture
