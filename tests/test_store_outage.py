@@ -118,7 +118,7 @@ async def test_a_hold_whose_commit_answer_was_lost_is_released_when_the_database
     store = await PostgresStore.open(database.replace(":5432/", f":{proxy.port}/"), pool_size=2)
     try:
         account, key = await _funded(store)
-        proxy.lose_reply_to(b"COMMIT")  # the database commits the hold; its answer never arrives
+        proxy.lose_reply_to(b"gatewayd_hold")  # the database commits the hold; its answer never arrives
         with pytest.raises(StoreUnavailable):
             await _reserve(store, account, key, 300_000, "answer-lost")
         with psycopg.connect(database, autocommit=True) as conn:
