@@ -46,7 +46,7 @@ from gatewayd.routing import Router, sticky_key
 # purpose (InvalidAnswer). Every other exception from a route's callbacks or a pipe is a
 # bug in gatewayd: a 500 ``internal_error``, logged with its traceback.
 PROVIDER_FAULTS = (orjson.JSONDecodeError, InvalidAnswer)
-LARGE_BODY_BYTES = 256 * 1024  # bodies over this get a checkpoint between parsing and building the route
+LARGE_BODY_BYTES = 256 * 1024  # bodies over this get checkpoints between parsing, routing and building
 
 
 @attrs.define
@@ -173,8 +173,9 @@ class Relay:
         body-or-async-iterator).
         """
         if len(call.raw) > LARGE_BODY_BYTES:
-            # parsing a large body and building its upstream request (estimate, translation,
-            # model swap) each take a millisecond or more: let other tasks run in between
+            # on a large body, parsing it (before this), the sticky key and building its upstream
+            # request (estimate, translation, model swap) can each take a millisecond or more:
+            # other tasks run in between
             await trio.lowlevel.checkpoint()
         model = call.model
         sticky = len(model.routes) > 1 and self.config.routing.sticky_ttl_s > 0
@@ -185,6 +186,8 @@ class Relay:
         settings = self.config.routing
         plan = plan[:settings.max_attempts]
         route = self._build(call, plan[0])  # a body the translation refuses is a 400 before any hold
+        if len(call.raw) > LARGE_BODY_BYTES:
+            await trio.lowlevel.checkpoint()  # the build walked the whole body
         estimate = estimate_cost(grant.model, route.input_tokens_estimate, route.output_tokens, grant.price_ratio)
         t = trace.get()
         if t is not None:
