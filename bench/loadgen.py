@@ -42,6 +42,7 @@ class ResponseParser:
         self.body_bytes = 0
         self.keep = False  # collect the body (for checks), else count it only
         self.body = bytearray()
+        self.closes = False  # the answer says "connection: close"
 
     def feed(self, data: bytes) -> bool:
         self.buffer += data
@@ -57,6 +58,8 @@ class ResponseParser:
                 name = name.strip().lower()
                 if name == b"content-length":
                     self.remaining = int(value)
+                elif name == b"connection" and b"close" in value.lower():
+                    self.closes = True
                 elif name == b"transfer-encoding" and b"chunked" in value.lower():
                     self.chunked = True
                     self.remaining = -1
@@ -152,6 +155,8 @@ async def _closed_loop(host: str, port: int, raw: bytes, connections: int, secon
 
     async def worker(conn: _Conn) -> None:
         while time.perf_counter() < deadline:
+            if conn.parser.closes:  # the last answer ended the connection (hypercorn: every 1,000th)
+                conns.append(conn := await _connect(host, port))
             start = time.perf_counter()
             ok, status, first = await conn.request(raw, keep_body=not result.sample)
             if not ok:
@@ -193,7 +198,8 @@ async def _paced(host: str, port: int, raw: bytes, rate: float, seconds: float, 
             result.error(0)
             return
         end = time.perf_counter()
-        idle.append(conn)
+        if not conn.parser.closes:
+            idle.append(conn)
         if status != 200:
             result.error(status)
             return
