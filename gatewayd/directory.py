@@ -255,14 +255,12 @@ class Directory:
         try:
             if amount_nano > MAX_PAID_NANO:
                 raise PaymentTooLarge(0)
-            payment = await self.store.add_payment(account.id, amount_nano, note)
+            payment = await self.store.add_payment(account, amount_nano, note)
         except PaymentTooLarge as e:  # the store checks the stored total, in the payment's transaction
             raise DirectoryError(
                 f"amount_nano: an account may be paid at most {format_usd(MAX_PAID_NANO, 2)} in total; it has been "
                 f"paid {format_usd(e.total_paid_nano or account.total_paid_nano, 2)}, so this payment of "
                 f"{format_usd(amount_nano, 2)} is refused") from None
-        account.credit_nano += amount_nano
-        account.total_paid_nano += amount_nano
         return payment.doc()
 
     async def set_groups(self, account: Account, groups: Any) -> Account:

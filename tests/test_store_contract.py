@@ -135,8 +135,8 @@ async def test_accounts_emails_payments_and_reload(store):
     clash = attrs.evolve(account, id="acct_other", email="C@EXAMPLE.com")
     with pytest.raises(EmailTaken):
         await store.insert_account(clash)
-    p1 = await store.add_payment(account.id, 250, "first")
-    p2 = await store.add_payment(account.id, 750, "")
+    p1 = await store.add_payment(account, 250, "first")
+    p2 = await store.add_payment(account, 750, "")
     assert [p.id for p in await store.payments(account.id)] == [p2.id, p1.id]
     await store.set_groups(account.id, ("default", "vip"))
     await store.set_embedding_models(account.id, frozenset({"e1"}))
@@ -221,13 +221,36 @@ async def test_a_payment_past_the_total_bound_is_refused_and_stores_nothing(stor
 
     _, account, key = await _account_and_key(store, paid=1_000)
     with pytest.raises(PaymentTooLarge) as info:
-        await store.add_payment(account.id, MAX_PAID_NANO - 999, "too much")
+        await store.add_payment(account, MAX_PAID_NANO - 999, "too much")
     assert info.value.total_paid_nano == 1_000
     with pytest.raises(PaymentTooLarge):
-        await store.add_payment(account.id, 2**64, "beyond 64 bits")
-    await store.add_payment(account.id, MAX_PAID_NANO - 1_000, "up to the bound")
-    account.credit_nano = account.total_paid_nano = MAX_PAID_NANO
+        await store.add_payment(account, 2**64, "beyond 64 bits")
+    await store.add_payment(account, MAX_PAID_NANO - 1_000, "up to the bound")
+    assert (account.credit_nano, account.total_paid_nano) == (MAX_PAID_NANO, MAX_PAID_NANO)
     assert [p.amount_nano for p in await store.payments(account.id)] == [MAX_PAID_NANO - 1_000, 1_000]
     await store.refresh_balance(account)
     assert (account.credit_nano, account.total_paid_nano) == (MAX_PAID_NANO, MAX_PAID_NANO)
     assert (await store.audit([account], [key]))["ok"]
+
+
+async def test_a_payment_shows_once_on_the_cached_account_even_if_it_was_reloaded_meanwhile(store):
+    """On PostgreSQL the change feed reloads an account whose payment committed, and may do so
+    before ``add_payment`` returns: the payment must then not be added to the cache a second
+    time (``gatewayctl account pay`` once answered total_paid 6.00 after paying 3.00)."""
+    if store.kind != "postgres":
+        pytest.skip("SQLite has no change feed: the process itself is the truth")
+    directory, account, _ = await _account_and_key(store, paid=1_000)
+    write = store._write
+
+    async def write_then_reload(job):
+        done = await write(job)
+        await store.refresh_balance(account)  # what the change feed does when the NOTIFY arrives first
+        return done
+
+    store._write = write_then_reload
+    try:
+        await directory.pay(account, 3_000)
+    finally:
+        store._write = write
+    assert (account.credit_nano, account.total_paid_nano) == (4_000, 4_000)
+    assert (await store.load_account(account.id)).total_paid_nano == 4_000

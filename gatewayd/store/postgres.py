@@ -281,6 +281,11 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             account.total_paid_nano = row["total_paid_nano"]
         return account
 
+    def _credit_payment(self, account: Account, amount_nano: int, stored: dict) -> None:
+        # the database is the truth; set, not add: the change feed may have reloaded the
+        # account (payment included) before this runs
+        account.credit_nano, account.total_paid_nano = stored["credit_nano"], stored["total_paid_nano"]
+
     async def refresh_key(self, key: Key) -> Key:
         row = await self._read(lambda tx: tx.one(
             "SELECT spent_nano, held_nano, last_used_at FROM keys WHERE id = ?", (key.id,)))

@@ -220,6 +220,11 @@ class SQLiteStore(SQLStore):
         """This process is the only one moving money: the cached object is the truth."""
         return account
 
+    def _credit_payment(self, account: Account, amount_nano: int, stored: dict) -> None:
+        # the cached object is the truth (charges reach the file later, in the writer's queue)
+        account.credit_nano += amount_nano
+        account.total_paid_nano += amount_nano
+
     async def refresh_key(self, key: Key) -> Key:
         return key
 
