@@ -107,3 +107,23 @@ def test_a_client_that_hangs_up_mid_stream_leaves_no_socket_behind(gateway, fund
         assert read_answer(sock).startswith(b"HTTP/1.1 200")
         sock.close()
     assert wait_for_sockets(gateway.proc.pid, address[1], 0) == 0
+
+
+def test_clients_that_reset_while_their_answer_is_finished_leave_no_socket_behind(gateway, funded, address):
+    """A reset that arrives while the answer is being completed ended the read loop first; the
+    finished answer then began a new keep-alive cycle, with a new 75 s timer, on a dead socket."""
+    import random
+    import struct
+
+    _, _, secret = funded
+    body = b'{"model": "gpt-4.1-mini", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+               b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s" % (secret.encode(), len(body), body))
+    rng = random.Random(7)
+    for _ in range(150):
+        sock = socket.create_connection(address)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close() sends a reset
+        sock.sendall(request)
+        time.sleep(rng.uniform(0, 0.004))
+        sock.close()
+    assert wait_for_sockets(gateway.proc.pid, address[1], 0) == 0
