@@ -126,7 +126,7 @@ class ApiRoutes:
         model_id = scope["path"][len(MODEL_PREFIX):]
 
         async def item() -> tuple[int, dict, bytes]:
-            for entry in orjson.loads(endpoints.models_list(self.relay, ctx))["data"]:
+            for entry in endpoints.model_entries(self.relay, ctx):
                 if entry["id"] == model_id:
                     return 200, {}, orjson.dumps(entry)
             raise GatewayError(404, f"The model {model_id} does not exist", "model_not_found", param="model")

@@ -161,11 +161,13 @@ async def embeddings(relay: Relay, ctx: Ctx, raw: bytes):
     return await relay.run(ctx, caller, grant, call)
 
 
-def models_list(relay: Relay, ctx: Ctx) -> bytes:
+def model_entries(relay: Relay, ctx: Ctx) -> list[dict]:
+    """The models the caller's key may use, as items of the listing: Anthropic's shape when
+    the request says ``anthropic-version``, OpenAI's otherwise."""
     caller = relay.admit(ctx, accepts_x_api_key=True)
     models = visible_models(relay.config, caller)
     if ctx.headers.get("anthropic-version"):
-        data = [
+        return [
             {
                 "type": "model",
                 "id": m.id,
@@ -174,16 +176,19 @@ def models_list(relay: Relay, ctx: Ctx) -> bytes:
             }
             for m in models
         ]
+    return [{"id": m.id, "object": "model", "created": m.created, "owned_by": m.provider.name} for m in models]
+
+
+def models_list(relay: Relay, ctx: Ctx) -> bytes:
+    data = model_entries(relay, ctx)
+    if ctx.headers.get("anthropic-version"):
         return orjson.dumps({
             "data": data,
             "has_more": False,
             "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None,
         })
-    return orjson.dumps({
-        "object": "list",
-        "data": [{"id": m.id, "object": "model", "created": m.created, "owned_by": m.provider.name} for m in models],
-    })
+    return orjson.dumps({"object": "list", "data": data})
 
 
-__all__ = ["chat_completions", "messages", "responses", "embeddings", "models_list", "GatewayError"]
+__all__ = ["chat_completions", "messages", "responses", "embeddings", "models_list", "model_entries", "GatewayError"]
