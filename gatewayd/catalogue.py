@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import attrs
 
-__all__ = ["Model", "ModelRoute", "Provider", "RateLimit"]
+__all__ = ["LongContext", "Model", "ModelRoute", "Provider", "RateLimit", "Rates"]
 
 
 @attrs.frozen
@@ -51,8 +51,37 @@ class RateLimit:
 
 
 @attrs.frozen
+class Rates:
+    """One set of token prices in nano-dollars a token; None means not priced.
+
+    ``cached_input`` falls back to ``input``; the cache-write rates have no fallback here:
+    the config loader fills in Anthropic's published defaults for anthropic-protocol models
+    (1.25x input for 5-minute writes, 2x for 1-hour writes) and a model without them that
+    reports cache writes is charged the input rate for 5-minute writes and refused 1-hour
+    writes (``unpriced_feature``)."""
+
+    input: int | None
+    output: int | None
+    cached_input: int | None = None
+    cache_write: int | None = None
+    cache_write_1h: int | None = None
+
+
+@attrs.frozen
+class LongContext:
+    """Anthropic's and Gemini's long-context pricing: when a request's input is above
+    ``above_input_tokens``, *all* of its tokens take ``rates`` (a rate left None there
+    keeps the model's base rate)."""
+
+    above_input_tokens: int
+    rates: Rates
+
+
+@attrs.frozen
 class Model:
-    """A catalogue entry. Prices are nano-dollars per token; None means not priced."""
+    """A catalogue entry. Prices are nano-dollars per token (``tool_prices``: nano-dollars
+    a call); None means not priced. :mod:`gatewayd.billing.pricing` is the one place that
+    reads them to price a request."""
 
     id: str
     routes: tuple[ModelRoute, ...]  # at least one; highest priority first
@@ -64,10 +93,24 @@ class Model:
     cache_write_price: int | None
     max_output_tokens: int
     rate_limit: RateLimit | None
+    cache_write_1h_price: int | None = None
+    long_context: LongContext | None = None
+    # ``service_tier`` values other than auto/default -> the rates of that tier (a rate left
+    # None keeps the base rate); a tier not named here is refused
+    service_tiers: Mapping[str, Rates] = attrs.field(factory=dict, hash=False)
+    tool_prices: Mapping[str, int] = attrs.field(factory=dict, hash=False)  # tool name -> nano a call
+    audio_input_price: int | None = None  # None: audio input is refused
+    audio_output_price: int | None = None
+    image_output_price: int | None = None
     # client formats ("chat", "messages", "responses", "embeddings") at least one route serves,
     # from the adapter table (gatewayd.providers); filled in at load time
     client_formats: frozenset[str] = frozenset()
     created: int = 1_735_689_600  # 2025-01-01: a stable value for model listings
+
+    @property
+    def base_rates(self) -> Rates:
+        return Rates(self.input_price, self.output_price, self.cached_input_price, self.cache_write_price,
+                     self.cache_write_1h_price)
 
     @property
     def provider(self) -> Provider:

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from gatewayd import providers as adapters
-from gatewayd.catalogue import Model, ModelRoute, Provider, RateLimit
+from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio, usd_to_nano
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
@@ -398,7 +398,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         s = _Section(table, f"models[{i}]")
         s.unknown({
             "id", "provider", "upstream_id", "routes", "kind", "family", "input_price", "output_price",
-            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit",
+            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", *PRICE_TABLE_KEYS,
         })
         model_id = s.str("id")
         if model_id in models:
@@ -420,20 +420,84 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 if "embeddings" not in adapters.client_formats(route.provider.protocol):
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
+        base = _rates(s, anthropic_defaults=routes[0].provider.protocol == "anthropic")
         models[model_id] = Model(
             id=model_id,
             routes=routes,
             kind=kind,
             family=s.str("family", default_family, choices=("gpt", "claude", "other")),
-            input_price=s.price("input_price"),
-            output_price=s.price("output_price"),
-            cached_input_price=s.price("cached_input_price"),
-            cache_write_price=s.price("cache_write_price"),
+            input_price=base.input,
+            output_price=base.output,
+            cached_input_price=base.cached_input,
+            cache_write_price=base.cache_write,
+            cache_write_1h_price=base.cache_write_1h,
             max_output_tokens=s.number("max_output_tokens", 8192, minimum=1, integer=True),
             rate_limit=rate,
             client_formats=formats,
+            **_price_tables(s, f"models[{i}]"),
         )
     return models
+
+
+PRICE_TABLE_KEYS = ("cache_write_1h_price", "long_context", "service_tiers", "tool_prices", "audio_input_price",
+                    "audio_output_price", "image_output_price")
+_RATE_KEYS = ("input_price", "output_price", "cached_input_price", "cache_write_price", "cache_write_1h_price")
+
+
+def _rates(s: _Section, *, anthropic_defaults: bool = False) -> Rates:
+    """A table's token rates. Anthropic bills 5-minute cache writes at 1.25x and 1-hour writes
+    at 2x the input rate: an anthropic-protocol model's base rates default to that (rounded
+    up to a whole nano-dollar a token)."""
+    values = [s.price(key) for key in _RATE_KEYS]
+    rates = Rates(*values)
+    if anthropic_defaults and rates.input is not None:
+        rates = attrs.evolve(
+            rates,
+            cache_write=rates.cache_write if rates.cache_write is not None else -(-rates.input * 5 // 4),
+            cache_write_1h=rates.cache_write_1h if rates.cache_write_1h is not None else 2 * rates.input,
+        )
+    return rates
+
+
+def _price_tables(s: _Section, where: str) -> dict[str, Any]:
+    """``long_context``, ``service_tiers``, ``tool_prices`` and the audio / image rates of a
+    ``[[models]]`` table (docs/billing.md, "The price schedule")."""
+    out: dict[str, Any] = {
+        "audio_input_price": s.price("audio_input_price"),
+        "audio_output_price": s.price("audio_output_price"),
+        "image_output_price": s.price("image_output_price"),
+    }
+    if "long_context" in s.table:
+        lc = _Section(s.table["long_context"], f"{where}.long_context")
+        lc.unknown({"above_input_tokens", *_RATE_KEYS})
+        out["long_context"] = LongContext(
+            above_input_tokens=lc.number("above_input_tokens", minimum=1, integer=True), rates=_rates(lc))
+    if "service_tiers" in s.table:
+        tiers = s.table["service_tiers"]
+        if not isinstance(tiers, dict):
+            raise ConfigError(f"{where}.service_tiers: must be a table of tiers ({{ priority = {{ ... }} }})")
+        out["service_tiers"] = {}
+        for name, table in tiers.items():
+            t = _Section(table, f"{where}.service_tiers.{name}")
+            t.unknown(set(_RATE_KEYS))
+            if name in ("auto", "default"):
+                raise ConfigError(f"{where}.service_tiers.{name}: the default tier takes the model's own rates")
+            out["service_tiers"][name] = _rates(t)
+    if "tool_prices" in s.table:
+        tools = s.table["tool_prices"]
+        if not isinstance(tools, dict):
+            raise ConfigError(f"{where}.tool_prices: must be a table of USD per call ({{ web_search = 0.01 }})")
+        prices = {}
+        for name, value in tools.items():
+            key = f"{where}.tool_prices.{name}"
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{key}: must be a non-negative number of USD per call")
+            try:
+                prices[name] = usd_to_nano(str(value))
+            except MoneyError as e:
+                raise ConfigError(f"{key}: {e}") from None
+        out["tool_prices"] = prices
+    return out
 
 
 def _groups(raw: Any) -> dict[str, Group]:

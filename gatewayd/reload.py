@@ -24,9 +24,8 @@ from gatewayd.config import Config, ConfigError
 
 
 def _changes(old: Config, new: Config) -> dict[str, list[str]]:
-    def price(m) -> tuple:
-        return (m.input_price, m.output_price, m.cached_input_price, m.cache_write_price, m.routes,
-                m.kind, m.family, m.max_output_tokens, m.rate_limit)
+    def price(m) -> Any:
+        return attrs.evolve(m, client_formats=frozenset())  # every field that prices or routes it
 
     return {
         "added": sorted(set(new.models) - set(old.models)),

@@ -31,7 +31,7 @@ import orjson
 from gatewayd.catalogue import Model
 from gatewayd.errors import BodyError
 from gatewayd.formats.usage import Usage
-from gatewayd.money import apply_ratio
+from gatewayd.billing.pricing import bill
 
 BYTES_PER_TOKEN = 3  # o200k makes 3.7-4.7 bytes a token on prose, code and CJK (docs/billing.md)
 IMAGE_TOKENS = 1_600  # a large image in either vendor's accounting
@@ -297,16 +297,5 @@ def estimate_cost(model: Model, input_tokens: int, output_tokens: int, price_rat
 
 
 def charge(model: Model, usage: Usage, price_ratio: Fraction) -> int:
-    """Uncached input at the input rate, cache reads at the cached rate, cache writes at the
-    cache-write rate (else the input rate), output at the output rate; then the group ratio."""
-    input_price = model.input_price or 0
-    output_price = model.output_price or 0
-    cached_price = model.cached_input_price if model.cached_input_price is not None else input_price
-    write_price = model.cache_write_price if model.cache_write_price is not None else input_price
-    nano = (
-        usage.uncached_input_tokens * input_price
-        + usage.cached_tokens * cached_price
-        + usage.cache_write_tokens * write_price
-        + usage.output_tokens * output_price
-    )
-    return apply_ratio(nano, price_ratio)
+    """The charge for ``usage``: the total of its :func:`gatewayd.billing.pricing.bill`."""
+    return bill(model, usage, price_ratio).total_nano

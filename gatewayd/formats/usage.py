@@ -12,14 +12,45 @@ import attrs
 
 @attrs.frozen
 class Usage:
+    """What a provider billed one request for, in one shape for every protocol.
+
+    The four token counts are nested as the chat format nests them: ``input_tokens`` is the
+    whole prompt (cache reads and writes included), ``output_tokens`` all generated tokens
+    (hidden reasoning included). The ``*_tokens`` fields after them are *parts* of those
+    totals that a provider prices apart (1-hour cache writes of ``cache_write_tokens``, audio
+    of input or output, generated images of output), or say what they were
+    (``reasoning_tokens``). ``tool_calls`` counts the provider's own billed tool uses by the
+    catalogue's ``tool_prices`` names (``web_search``, ``file_search``, ``code_interpreter``,
+    ``web_fetch`` ...), as ``(name, count)`` pairs sorted by name; ``service_tier`` is the
+    tier the provider says it served at (None: the default tier).
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens: written with a 1-hour TTL
+    reasoning_tokens: int = 0  # of output_tokens: hidden reasoning / thinking
+    audio_input_tokens: int = 0  # of input_tokens
+    audio_output_tokens: int = 0  # of output_tokens
+    image_output_tokens: int = 0  # of output_tokens
+    tool_calls: tuple[tuple[str, int], ...] = ()
+    service_tier: str | None = None
 
     @property
     def uncached_input_tokens(self) -> int:
         return max(0, self.input_tokens - self.cached_tokens - self.cache_write_tokens)
+
+    def tool_count(self, name: str) -> int:
+        for tool, count in self.tool_calls:
+            if tool == name:
+                return count
+        return 0
+
+
+def tool_calls(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """``Usage.tool_calls`` from a dict: positive counts only, sorted by name."""
+    return tuple(sorted((name, n) for name, n in counts.items() if n > 0))
 
 
 def _int(value) -> int:
