@@ -198,8 +198,9 @@ async def _send_answer(send, status: int, headers: dict, body: Any, ctx: Ctx) ->
         await send({"type": "http.response.body", "body": bytes(body), "more_body": False})
         return
     stream: AsyncIterator[bytes] = body
-    await send({"type": "http.response.start", "status": status, "headers": _header_list(headers, SSE_TYPE, None)})
-    try:
+    try:  # the stream settles its tab when closed: sending the status line is inside the try too
+        await send({"type": "http.response.start", "status": status,
+                    "headers": _header_list(headers, SSE_TYPE, None)})
         async for chunk in stream:
             if chunk:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

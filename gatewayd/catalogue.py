@@ -93,6 +93,9 @@ class Model:
     cache_write_price: int | None
     max_output_tokens: int
     rate_limit: RateLimit | None
+    # may reason without showing it, whatever the request says (o-series, GPT-5, Gemini 2.5):
+    # a stream cut before its usage came is charged the whole output allowance (billing/cut.py)
+    reasoning: bool = False
     cache_write_1h_price: int | None = None
     long_context: LongContext | None = None
     # ``service_tier`` values other than auto/default -> the rates of that tier (a rate left

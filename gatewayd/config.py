@@ -398,7 +398,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         s = _Section(table, f"models[{i}]")
         s.unknown({
             "id", "provider", "upstream_id", "routes", "kind", "family", "input_price", "output_price",
-            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", *PRICE_TABLE_KEYS,
+            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", *PRICE_TABLE_KEYS,
         })
         model_id = s.str("id")
         if model_id in models:
@@ -434,6 +434,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
             max_output_tokens=s.number("max_output_tokens", 8192, minimum=1, integer=True),
             rate_limit=rate,
             client_formats=formats,
+            reasoning=s.bool("reasoning", False),
             **_price_tables(s, f"models[{i}]"),
         )
     return models

@@ -24,20 +24,22 @@ import trio
 
 from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
-from gatewayd.billing.estimate import charge, estimate_cost
-from gatewayd.billing.ledger import Hold, Ledger
+from gatewayd.billing.cut import hidden_output_possible
+from gatewayd.billing.estimate import estimate_cost
+from gatewayd.billing.ledger import Ledger
+from gatewayd.billing.pricing import Bill
+from gatewayd.billing.tab import Outcome, Tab
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
 from gatewayd.errors import BodyError, GatewayError, UpstreamError, model_not_found, our_fault
 from gatewayd.formats.errors import InvalidAnswer
-from gatewayd.formats.pipes import Pipe
-from gatewayd.formats.sse import SSESplitter
 from gatewayd.formats.usage import Usage
 from gatewayd.metrics import Metrics
 from gatewayd import providers
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
+from gatewayd.pump import StreamPump
 from gatewayd.ratelimit import MemoryWindows, RateLimiter
 from gatewayd.routing import Router, sticky_key
 
@@ -72,7 +74,7 @@ class AttemptFailed(Exception):
                  retry_after_s: float | None = None, reached: bool = True) -> None:
         super().__init__(reason)
         self.error = error
-        self.usage_status = usage_status
+        self.outcome = Outcome(usage_status)
         self.reason = reason
         self.upstream = upstream
         self.retryable = retryable
@@ -165,12 +167,14 @@ class Relay:
     async def run(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
         """Hold, try the routes in the router's order, answer, settle.
 
-        One hold, one settlement, one usage row per client request whatever the attempts.
-        A route that fails before any byte has reached the client (connect failure, no
-        first byte in time, 429, 5xx, an invalid or broken answer) gives way to the next,
-        up to ``routing.max_attempts`` and ``routing.deadline_s``; a 4xx other than 429
-        is the client's error and is answered at once. Returns (status, headers,
-        body-or-async-iterator).
+        One hold, one settlement, one usage row per client request whatever the attempts:
+        the request's :class:`~gatewayd.billing.tab.Tab` owns the money, and every way out
+        of this method (the client gone at any await included) settles it, or hands it to
+        the stream that will. A route that fails before any byte has reached the client
+        (connect failure, no first byte in time, 429, 5xx, an invalid or broken answer)
+        gives way to the next, up to ``routing.max_attempts`` and ``routing.deadline_s``;
+        a 4xx other than 429 is the client's error and is answered at once. Returns
+        (status, headers, body or :class:`AnswerStream`).
         """
         if len(call.raw) > LARGE_BODY_BYTES:
             # on a large body, parsing it (before this), the sticky key and building its upstream
@@ -183,8 +187,7 @@ class Relay:
         plan = self.router.plan(model, call.client_format, key)
         if not plan:
             raise model_not_found(model.id)  # authorize() checked some route serves this format
-        settings = self.config.routing
-        plan = plan[:settings.max_attempts]
+        plan = plan[:self.config.routing.max_attempts]
         route = self._build(call, plan[0])  # a body the translation refuses is a 400 before any hold
         if len(call.raw) > LARGE_BODY_BYTES:
             await trio.lowlevel.checkpoint()  # the build walked the whole body
@@ -192,69 +195,68 @@ class Relay:
         t = trace.get()
         if t is not None:
             t.stream = route.stream
-        hold = await self.ledger.reserve(
-            caller.account, caller.key, estimate, request_id=ctx.request_id, model=grant.model.id,
-            endpoint=ctx.endpoint, stream=route.stream,
-        )
-        handed_to_stream = False
-        deadline = time.monotonic() + settings.deadline_s
-        failures: list[tuple[AttemptFailed, Route]] = []
-        try:
-            for n, target in enumerate(plan):
-                if n:
-                    if time.monotonic() >= deadline:
-                        break
-                    try:
-                        route = self._build(call, target)
-                    except BodyError:  # this route's translation cannot carry the request
-                        continue
-                hold.provider = target.provider.name
-                hold.attempts += 1
-                if t is not None:
-                    t.provider = target.provider.name
-                    t.route = target.name
-                last = n == len(plan) - 1
-                self.router.started(target)
-                began = time.monotonic()
-                try:
-                    if route.stream:
-                        first, pump = await self._open_stream(route, hold, grant, target, last, deadline)
-                        self.router.succeeded(target, time.monotonic() - began)
-                        self.router.remember(model, key, target)
-                        handed_to_stream = True
-                        return 200, {**route.headers, "cache-control": "no-cache"}, _prepend(first, pump)
-                    body, usage, first_byte_s = await self._answer(route, hold, grant, last, deadline)
-                except AttemptFailed as failure:
-                    failures.append((failure, route))
-                    if failure.retryable:
-                        self.router.failed(target, failure.reason, failure.retry_after_s)
-                        continue
-                    self.router.succeeded(target)  # it answered: the refusal is about the request
-                    break
-                except BaseException:
-                    self.router.abandoned(target)
-                    raise
-                self.router.succeeded(target, first_byte_s)
-                self.router.remember(model, key, target)
-                with trio.CancelScope(shield=True):
-                    await self._settle(hold, grant, usage, status="ok", http_status=200)
-                return 200, route.headers, body
-            return await self._all_failed(hold, grant, model.id, failures)
-        except GatewayError:
-            raise
-        except Exception as e:  # a route callback or the store failed: ours, not the provider's
-            if not hold.settled:
-                await self._release(hold, grant, "internal_error", 500)
-            raise our_fault(ctx.request_id, "while relaying the request", e) from None
-        finally:
-            if not handed_to_stream and not hold.settled:
-                # cancelled (client went away) or an unexpected error: input was sent upstream
-                usage = Usage(input_tokens=route.input_tokens_estimate)
-                with trio.CancelScope(shield=True):
-                    await self._settle(hold, grant, usage, status="client_disconnected", http_status=499)
+        async with self.ledger.open_tab(
+            caller.account, caller.key, estimate, request_id=ctx.request_id, model=grant.model,
+            endpoint=ctx.endpoint, stream=route.stream, price_ratio=grant.price_ratio,
+            input_estimate=route.input_tokens_estimate, on_settled=self._settled,
+        ) as tab:
+            try:
+                return await self._attempts(tab, call, plan, route, key)
+            except GatewayError:
+                raise
+            except Exception as e:  # a route callback or the store failed: ours, not the provider's
+                await tab.release(Outcome.INTERNAL_ERROR, 500)
+                raise our_fault(ctx.request_id, "while relaying the request", e) from None
 
-    async def _all_failed(self, hold: Hold, grant: Grant, model_id: str,
-                          failures: list[tuple["AttemptFailed", Route]]):
+    async def _attempts(self, tab: Tab, call: Call, plan: list[ModelRoute], route: Route, key: str | None):
+        model = call.model
+        t = trace.get()
+        deadline = time.monotonic() + self.config.routing.deadline_s
+        tab.hidden_possible = hidden_output_possible(model, call.body)
+        failures: list[tuple[AttemptFailed, Route]] = []
+        for n, target in enumerate(plan):
+            if n:
+                if time.monotonic() >= deadline:
+                    break
+                try:
+                    route = self._build(call, target)
+                except BodyError:  # this route's translation cannot carry the request
+                    continue
+            tab.input_estimate = route.input_tokens_estimate
+            tab.output_allowance = route.output_tokens
+            tab.hold.provider = target.provider.name
+            tab.hold.attempts += 1
+            if t is not None:
+                t.provider = target.provider.name
+                t.route = target.name
+            last = n == len(plan) - 1
+            self.router.started(target)
+            began = time.monotonic()
+            try:
+                if route.stream:
+                    first, pump = await self._open_stream(route, tab, target, last, deadline)
+                    self.router.succeeded(target, time.monotonic() - began)
+                    self.router.remember(model, key, target)
+                    tab.hand_off()  # no checkpoint since the pump started: it settles from here on
+                    return 200, {**route.headers, "cache-control": "no-cache"}, AnswerStream(first, pump, tab)
+                body, usage, first_byte_s = await self._answer(route, tab, last, deadline)
+            except AttemptFailed as failure:
+                failures.append((failure, route))
+                if failure.retryable:
+                    self.router.failed(target, failure.reason, failure.retry_after_s)
+                    continue
+                self.router.succeeded(target)  # it answered: the refusal is about the request
+                break
+            except BaseException:
+                self.router.abandoned(target)
+                raise
+            self.router.succeeded(target, first_byte_s)
+            self.router.remember(model, key, target)
+            await tab.settle(usage, Outcome.OK, 200)
+            return 200, route.headers, body
+        return await self._all_failed(tab, model.id, failures)
+
+    async def _all_failed(self, tab: Tab, model_id: str, failures: list[tuple["AttemptFailed", Route]]):
         """No route answered: the last provider error (status and message kept), else, when
         several routes were tried and none could be reached, 503 ``model_not_found``; a lone
         attempt keeps its own 502/504."""
@@ -262,15 +264,15 @@ class Relay:
         if answered:
             failure, route = answered[-1]
             status, body, headers = route.upstream_error(failure.upstream)
-            await self._release(hold, grant, "upstream_error", status)
+            await tab.release(Outcome.UPSTREAM_ERROR, status)
             return status, {**route.headers, **headers}, body
         failure, _ = failures[-1]
         if len(failures) > 1 and not any(f.reached for f, _ in failures):
-            await self._release(hold, grant, failure.usage_status, 503)
+            await tab.release(failure.outcome, 503)
             raise GatewayError(
                 503, f"No available channel for model {model_id} right now: none of its {len(failures)} routes "
                      f"could be reached (last: {failure.reason})", "model_not_found", model_step=True)
-        await self._release(hold, grant, failure.usage_status, failure.error.status)
+        await tab.release(failure.outcome, failure.error.status)
         raise failure.error
 
     def _cut_off(self, limit: float, last: bool, deadline: float) -> float:
@@ -280,16 +282,15 @@ class Relay:
             return math.inf
         return limit
 
-    async def _open_stream(self, route: Route, hold: Hold, grant: Grant, target: ModelRoute, last: bool,
-                           deadline: float):
+    async def _open_stream(self, route: Route, tab: Tab, target: ModelRoute, last: bool, deadline: float):
         """Call the provider and read up to the first bytes for the client, before answering
         200: a stream that fails before it starts (invalid, dropped, silent) can still go to
         another route, or be a plain 502/504. Unless this is the last route, the first bytes
         must come within ``first_byte_timeout_s``."""
         limit = self._cut_off(self.config.routing.first_byte_timeout_s, last, deadline)
         with trio.move_on_after(limit) as waiting:
-            response = await self._call(route, hold, grant)
-            pump = self._pump(response, route, hold, grant, target)
+            response = await self._call(route, tab)
+            pump = StreamPump(self, response, route, tab, target).run()
             try:
                 first = await pump.__anext__()
             except StopAsyncIteration:
@@ -302,8 +303,7 @@ class Relay:
             "idle_timeout", reason=f"no first byte within {limit:g} s", reached=False,
         )
 
-    async def _answer(self, route: Route, hold: Hold, grant: Grant, last: bool,
-                      deadline: float) -> tuple[bytes, Usage, float]:
+    async def _answer(self, route: Route, tab: Tab, last: bool, deadline: float) -> tuple[bytes, Usage, float]:
         """A non-streaming answer, its usage, and the time to its status line (the route's
         latency for ``gatewayctl routes``, as the time to the first event is a stream's).
 
@@ -318,7 +318,7 @@ class Relay:
         began = time.monotonic()
         with trio.move_on_after(limit) as waiting:
             with trio.move_on_after(first_byte) as silent:
-                response = await self._call(route, hold, grant)
+                response = await self._call(route, tab)
             first_byte_s = time.monotonic() - began
             if silent.cancelled_caught:
                 raise AttemptFailed(
@@ -326,7 +326,7 @@ class Relay:
                                  "upstream_timeout", model_step=True),
                     "idle_timeout", reason=f"no status line within {first_byte:g} s", reached=False,
                 )
-            return (*await self._finish(response, route, hold, grant), first_byte_s)
+            return (*await self._finish(response, route, tab), first_byte_s)
         assert waiting.cancelled_caught
         raise AttemptFailed(
             GatewayError(504, f"the provider did not answer within {limit:g} seconds", "upstream_timeout",
@@ -334,40 +334,31 @@ class Relay:
             "idle_timeout", reason=f"no answer within {limit:g} s", reached=False,
         )
 
-    async def _settle(self, hold: Hold, grant: Grant, usage: Usage, *, status: str, http_status: int) -> None:
-        if hold.settled:
-            return
-        cost = charge(grant.model, usage, grant.price_ratio)
-        started = time.perf_counter()
-        await self.ledger.settle(hold, usage, cost, status=status, http_status=http_status)
-        self.metrics.store_latency.observe(time.perf_counter() - started)
+    def _settled(self, usage: Usage, outcome: Outcome, bill: Bill) -> None:
+        """A tab settled: the request's trace (log line) says what it was charged."""
         t = trace.get()
         if t is not None:
-            t.usage_status = status
+            t.usage_status = outcome.value
             t.input_tokens = usage.input_tokens
             t.output_tokens = usage.output_tokens
             t.cached_tokens = usage.cached_tokens
             t.cache_write_tokens = usage.cache_write_tokens
-            t.cost_nano = cost
+            t.cost_nano = bill.total_nano
 
-    async def _release(self, hold: Hold, grant: Grant, status: str, http_status: int) -> None:
-        with trio.CancelScope(shield=True):
-            await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
-
-    async def _cut_by_shutdown(self, hold: Hold, grant: Grant) -> GatewayError:
-        await self._release(hold, grant, "shutdown", 503)
+    async def cut_by_shutdown(self, tab: Tab) -> GatewayError:
+        await tab.release(Outcome.SHUTDOWN, 503)
         return GatewayError(503, "the gateway is shutting down; the provider did not answer in time",
                             "shutting_down", model_step=True)
 
-    async def _call(self, route: Route, hold: Hold, grant: Grant) -> httpx.Response:
+    async def _call(self, route: Route, tab: Tab) -> httpx.Response:
         t = trace.get()
-        provider = hold.provider or grant.model.provider.name
+        provider = tab.hold.provider or tab.model.provider.name
         try:
             sent = time.perf_counter()
             with self.drain.read() as reading:
-                response = await self.upstream.send(route.request)
+                response = await self.upstream.send(route.request, on_sent=tab.mark_sent)
             if reading.cancelled_caught:
-                raise await self._cut_by_shutdown(hold, grant)
+                raise await self.cut_by_shutdown(tab)
             if t is not None:
                 t.upstream_ttfb_s = time.perf_counter() - sent
             self.provider_seen(provider, True)
@@ -405,12 +396,12 @@ class Relay:
             ) from None
         return response
 
-    async def _finish(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant) -> tuple[bytes, Usage]:
+    async def _finish(self, response: httpx.Response, route: Route, tab: Tab) -> tuple[bytes, Usage]:
         try:
             with self.drain.read() as reading:
                 raw = await response.aread()
             if reading.cancelled_caught:
-                raise await self._cut_by_shutdown(hold, grant)
+                raise await self.cut_by_shutdown(tab)
         except httpx.HTTPError as e:
             raise AttemptFailed(
                 GatewayError(502, f"the provider dropped the connection ({type(e).__name__})", "bad_gateway",
@@ -428,185 +419,35 @@ class Relay:
                 GatewayError(502, "the provider returned an invalid response", "bad_gateway", model_step=True),
                 "upstream_invalid", reason=f"invalid answer ({type(e).__name__})") from None
         except Exception as e:  # our translator failed on an answer it did not expect: nothing is charged
-            await self._release(hold, grant, "internal_error", 500)
-            raise our_fault(hold.request_id, "while translating the provider's answer", e) from None
+            await tab.release(Outcome.INTERNAL_ERROR, 500)
+            raise our_fault(tab.hold.request_id, "while translating the provider's answer", e) from None
         return body, usage if usage is not None else Usage(input_tokens=route.input_tokens_estimate)
 
-    async def _pump(self, response: httpx.Response, route: Route, hold: Hold, grant: Grant,
-                    target: ModelRoute) -> AsyncIterator[bytes]:
-        """Forward the stream as it arrives; settle before the terminal event is sent.
 
-        Until the first bytes are yielded nothing has reached the client (``run`` reads
-        that far before answering 200), so a failure there raises ``AttemptFailed`` and
-        leaves the hold to ``run`` (another route may serve the request); after that,
-        failures become an error event in the client's format and what was streamed is
-        charged. Every way out, the end of the stream included, is inside the handlers:
-        an exception of ours anywhere becomes the error event saying the gateway failed,
-        and the shielded ``finally`` settles whatever is still held, so no path leaves a
-        hold open or writes no usage row.
-        """
-        pipe = route.make_pipe()
-        splitter = SSESplitter()
-        status = "client_disconnected"
-        started = False
-        chunks = response.aiter_raw()
-        try:
-            try:
-                while True:
-                    with self.drain.read() as reading:
-                        chunk = await anext(chunks, None)
-                    if reading.cancelled_caught:
-                        status = "shutdown"
-                        if not started:
-                            raise GatewayError(503, "the gateway is shutting down", "shutting_down",
-                                               model_step=True)
-                        await self._settle_stream(hold, grant, pipe, route, status)
-                        yield pipe.error_event("the gateway is shutting down; the stream was cut and is incomplete")
-                        return
-                    if chunk is None:
-                        out = pipe.feed(splitter.flush())
-                        if out:
-                            started = True
-                            yield out
-                        break
-                    events = splitter.feed(chunk)
-                    if not started and events and events[0].data != b"[DONE]":
-                        orjson.loads(events[0].data)  # a body that is not SSE JSON fails before any byte
-                    out = pipe.feed(events)
-                    if pipe.failed and out:  # the provider's error event ends the stream: settle first
-                        status = "upstream_error"
-                        await self._settle_stream(hold, grant, pipe, route, status)
-                    if out:
-                        started = True
-                        yield out
-                    if pipe.complete or pipe.failed:
-                        break
-                if pipe.complete and not pipe.failed:
-                    closing = pipe.closing()  # made before settling: if it fails, the row says so
-                    status = "ok"
-                    await self._settle_stream(hold, grant, pipe, route, status)
-                    yield closing
-                    return
-                if pipe.failed:
-                    status = "upstream_error"
-                    await self._settle_stream(hold, grant, pipe, route, status)
-                    if pipe.complete:
-                        yield pipe.closing()
-                    return
-                status = "upstream_broken"
-                if not started:
-                    raise AttemptFailed(
-                        GatewayError(502, "the provider ended the stream before sending anything", "bad_gateway",
-                                     model_step=True),
-                        status, reason="stream ended before its first event")
-                await self._settle_stream(hold, grant, pipe, route, status)
-                yield pipe.error_event("the provider ended the stream early; the output is incomplete")
-            except (AttemptFailed, GatewayError):
-                raise  # decided above (a refusal before any byte, or the shutdown cut): not a fault
-            except UpstreamError as e:
-                # a pipe raises it only for a refusal in the first event (a blocked prompt), before
-                # any byte reached the client: answered as the provider's error, nothing charged
-                status = "upstream_error"
-                raise AttemptFailed(None, status, upstream=e, retryable=False,
-                                    reason=f"refused: {e.message()[:200]}") from None
-            except httpx.ReadTimeout:
-                status = "idle_timeout"
-                idle = f"the provider sent nothing for {self.upstream.stream_idle_timeout_s:g} seconds"
-                if not started:
-                    raise AttemptFailed(GatewayError(504, idle, "upstream_timeout", model_step=True), status,
-                                        reason="no first event within the idle time") from None
-                await self._settle_stream(hold, grant, pipe, route, status)
-                yield pipe.error_event(f"{idle}; the stream was closed and is incomplete", "timeout_error")
-                return
-            except (httpx.HTTPError, *PROVIDER_FAULTS) as e:
-                if not started:
-                    status = "upstream_invalid"
-                    raise AttemptFailed(
-                        GatewayError(502, f"the provider returned an invalid response ({type(e).__name__})",
-                                     "bad_gateway", model_step=True),
-                        status, reason=f"invalid stream ({type(e).__name__})") from None
-                status = "upstream_broken"
-                await self._settle_stream(hold, grant, pipe, route, status)
-                yield pipe.error_event(f"the provider stream broke off ({type(e).__name__}); the output is incomplete")
-                return
-            except Exception as e:  # a pipe or translator of ours failed: the gateway's fault, said so
-                status = "internal_error"
-                error = our_fault(hold.request_id, "while translating the provider's stream", e)
-                if not started:
-                    raise error from None
-                await self._settle_stream(hold, grant, pipe, route, status)
-                yield pipe.error_event(f"{error.message}; the output is incomplete")
-                return
-        finally:
-            with trio.CancelScope(shield=True):
-                try:
-                    if pipe.complete:
-                        await _drain(chunks)
-                    await chunks.aclose()
-                    await response.aclose()
-                    if started and status in ("idle_timeout", "upstream_broken", "upstream_error"):
-                        self.router.failed(target, f"stream {status.replace('_', ' ')} after its first byte")
-                finally:
-                    if not hold.settled:
-                        if started:
-                            await self._settle_stream(hold, grant, pipe, route, status)
-                        elif status in ("shutdown", "internal_error"):  # refused: the client got nothing
-                            http_status = {"shutdown": 503, "internal_error": 500}[status]
-                            await self._settle(hold, grant, Usage(), status=status, http_status=http_status)
-                        # otherwise nothing reached the client: ``run`` settles (or tries another route)
+class AnswerStream:
+    """A streamed answer as the client gets it: the bytes ``run`` read ahead, then the pump.
 
-    async def _settle_stream(self, hold: Hold, grant: Grant, pipe: Pipe, route: Route, status: str) -> None:
-        """Charge a stream: its reported usage, or (cut short, or no usage) what was streamed.
+    Whoever sends it must ``aclose`` it whatever happens (``api_routes`` does, in a
+    ``finally`` that also covers sending the status line): closing closes the pump, whose
+    own shielded ``finally`` settles the tab; should the pump never have run to a
+    settlement, the tab is settled here. So a stream's money never waits for a garbage
+    collector's finalizer."""
 
-        Never skipped: counting reads the provider's events, and should it fail anyway the
-        fault is logged with the request id and the input estimate is charged, so the hold
-        is released and the usage row written whatever the events held."""
-        if hold.settled:
-            return
-        with trio.CancelScope(shield=True):
-            usage = pipe.usage
-            # A cut stream's reported output can be a placeholder (Anthropic's message_start says
-            # output_tokens 1): count what was streamed and charge the larger of the two.
-            if usage is None or status != "ok":
-                try:
-                    produced = await tokens.count_off_loop(pipe.produced_text())
-                except Exception as e:
-                    our_fault(hold.request_id, "while counting what the stream produced", e)  # logs it
-                    produced = 0
-                base = usage or Usage(input_tokens=route.input_tokens_estimate)
-                usage = attrs.evolve(base, output_tokens=max(base.output_tokens, produced))
-                if not usage.input_tokens:
-                    usage = attrs.evolve(usage, input_tokens=route.input_tokens_estimate)
-            await self._settle(hold, grant, usage, status=status, http_status=200)
+    def __init__(self, first: bytes, pump: AsyncIterator[bytes], tab: Tab) -> None:
+        self._first = first
+        self._pump = pump
+        self.tab = tab
 
-
-DRAIN_S = 0.05
-DRAIN_BYTES = 65536
-
-
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """After the terminal event, read what is left of the upstream body (the chunked-encoding
-    end, a trailing newline) so the connection goes back to the pool instead of being closed:
-    a stream that stops reading at the terminal event costs the next request a new TCP (and
-    TLS) connection to the provider. Bounded in time and bytes; a failure here only means
-    the connection is not reused."""
-    left = DRAIN_BYTES
-    with trio.move_on_after(DRAIN_S):
-        try:
-            async for chunk in chunks:
-                left -= len(chunk)
-                if left < 0:
-                    return
-        except httpx.HTTPError:
-            return
-
-
-async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The stream as the client gets it: the bytes ``run`` read ahead, then the rest."""
-    try:
-        if first:
-            yield first
-        async for out in rest:
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._first:
+            yield self._first
+        async for out in self._pump:
             yield out
-    finally:
-        await rest.aclose()  # the pump settles in its own shielded finally
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            try:
+                await self._pump.aclose()  # type: ignore[attr-defined]
+            finally:
+                if not self.tab.settled:
+                    await self.tab.abandon(Outcome.CLIENT_DISCONNECTED, 499)

@@ -7,6 +7,7 @@ import trio
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
+from gatewayd.billing.pricing import Bill, Line
 from gatewayd.formats.usage import Usage
 from gatewayd.store import sqlite as sqlite_store
 from gatewayd.store.sqlite import SQLiteStore
@@ -25,13 +26,18 @@ def _hold_rows(store):
     return store.read_blocking(lambda conn: conn.execute("SELECT request_id, instance_id FROM holds").fetchall())
 
 
+
+def _bill(nano: int) -> Bill:
+    return Bill((Line("output", 1, nano, nano),))
+
+
 async def test_quick_settle_writes_no_hold_row(tmp_path):
     store, _, account, key = await _setup(tmp_path)
     ledger = Ledger(store)
     hold = await ledger.reserve(account, key, 500_000, request_id="r1", model="m", endpoint="chat", stream=False)
     assert (account.balance_nano, account.held_nano, key.held_nano) == (500_000, 500_000, 500_000)
-    await ledger.settle(hold, Usage(10, 5), 123, status="ok", http_status=200)
-    await ledger.settle(hold, Usage(10, 5), 123, status="ok", http_status=200)  # exactly once
+    await ledger.settle(hold, Usage(10, 5), _bill(123), status="ok", http_status=200)
+    await ledger.settle(hold, Usage(10, 5), _bill(123), status="ok", http_status=200)  # exactly once
     await store.flush()
     assert _hold_rows(store) == []
     assert (account.balance_nano, account.held_nano, key.spent_nano, key.held_nano) == (1_000_000 - 123, 0, 123, 0)
@@ -50,7 +56,7 @@ async def test_long_hold_is_flushed_with_its_instance_then_deleted_at_settle(tmp
         await trio.sleep(0.1)
         await store.writer.flush()
         assert [tuple(r) for r in _hold_rows(store)] == [("r2", store.instance_id)]
-        await ledger.settle(hold, Usage(), 0, status="ok", http_status=200)
+        await ledger.settle(hold, Usage(), _bill(0), status="ok", http_status=200)
         assert _hold_rows(store) == []
         nursery.cancel_scope.cancel()
     await store.close()

@@ -414,7 +414,9 @@ async def test_async_sdk_stream(gateway, funded):
     assert (row["stream"], row["status"], row["output_tokens"]) == (True, "ok", 3)
 
 
-def test_cache_writes_at_the_input_rate_when_the_catalogue_has_no_cache_write_price(sim, tmp_path):
+def test_cache_writes_at_anthropics_rule_when_the_catalogue_has_no_cache_write_price(sim, tmp_path):
+    """An anthropic-protocol model without ``cache_write_price`` takes Anthropic's published
+    rule, 1.25x the input rate for 5-minute writes (issue 19; docs/billing.md)."""
     from tests.live import Daemon, unique_email
 
     extra = ('[[models]]\nid = "claude-no-write-price"\nprovider = "anthropic"\nfamily = "claude"\n'
@@ -430,6 +432,6 @@ def test_cache_writes_at_the_input_rate_when_the_catalogue_has_no_cache_write_pr
         usage = r.json()["usage"]
         [row] = daemon.admin.usage(account["id"])
         assert (row["cached_tokens"], row["cache_write_tokens"], row["output_tokens"]) == (100, 40, 5)
-        assert row["cost_nano"] == (usage["input_tokens"] + 40) * 2000 + 100 * 200 + 5 * 10000
+        assert row["cost_nano"] == usage["input_tokens"] * 2000 + 40 * 2500 + 100 * 200 + 5 * 10000
     finally:
         daemon.stop()

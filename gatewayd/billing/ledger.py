@@ -10,14 +10,18 @@ releases and writes the usage row in one transaction, exactly once per hold.
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 
+from gatewayd.billing.pricing import Bill
+from gatewayd.billing.tab import OpenTab, Tab
+from gatewayd.catalogue import Model
 from gatewayd.errors import GatewayError, invalid_token
 from gatewayd.formats.usage import Usage
 from gatewayd.money import format_usd
 from gatewayd.records import Account, Key
 from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable
 
-__all__ = ["Hold", "Ledger", "refusal_error"]
+__all__ = ["Hold", "Ledger", "OpenTab", "Tab", "refusal_error"]
 
 
 def refusal_error(refusal: Refusal, amount_nano: int) -> GatewayError:
@@ -67,12 +71,26 @@ class Ledger:
         self.held_nano += amount_nano
         return held
 
-    async def settle(self, hold: Hold, usage: Usage, cost_nano: int, *, status: str, http_status: int) -> None:
-        """Charge ``cost_nano``, release the hold and write the usage row, exactly once.
+    def open_tab(self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: Model,
+                 endpoint: str, stream: bool, price_ratio: Fraction, input_estimate: int,
+                 on_settled=None) -> OpenTab:
+        """``async with ledger.open_tab(...) as tab``: hold ``amount_nano`` (or raise the spec's
+        403 / a 503 before anything is held) and own it until settled (:mod:`.tab`)."""
 
-        Callers run this shielded from cancellation: a client that went away still pays
-        for what was produced.
+        async def reserve() -> Hold:
+            return await self.reserve(account, key, amount_nano, request_id=request_id, model=model.id,
+                                      endpoint=endpoint, stream=stream)
+
+        return OpenTab(reserve, lambda hold: Tab(self, hold, model=model, price_ratio=price_ratio,
+                                                 input_estimate=input_estimate, on_settled=on_settled))
+
+    async def settle(self, hold: Hold, usage: Usage, bill: Bill, *, status: str, http_status: int) -> None:
+        """Charge ``bill``, release the hold and write the usage row, exactly once.
+
+        Callers (a :class:`~gatewayd.billing.tab.Tab`) run this shielded from cancellation:
+        a client that went away still pays for what was produced.
         """
+        cost_nano = bill.total_nano
         if hold.settled:
             return
         self.open_holds -= 1

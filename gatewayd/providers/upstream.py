@@ -14,6 +14,8 @@ a non-streaming request has no read cut-off at all.
 
 from __future__ import annotations
 
+from typing import AsyncIterator, Callable
+
 import httpx
 
 from gatewayd.providers.pool import ConnectionPool
@@ -38,9 +40,33 @@ class Upstream:
         """A POST to a provider with this transport's timeouts; adapters add their own headers."""
         return httpx.Request("POST", url, content=body, headers=headers, extensions={"timeout": self._timeouts[stream]})
 
-    async def send(self, request: httpx.Request) -> httpx.Response:
-        """The response with its body still to read (``aread`` or ``aiter_raw``, then ``aclose``)."""
-        return await self.transport.handle_async_request(request)
+    async def send(self, request: httpx.Request, on_sent: Callable[[], None] | None = None) -> httpx.Response:
+        """The response with its body still to read (``aread`` or ``aiter_raw``, then ``aclose``).
+
+        ``on_sent`` is called once the request's bytes are handed to the provider's
+        connection (the first body chunk taken by the connection's writer, or at the latest
+        when an answer comes back): from then on the provider can bill the request's input,
+        and before it, it cannot (issue 25: a client gone while we connected pays nothing)."""
+        if on_sent is None:
+            return await self.transport.handle_async_request(request)
+        request.stream = _Handed(request.stream, on_sent)
+        response = await self.transport.handle_async_request(request)
+        on_sent()
+        return response
 
     async def aclose(self) -> None:
         await self.transport.aclose()
+
+
+class _Handed(httpx.AsyncByteStream):
+    """A request body that says when the connection first takes a chunk of it."""
+
+    def __init__(self, stream, on_sent: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_sent = on_sent
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            self._on_sent()
+            yield chunk
+        self._on_sent()  # an empty body: handed over whole once the headers were

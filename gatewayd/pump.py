@@ -1,0 +1,249 @@
+"""One streamed answer's life: forward the provider's events, settle, and never lose the bill.
+
+The relay opens the provider's stream and hands it to a :class:`StreamPump`, which
+
+- forwards events through the route's pipe as they arrive (1:1, pass-through bytes
+  untouched), and settles the request's tab *before* the terminal event goes out;
+- turns every failure after the first byte into an error event in the client's format
+  (and every failure before it into ``AttemptFailed`` for the relay's next route);
+- when the client leaves mid-stream, keeps reading the provider's stream (shielded from the
+  client's cancellation, bounded by the idle timeout, the shutdown drain and a byte budget
+  derived from the hold) until the provider's own usage arrives, and charges that. Only a
+  stream whose usage cannot be had is charged by :func:`gatewayd.billing.cut.cut_usage`.
+
+Reads of the provider after the first byte are shielded from the client's cancellation:
+cancelling a read in the middle closes the provider connection (httpcore closes a response
+whose read was interrupted), and then the usage could never be read. A client that leaves
+is noticed at the next ``yield`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, AsyncIterator
+
+import httpx
+import orjson
+import trio
+
+from gatewayd import tokens
+from gatewayd.billing.cut import cut_usage
+from gatewayd.billing.tab import Outcome, Tab
+from gatewayd.catalogue import ModelRoute
+from gatewayd.errors import GatewayError, UpstreamError, our_fault
+from gatewayd.formats.sse import SSESplitter
+from gatewayd.providers.base import Route
+
+if TYPE_CHECKING:
+    from gatewayd.relay import Relay
+
+# After the client left: read at most this many bytes of provider events per token the hold
+# covers (an SSE event carrying one text delta is 100-250 bytes; usage events are small),
+# plus a floor. A provider that sends more than that is ignoring the cap we sent.
+BYTES_PER_ALLOWED_TOKEN = 512
+MIN_READ_AFTER_LEAVING = 1 << 20
+
+DRAIN_S = 0.05
+DRAIN_BYTES = 65536
+
+
+class StreamPump:
+    def __init__(self, relay: Relay, response: httpx.Response, route: Route, tab: Tab, target: ModelRoute) -> None:
+        self.relay = relay
+        self.response = response
+        self.route = route
+        self.tab = tab
+        self.target = target
+        self.pipe = route.make_pipe()
+        self.splitter = SSESplitter()
+        self.chunks = response.aiter_raw()
+        self.started = False  # bytes reached (were yielded towards) the client
+
+    async def _read(self) -> tuple[bytes | None, bool]:
+        """The next raw chunk (None at the end), and whether a shutdown cut the read. After
+        the first byte the read is shielded from the client's cancellation (module doc)."""
+        chunk = None
+        with trio.CancelScope(shield=self.started):
+            with self.relay.drain.read() as reading:
+                chunk = await anext(self.chunks, None)
+        return chunk, reading.cancelled_caught
+
+    async def run(self) -> AsyncIterator[bytes]:
+        """Forward the stream as it arrives; settle before the terminal event is sent.
+
+        Until the first bytes are yielded nothing has reached the client (``run`` reads
+        that far before answering 200), so a failure there raises ``AttemptFailed`` and
+        leaves the tab to the relay (another route may serve the request); after that,
+        failures become an error event in the client's format and what was produced is
+        charged. Every way out is inside the handlers, and the shielded ``finally``
+        settles whatever is still held.
+        """
+        from gatewayd.relay import PROVIDER_FAULTS, AttemptFailed
+
+        pipe, tab = self.pipe, self.tab
+        status = Outcome.CLIENT_DISCONNECTED
+        try:
+            try:
+                while True:
+                    chunk, cut = await self._read()
+                    if cut:
+                        status = Outcome.SHUTDOWN
+                        if not self.started:
+                            raise GatewayError(503, "the gateway is shutting down", "shutting_down",
+                                               model_step=True)
+                        await self._settle(status)
+                        yield pipe.error_event("the gateway is shutting down; the stream was cut and is incomplete")
+                        return
+                    if chunk is None:
+                        out = pipe.feed(self.splitter.flush())
+                        if out:
+                            self.started = True
+                            yield out
+                        break
+                    events = self.splitter.feed(chunk)
+                    if not self.started and events and events[0].data != b"[DONE]":
+                        orjson.loads(events[0].data)  # a body that is not SSE JSON fails before any byte
+                    out = pipe.feed(events)
+                    if pipe.failed and out:  # the provider's error event ends the stream: settle first
+                        status = Outcome.UPSTREAM_ERROR
+                        await self._settle(status)
+                    if out:
+                        self.started = True
+                        yield out
+                    if pipe.complete or pipe.failed:
+                        break
+                if pipe.complete and not pipe.failed:
+                    closing = pipe.closing()  # made before settling: if it fails, the row says so
+                    status = Outcome.OK
+                    await self._settle(status)
+                    yield closing
+                    return
+                if pipe.failed:
+                    status = Outcome.UPSTREAM_ERROR
+                    await self._settle(status)
+                    if pipe.complete:
+                        yield pipe.closing()
+                    return
+                status = Outcome.UPSTREAM_BROKEN
+                if not self.started:
+                    raise AttemptFailed(
+                        GatewayError(502, "the provider ended the stream before sending anything", "bad_gateway",
+                                     model_step=True),
+                        status.value, reason="stream ended before its first event")
+                await self._settle(status)
+                yield pipe.error_event("the provider ended the stream early; the output is incomplete")
+            except (AttemptFailed, GatewayError):
+                raise  # decided above (a refusal before any byte, or the shutdown cut): not a fault
+            except UpstreamError as e:
+                # a pipe raises it only for a refusal in the first event (a blocked prompt), before
+                # any byte reached the client: answered as the provider's error, nothing charged
+                status = Outcome.UPSTREAM_ERROR
+                raise AttemptFailed(None, status.value, upstream=e, retryable=False,
+                                    reason=f"refused: {e.message()[:200]}") from None
+            except httpx.ReadTimeout:
+                status = Outcome.IDLE_TIMEOUT
+                idle = f"the provider sent nothing for {self.relay.upstream.stream_idle_timeout_s:g} seconds"
+                if not self.started:
+                    raise AttemptFailed(GatewayError(504, idle, "upstream_timeout", model_step=True), status.value,
+                                        reason="no first event within the idle time") from None
+                await self._settle(status)
+                yield pipe.error_event(f"{idle}; the stream was closed and is incomplete", "timeout_error")
+                return
+            except (httpx.HTTPError, *PROVIDER_FAULTS) as e:
+                if not self.started:
+                    status = Outcome.UPSTREAM_INVALID
+                    raise AttemptFailed(
+                        GatewayError(502, f"the provider returned an invalid response ({type(e).__name__})",
+                                     "bad_gateway", model_step=True),
+                        status.value, reason=f"invalid stream ({type(e).__name__})") from None
+                status = Outcome.UPSTREAM_BROKEN
+                await self._settle(status)
+                yield pipe.error_event(f"the provider stream broke off ({type(e).__name__}); the output is incomplete")
+                return
+            except Exception as e:  # a pipe or translator of ours failed: the gateway's fault, said so
+                status = Outcome.INTERNAL_ERROR
+                error = our_fault(tab.hold.request_id, "while translating the provider's stream", e)
+                if not self.started:
+                    raise error from None
+                await self._settle(status)
+                yield pipe.error_event(f"{error.message}; the output is incomplete")
+                return
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._close(status)
+
+    async def _close(self, status: Outcome) -> None:
+        """The shielded end of every stream: read on to the provider's usage if the client left,
+        give the connection back (or close it), settle what is still held."""
+        pipe, tab = self.pipe, self.tab
+        try:
+            if self.started and not tab.settled and status is Outcome.CLIENT_DISCONNECTED:
+                await self._read_to_usage()
+            if pipe.complete:
+                await _drain(self.chunks)
+            await self.chunks.aclose()  # type: ignore[attr-defined]
+            await self.response.aclose()
+            if self.started and status in (Outcome.IDLE_TIMEOUT, Outcome.UPSTREAM_BROKEN, Outcome.UPSTREAM_ERROR):
+                self.relay.router.failed(self.target, f"stream {status.value.replace('_', ' ')} after its first byte")
+        finally:
+            if not tab.settled:
+                if self.started:
+                    await self._settle(status)
+                elif status in (Outcome.SHUTDOWN, Outcome.INTERNAL_ERROR):  # refused: the client got nothing
+                    await tab.release(status, 503 if status is Outcome.SHUTDOWN else 500)
+                # otherwise nothing reached the client: the relay settles (or tries another route)
+
+    async def _read_to_usage(self) -> None:
+        """The client left: read the provider's stream on (output discarded) until its terminal
+        event, its end, the idle timeout, a shutdown or the byte budget, so that the charge is
+        the provider's own usage, hidden reasoning included."""
+        budget = max(MIN_READ_AFTER_LEAVING, self.tab.output_allowance * BYTES_PER_ALLOWED_TOKEN)
+        try:
+            while not (self.pipe.complete or self.pipe.failed) and budget > 0:
+                chunk, cut = await self._read()
+                if cut or chunk is None:
+                    self.pipe.feed(self.splitter.flush())
+                    return
+                budget -= len(chunk)
+                self.pipe.feed(self.splitter.feed(chunk))
+        except (httpx.HTTPError, UpstreamError, orjson.JSONDecodeError):
+            return  # the provider broke off or timed out: the usage seen so far, then the fallback
+
+    async def _settle(self, status: Outcome) -> None:
+        """Charge the stream: the provider's final usage when its terminal event came, else
+        :func:`gatewayd.billing.cut.cut_usage` (what was reported, what was streamed counted
+        offline, and the hold's output allowance when hidden reasoning may have been billed).
+
+        Never skipped: should counting fail, the fault is logged with the request id and the
+        usage seen so far is charged, so the hold is released and the usage row written."""
+        tab, pipe, route = self.tab, self.pipe, self.route
+        if tab.settled:
+            return
+        with trio.CancelScope(shield=True):
+            usage = pipe.usage
+            if usage is None or not pipe.complete:
+                try:
+                    produced = await tokens.count_off_loop(pipe.produced_text())
+                except Exception as e:
+                    our_fault(tab.hold.request_id, "while counting what the stream produced", e)  # logs it
+                    produced = 0
+                usage = cut_usage(usage, produced=produced, input_estimate=route.input_tokens_estimate,
+                                  output_allowance=route.output_tokens,
+                                  hidden_possible=tab.hidden_possible)
+            await tab.settle(usage, status, 200)
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """After the terminal event, read what is left of the upstream body (the chunked-encoding
+    end, a trailing newline) so the connection goes back to the pool instead of being closed:
+    a stream that stops reading at the terminal event costs the next request a new TCP (and
+    TLS) connection to the provider. Bounded in time and bytes; a failure here only means
+    the connection is not reused."""
+    left = DRAIN_BYTES
+    with trio.move_on_after(DRAIN_S):
+        try:
+            async for chunk in chunks:
+                left -= len(chunk)
+                if left < 0:
+                    return
+        except httpx.HTTPError:
+            return
