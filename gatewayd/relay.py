@@ -353,6 +353,9 @@ class Relay:
     async def _call(self, route: Route, tab: Tab) -> httpx.Response:
         t = trace.get()
         provider = tab.hold.provider or tab.model.provider.name
+        # a client that left while the hold was taken (a database answering slowly) stops here,
+        # before any byte goes to a provider: nothing of it can be billed
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
             sent = time.perf_counter()
             with self.drain.read() as reading:

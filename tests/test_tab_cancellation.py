@@ -1,0 +1,232 @@
+"""A client can leave at any await of the request path, and the hold is settled every time.
+
+In process: the real listener, relay, ledger and SQLite store, with the provider an
+``httpx.MockTransport`` whose answers yield to the scheduler between events. The ASGI app
+is driven directly, so the test decides when the client's ``http.disconnect`` arrives: a
+trio instrument counts scheduler steps and, on run k, lets the disconnect through at step
+k. Run for k = 1 .. (steps of a whole request + a margin), so that the cancellation lands
+at every checkpoint the request passes through: before the hold, at the hold, while the
+provider is called, while a stream is forwarded, while settling. After each run the
+account must hold nothing, show at most one usage row per request, and its balance must
+equal what was paid less what the rows charged -- each charge within its hold.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+import trio
+
+from tests.inproc import Gateway
+
+WORDS = 6
+
+
+def _chat_stream_events(model: str) -> list[bytes]:
+    events = []
+    for i in range(WORDS):
+        chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                 "choices": [{"index": 0, "delta": {"content": f"w{i} "}, "finish_reason": None}]}
+        events.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+    final = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
+             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    usage = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [],
+             "usage": {"prompt_tokens": 9, "completion_tokens": WORDS, "total_tokens": 9 + WORDS}}
+    return [*events, b"data: " + orjson.dumps(final) + b"\n\n", b"data: " + orjson.dumps(usage) + b"\n\n",
+            b"data: [DONE]\n\n"]
+
+
+def _messages_stream_events(model: str) -> list[bytes]:
+    def event(name: str, doc: dict) -> bytes:
+        return b"event: " + name.encode() + b"\ndata: " + orjson.dumps({"type": name, **doc}) + b"\n\n"
+
+    out = [event("message_start", {"message": {"id": "m1", "type": "message", "role": "assistant", "model": model,
+                                               "content": [], "stop_reason": None,
+                                               "usage": {"input_tokens": 9, "output_tokens": 1}}}),
+           event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})]
+    out += [event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": f"w{i} "}})
+            for i in range(WORDS)]
+    out += [event("content_block_stop", {"index": 0}),
+            event("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": WORDS}}),
+            event("message_stop", {})]
+    return out
+
+
+async def _provider(request):
+    """The mock provider: OpenAI chat or Anthropic messages, streamed or not, yielding to the
+    scheduler between events as a network would."""
+    body = orjson.loads(request.content)
+    model = body["model"]
+    await trio.sleep(0)
+    anthropic = request.url.path.endswith("/v1/messages")
+    if body.get("stream"):
+        events = _messages_stream_events(model) if anthropic else _chat_stream_events(model)
+
+        async def chunks():
+            for event in events:
+                await trio.sleep(0)
+                yield event
+
+        import httpx
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=chunks())
+    import httpx
+    for _ in range(3):  # generating: the client may leave meanwhile
+        await trio.sleep(0)
+    if anthropic:
+        doc = {"id": "m1", "type": "message", "role": "assistant", "model": model,
+               "content": [{"type": "text", "text": "hi there"}], "stop_reason": "end_turn",
+               "usage": {"input_tokens": 9, "output_tokens": 2}}
+    else:
+        doc = {"id": "c1", "object": "chat.completion", "created": 1, "model": model,
+               "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi there"},
+                            "finish_reason": "stop"}],
+               "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+    return httpx.Response(200, json=doc)
+
+
+class DisconnectAtStep(trio.abc.Instrument):
+    """Counts scheduler steps; at step ``at`` the client's disconnect is let through."""
+
+    def __init__(self, at: int | None, gate: trio.Event) -> None:
+        self.at = at
+        self.gate = gate
+        self.steps = 0
+
+    def before_task_step(self, task) -> None:
+        self.steps += 1
+        if self.at is not None and self.steps == self.at:
+            self.gate.set()
+
+
+async def _request(gw: Gateway, path: str, body: dict, secret: str, at: int | None) -> tuple[int, list[dict]]:
+    raw = orjson.dumps(body)
+    gate = trio.Event()
+    sent: list[dict] = []
+    delivered = False
+
+    async def receive():
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await gate.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+        await trio.sleep(0)  # the socket write: a checkpoint, where a gone client is noticed
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {secret}".encode()),
+                         (b"anthropic-version", b"2023-06-01"), (b"content-length", str(len(raw)).encode())],
+             "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8080)}
+    instrument = DisconnectAtStep(at, gate)
+    trio.lowlevel.add_instrument(instrument)
+    try:
+        with trio.fail_after(10):
+            await gw.app(scope, receive, send)
+    finally:
+        trio.lowlevel.remove_instrument(instrument)
+    return instrument.steps, sent
+
+
+CASES = [
+    ("/v1/chat/completions", "gpt-4.1-mini", True),
+    ("/v1/chat/completions", "gpt-4.1-mini", False),
+    ("/v1/messages", "claude-haiku-4-5", True),
+    ("/v1/chat/completions", "claude-haiku-4-5", True),  # translated
+]
+
+
+@pytest.mark.parametrize("path,model,stream", CASES, ids=["chat-stream", "chat", "messages-stream", "chat-via-messages"])
+async def test_a_client_leaving_at_any_step_leaves_no_hold_and_exact_money(tmp_path, path, model, stream):
+    gw = Gateway(tmp_path, _provider)
+    try:
+        account_id, secret = await gw.funded_key(usd=10)
+        account = gw.directory.accounts[account_id]
+        body = {"model": model, "max_tokens": 50, "stream": stream,
+                "messages": [{"role": "user", "content": "hello there"}]}
+        steps, whole = await _request(gw, path, body, secret, at=None)
+        assert any(m.get("status") == 200 for m in whole), whole
+        outcomes: dict[str, int] = {}
+        for at in range(1, steps + 8):
+            await _request(gw, path, body, secret, at=at)
+            assert gw.ledger.open_holds == 0, f"a hold was left open when the client left at step {at}"
+            assert account.held_nano == 0, f"held {account.held_nano} after leaving at step {at}"
+            assert all(k.held_nano == 0 for k in gw.directory.keys.values() if k.account_id == account_id)
+        rows = await gw.usage(account_id)
+        for row in rows:
+            outcomes[row["status"]] = outcomes.get(row["status"], 0) + 1
+        assert len({r["request_id"] for r in rows}) == len(rows), "a request was settled twice"
+        assert len(rows) <= steps + 8
+        charged = sum(r["cost_nano"] for r in rows)
+        assert account.balance_nano == 10 * 10**9 - charged
+        assert account.total_paid_nano == 10 * 10**9
+        assert "ok" in outcomes and "client_disconnected" in outcomes, outcomes
+    finally:
+        await gw.aclose()
+
+
+async def test_a_client_gone_while_the_store_holds_pays_nothing_and_the_provider_is_not_called(tmp_path):
+    """Issue 25, point 2: the hold lands after the client left (a database that answers
+    slowly: the hold's thread cannot be abandoned), so the request stops at the next
+    checkpoint, before any byte reaches a provider: a usage row with no charge, no hold."""
+    import time
+
+    calls = []
+
+    async def provider(request):
+        calls.append(request)
+        return await _provider(request)
+
+    gw = Gateway(tmp_path, provider)
+    try:
+        account_id, secret = await gw.funded_key(usd=10)
+        account = gw.directory.accounts[account_id]
+        reserve = gw.store.reserve
+
+        async def slow_reserve(*args, **kwargs):
+            await trio.to_thread.run_sync(time.sleep, 0.2)  # not cancellable, like a psycopg call
+            return await reserve(*args, **kwargs)
+
+        gw.store.reserve = slow_reserve
+        body = {"model": "gpt-4.1-mini", "max_tokens": 50, "stream": True,
+                "messages": [{"role": "user", "content": "hello there"}]}
+        async with trio.open_nursery() as nursery:
+            async def leave_soon():
+                await trio.sleep(0.05)
+                gate.set()
+
+            gate = trio.Event()
+            raw = orjson.dumps(body)
+            delivered = False
+
+            async def receive():
+                nonlocal delivered
+                if not delivered:
+                    delivered = True
+                    return {"type": "http.request", "body": raw, "more_body": False}
+                await gate.wait()
+                return {"type": "http.disconnect"}
+
+            sent = []
+
+            async def send(message):
+                sent.append(message)
+
+            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                     "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+                     "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5555),
+                     "server": ("127.0.0.1", 8080),
+                     "headers": [(b"content-type", b"application/json"),
+                                 (b"authorization", f"Bearer {secret}".encode())]}
+            nursery.start_soon(leave_soon)
+            with trio.fail_after(5):
+                await gw.app(scope, receive, send)
+        assert calls == [], "the provider was called for a client that had left"
+        [row] = await gw.usage(account_id)
+        assert (row["status"], row["cost_nano"], row["input_tokens"]) == ("client_disconnected", 0, 0)
+        assert account.held_nano == 0 and account.balance_nano == 10 * 10**9
+    finally:
+        await gw.aclose()
