@@ -754,5 +754,8 @@ def routes(
     s.emit(rows, lambda c: render.show_list(c, rows, render.ROUTE_COLUMNS, empty="No routes."))
 
 
+from gatewayctl import prices as _prices  # noqa: E402,F401  registers `gatewayctl prices` on the app
+
+
 def main() -> None:
     app(prog_name="gatewayctl")
