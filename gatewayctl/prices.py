@@ -63,7 +63,8 @@ def value_text(field: str, value: int | None) -> str:
 # --- show --------------------------------------------------------------------------------
 
 
-SCHEDULE_COLUMNS = (Field("price", "price"), Field("usd", "USD"), Field("rate_nano", "nano-USD"), Field("source", "source"))
+SCHEDULE_COLUMNS = (Field("price", "price"), Field("usd", "USD"), Field("rate_nano", "nano-USD"),
+                    Field("source", "source"))
 DIFF_COLUMNS = (Field("model", "model"), Field("field", "field"), Field("old", "old"), Field("new", "new"),
                 Field("note", "note"))
 
@@ -99,7 +100,8 @@ def show_schedule(console: Console, doc: dict[str, Any]) -> None:
         row(f"tool {field.split('.', 1)[1]}", field)
     row("max output tokens", "max_output_tokens", always=True)
     routes = ", ".join(f"{r.get('provider')}/{r.get('upstream_id')}" for r in doc.get("routes") or [])
-    render.show_list(console, rows, SCHEDULE_COLUMNS, empty="No prices.", title=f"Prices of {doc.get('model')} ({routes})")
+    render.show_list(console, rows, SCHEDULE_COLUMNS, empty="No prices.",
+                     title=f"Prices of {doc.get('model')} ({routes})")
     if any(s == "prices_file" for s in sources.values()):
         console.print(f"Prices from the prices file: {doc.get('prices_file')} (gatewayctl prices reset "
                       f"{doc.get('model')} returns to the config's).", markup=False)
@@ -178,9 +180,10 @@ def prices_import(
 ) -> None:
     """Diff a LiteLLM-format price list against the catalogue; --apply charges it.
 
-    With --apply the new prices take effect for new requests, as a reload does. Only the catalogue's models are read, matched by id or upstream id, with or without a
-    provider prefix (anthropic/...). A price that is not a whole nano-dollar a token is
-    rounded up, and the diff says so."""
+    With --apply the new prices take effect for new requests, as a reload does.
+    Only the catalogue's models are read, matched by id or upstream id, with or
+    without a provider prefix (anthropic/...). A price that is not a whole
+    nano-dollar a token is rounded up, and the diff says so."""
     price_list = read_price_list(file)
     s = session(socket, json_output)
     answer = s.api.get("/admin/v1/prices")

@@ -102,7 +102,8 @@ def check_field(field: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise PriceListError(f"{field}: must be a whole number (got {value!r})")
     unit = field_unit(field)
-    low, high = (1, MAX_TOKENS) if unit == "tokens" else (0, MAX_NANO_PER_CALL if unit == "call" else MAX_NANO_PER_TOKEN)
+    high = {"tokens": MAX_TOKENS, "call": MAX_NANO_PER_CALL, "token": MAX_NANO_PER_TOKEN}[unit]
+    low = 1 if unit == "tokens" else 0
     if not low <= value <= high:
         raise PriceListError(f"{field}: must be from {low} to {high} (got {value})")
 
@@ -173,8 +174,8 @@ _BASES = (  # longest first: "cache_creation_input_token_cost" is a prefix of th
     ("input_cost_per_token", "input_price"),
     ("output_cost_per_token", "output_price"),
 )
-_RATE_KEY = re.compile(
-    "(?P<base>" + "|".join(base for base, _ in _BASES) + r")(?:_above_(?P<k>\d+)k_tokens)?(?:_(?P<tier>priority|flex))?")
+_RATE_KEY = re.compile("(?P<base>" + "|".join(base for base, _ in _BASES) + ")"
+                       r"(?:_above_(?P<k>\d+)k_tokens)?(?:_(?P<tier>priority|flex))?")
 _PER_TOKEN_EXTRAS = {
     "input_cost_per_audio_token": "audio_input_price",
     "output_cost_per_audio_token": "audio_output_price",
@@ -284,7 +285,8 @@ def convert_entry(entry_key: str, entry: Any, *, embedding: bool = False, anthro
     reasoning = entry.get("output_cost_per_reasoning_token")
     if reasoning is not None and not embedding:
         usd = _usd(entry_key, "output_cost_per_reasoning_token", reasoning)
-        if "output_price" not in fields or _nano(entry_key, "", usd, limit=MAX_NANO_PER_TOKEN)[0] != fields["output_price"]:
+        as_nano = _nano(entry_key, "output_cost_per_reasoning_token", usd, limit=MAX_NANO_PER_TOKEN)[0]
+        if as_nano != fields.get("output_price"):
             ignored.append("output_cost_per_reasoning_token")  # gatewayd bills reasoning at the output rate
     if thresholds:
         lowest = min(thresholds)
@@ -332,7 +334,8 @@ class CatalogueModel:
         for route in model.routes:
             providers.add(route.provider.name)
             providers.add(PROTOCOL_PROVIDERS.get(route.provider.protocol, route.provider.protocol))
-        return cls(id=model.id, kind=model.kind, names=tuple(dict.fromkeys([model.id, *(r.upstream_id for r in model.routes)])),
+        names = tuple(dict.fromkeys([model.id, *(r.upstream_id for r in model.routes)]))
+        return cls(id=model.id, kind=model.kind, names=names,
                    providers=frozenset(providers), anthropic=model.routes[0].provider.protocol == "anthropic",
                    fields=schedule(model))
 
