@@ -10,7 +10,8 @@ one after the command wins.
 
 Exit status: 0 done; 1 the daemon could not be reached, refused the request,
 or (``audit``) found a problem; 2 the command line itself was wrong, including
-a dollar amount, date or IP network that does not parse.
+a dollar amount, date or IP network that does not parse (and a price list
+that ``prices import`` cannot read).
 
 Money on the command line is US dollars as decimal text (``10.50``); it is
 converted exactly to integer nano-dollars before it is sent.
@@ -752,6 +753,9 @@ def routes(
     if model is not None:
         rows = [r for r in rows if r.get("model") == model]
     s.emit(rows, lambda c: render.show_list(c, rows, render.ROUTE_COLUMNS, empty="No routes."))
+
+
+from gatewayctl import prices as _prices  # noqa: E402,F401  registers `gatewayctl prices` on the app
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from gatewayd import providers as adapters
+from gatewayd.billing import price_overlay
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio, usd_to_nano
 
@@ -105,6 +106,9 @@ class Config:
     demo: bool = False
     log: LogSettings = LogSettings(format=None, level="info")
     database_pool_size: int = 10  # PostgreSQL connections per instance ([database] pool_size)
+    # the prices file's fields (gatewayd.billing.price_overlay), already set over ``models``:
+    # model id -> field -> value, kept to say where each price came from
+    price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -566,6 +570,11 @@ def load_config(
     catalogue = raw if "models" in raw else _read_toml(DEFAULT_CATALOGUE)
     providers = _providers(catalogue.get("providers", []))
     models = _models(catalogue.get("models", []), providers)
+    try:  # prices applied with `gatewayctl prices import --apply`, over the catalogue's
+        overlay = price_overlay.read(price_overlay.path_in(server.data_dir))
+        models = price_overlay.apply(models, overlay, str(price_overlay.path_in(server.data_dir)))
+    except price_overlay.OverlayError as e:
+        raise ConfigError(str(e)) from None
     groups = _groups(raw.get("groups", catalogue.get("groups", [])))
 
     db = _Section(raw.get("database", {}), "database")
@@ -591,4 +600,5 @@ def load_config(
         groups=groups,
         log=_log(raw.get("log"), env, overrides),
         routing=_routing(raw.get("routing", {})),
+        price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
     )

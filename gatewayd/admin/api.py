@@ -19,6 +19,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from gatewayd.admin.prices import add_price_routes
 from gatewayd.directory import Directory, DirectoryError
 from gatewayd.store.usage_queries import UsageFilter
 
@@ -284,5 +285,7 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
     @app.get("/admin/v1/routes")
     async def list_routes():
         return _json({"data": routes() if routes is not None else []})
+
+    add_price_routes(app, directory, reload)
 
     return app
