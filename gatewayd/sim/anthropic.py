@@ -49,6 +49,19 @@ def validate(body: dict) -> tuple[str, str | None] | None:
         return "messages: at least one message is required", "messages"
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         return "messages: each message needs a role", "messages"
+    for name in _FOREIGN_FIELDS:
+        if name in body:
+            return f"{name}: Extra inputs are not permitted", name
+    tier = body.get("service_tier")
+    if tier is not None and tier not in ("auto", "standard_only"):
+        return "service_tier: Input should be 'auto' or 'standard_only'", "service_tier"
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1024:
+            return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024", "thinking"
+        if budget >= max_tokens:
+            return "`max_tokens` must be greater than `thinking.budget_tokens`", "max_tokens"
     choice = body.get("tool_choice")
     if choice is not None and (not isinstance(choice, dict) or choice.get("type") not in _TOOL_CHOICE_TYPES):
         kind = choice.get("type") if isinstance(choice, dict) else choice
@@ -58,6 +71,34 @@ def validate(body: dict) -> tuple[str, str | None] | None:
 
 
 _TOOL_CHOICE_TYPES = ("auto", "any", "tool", "none")
+#: fields of the other protocols (caps, choices) that the Messages API refuses as extra inputs
+_FOREIGN_FIELDS = ("max_completion_tokens", "max_output_tokens", "n", "max_tokens_to_sample")
+#: server tool type prefixes -> the server tool (``web_search_20250305`` -> ``web_search``)
+_SERVER_TYPES = ("web_search_", "web_fetch_")
+
+
+def _server_tools(body: dict) -> tuple[tuple[str, int | None], ...]:
+    found = []
+    for tool in body.get("tools") or ():
+        if isinstance(tool, dict) and isinstance(tool.get("type"), str) and tool["type"].startswith(_SERVER_TYPES):
+            limit = tool.get("max_uses")
+            found.append((tool["type"].rsplit("_", 1)[0], limit if isinstance(limit, int) else None))
+    return tuple(found)
+
+
+def _asks_1h_cache(value) -> bool:
+    """True when a ``cache_control`` breakpoint anywhere in ``value`` has ``ttl: "1h"``."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            control = item.get("cache_control")
+            if isinstance(control, dict) and control.get("ttl") == "1h":
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _tool_results(content) -> list[dict]:
@@ -96,6 +137,9 @@ def extract(body: dict) -> Prompt:
         stop=tuple(s for s in body.get("stop_sequences") or () if isinstance(s, str)),
         thinking=isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"),
         input_tokens=count_input_tokens(body, "messages"),
+        service_tier="standard",
+        server_tools=_server_tools(body),
+        cache_ttl_1h=_asks_1h_cache([body.get("system"), body.get("tools"), body.get("messages")]),
     )
 
 
@@ -103,13 +147,58 @@ def tool_use_id(n: int, index: int) -> str:
     return f"toolu_sim_{n}_{index}"
 
 
+def server_tool_use(plan: Plan) -> dict:
+    return {"web_search_requests": plan.server_count("web_search"),
+            "web_fetch_requests": plan.server_count("web_fetch")}
+
+
 def usage(plan: Plan) -> dict:
-    return {
+    """Anthropic's usage: ``input_tokens`` without the cache; ``cache_creation_input_tokens``
+    is the sum of the 5-minute and 1-hour writes of ``cache_creation``; thinking is counted in
+    ``output_tokens``; ``server_tool_use`` when a server tool ran."""
+    doc = {
         "input_tokens": plan.input_tokens,
         "cache_creation_input_tokens": plan.cache_write,
         "cache_read_input_tokens": plan.cache_read,
+        "cache_creation": {"ephemeral_5m_input_tokens": plan.cache_write - plan.cache_write_1h,
+                           "ephemeral_1h_input_tokens": plan.cache_write_1h},
         "output_tokens": plan.output_tokens,
+        "service_tier": plan.service_tier or "standard",
     }
+    if plan.server_calls:
+        doc["server_tool_use"] = server_tool_use(plan)
+    return doc
+
+
+def server_tool_id(n: int, index: int) -> str:
+    return f"srvtoolu_sim_{n}_{index}"
+
+
+def _server_blocks(plan: Plan, n: int) -> list[tuple[dict, dict]]:
+    """(server_tool_use block, its result block) per call; a tool asked past its
+    ``max_uses`` gets one more pair whose result is the ``max_uses_exceeded`` error."""
+    pairs = []
+    calls = [(call.index, call.name, call.query, False) for call in plan.server_calls]
+    calls += [(len(calls) + k, name, "sim over the limit", True) for k, name in enumerate(plan.server_refused)]
+    for index, name, query, refused in calls:
+        tool_id = server_tool_id(n, index)
+        if name == "web_fetch":
+            use = {"type": "server_tool_use", "id": tool_id, "name": name, "input": {"url": f"https://example.com/sim/{index}"}}
+            content: dict | list = (
+                {"type": "web_fetch_tool_result_error", "error_code": "max_uses_exceeded"} if refused else
+                {"type": "web_fetch_result", "url": use["input"]["url"], "retrieved_at": "2025-01-01T00:00:00Z",
+                 "content": {"type": "document", "title": "sim page",
+                             "source": {"type": "text", "media_type": "text/plain", "data": "simulated page"}}})
+            result = {"type": "web_fetch_tool_result", "tool_use_id": tool_id, "content": content}
+        else:
+            use = {"type": "server_tool_use", "id": tool_id, "name": name, "input": {"query": query}}
+            content = (
+                {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"} if refused else
+                [{"type": "web_search_result", "url": f"https://example.com/sim/{index}", "title": f"sim result {index}",
+                  "encrypted_content": f"enc-sim-{n}-{index}", "page_age": None}])
+            result = {"type": "web_search_tool_result", "tool_use_id": tool_id, "content": content}
+        pairs.append((use, result))
+    return pairs
 
 
 def _has_text_block(plan: Plan) -> bool:
@@ -120,6 +209,8 @@ def render(plan: Plan, body: dict, n: int) -> dict:
     content: list[dict] = []
     if plan.thinking:
         content.append({"type": "thinking", "thinking": plan.thinking, "signature": plan.signature})
+    for use, result in _server_blocks(plan, n):
+        content += [use, result]
     if _has_text_block(plan):
         content.append({"type": "text", "text": plan.text})
     for call in plan.tool_calls:
@@ -168,6 +259,11 @@ def events(plan: Plan, body: dict, n: int) -> Iterator[tuple[bytes, int]]:
         deltas = [({"type": "thinking_delta", "thinking": p}, CONTENT) for p in pieces(plan.thinking)]
         deltas.append(({"type": "signature_delta", "signature": plan.signature}, HEAD))
         blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, deltas))
+    for use, result in _server_blocks(plan, n):
+        partial = orjson.dumps(use["input"]).decode()
+        blocks.append(({**use, "input": {}}, [({"type": "input_json_delta", "partial_json": f}, CONTENT)
+                                              for f in fragments(partial)]))
+        blocks.append((result, []))
     if _has_text_block(plan):
         deltas = [({"type": "text_delta", "text": p}, CONTENT) for p in pieces(plan.text)]
         blocks.append(({"type": "text", "text": ""}, deltas))
@@ -191,6 +287,8 @@ def events(plan: Plan, body: dict, n: int) -> Iterator[tuple[bytes, int]]:
     }
     if not plan.faults.no_usage:
         closing["usage"] = {"output_tokens": plan.output_tokens}
+        if plan.server_calls:
+            closing["usage"]["server_tool_use"] = server_tool_use(plan)
     yield _event("message_delta", closing), FINISH
     yield STOP, HEAD
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 
 import attrs
 import orjson
@@ -30,6 +31,7 @@ from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, parse_markers, plan
 from .prompt_cache import PromptCache
 
 LOG_LIMIT = 1000
+RESPONSE_IDS_LIMIT = 100_000  #: Responses ids remembered for ``previous_response_id``
 _SEND_KEY = "gatewayd.sim.send"
 _BATCH_BYTES = 64 * 1024
 _JSON = "application/json"
@@ -57,6 +59,8 @@ class Recorded:
     stream: bool = False
     cancelled: bool = False  #: the client went away before the reply was complete
     dropped: bool = False  #: the simulator closed the connection on purpose (a fault)
+    completed: bool = False  #: the whole answer was written (a stream: up to its last event)
+    answer: Callable[[], dict] | None = None  #: renders the whole answer, non-stream shape (lazily)
 
     def to_json(self) -> dict:
         headers: dict[str, str] = {}
@@ -80,6 +84,8 @@ class Recorded:
             "stream": self.stream,
             "cancelled": self.cancelled,
             "dropped": self.dropped,
+            "completed": self.completed,
+            "answer": self.answer() if self.answer is not None else None,
         }
 
 
@@ -91,6 +97,19 @@ class SimState:
         self._seq = itertools.count(1)
         self.markers = ""  #: markers applied to every request (``PUT /_sim/settings``): a provider outage
         self.prompt_cache: PromptCache | None = None  #: on with ``PUT /_sim/settings``
+        self.response_ids: OrderedDict[str, None] = OrderedDict()  #: stored Responses ids, oldest first
+
+    def remember_response(self, response_id: str) -> None:
+        self.response_ids[response_id] = None
+        while len(self.response_ids) > RESPONSE_IDS_LIMIT:
+            self.response_ids.popitem(last=False)
+
+    def unknown_previous(self, body: dict) -> str | None:
+        """The ``previous_response_id`` when this simulator never issued (and stored) it."""
+        previous = body.get("previous_response_id")
+        if previous is None or (isinstance(previous, str) and previous in self.response_ids):
+            return None
+        return str(previous)
 
     def settings(self) -> dict:
         return {"markers": self.markers, "prompt_cache": self.prompt_cache is not None}
@@ -313,6 +332,7 @@ async def _drive(
                     buffer, size = [], 0
             if buffer:
                 yield b"".join(buffer)
+            entry.completed = True
             return
         cut = faults.cut
         delay = faults.chunk_delay_ms / 1000
@@ -331,6 +351,7 @@ async def _drive(
             sent += 1
             if kind == CONTENT:
                 content += 1
+        entry.completed = True
     except (trio.Cancelled, GeneratorExit):
         entry.cancelled = not entry.dropped
         raise
@@ -377,7 +398,11 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
         return _done(entry, wire.error(400, _BAD_JSON))
     problem = wire.validate(body)
     if problem is not None:
-        return _done(entry, wire.error(400, problem[0], param=problem[1]))
+        code = problem[2] if len(problem) > 2 else None
+        return _done(entry, wire.error(400, problem[0], param=problem[1], code=code))
+    if wire.protocol == "responses" and (unknown := state.unknown_previous(body)) is not None:
+        return _done(entry, wire.error(400, f"Previous response with id '{unknown}' not found.",
+                                       param="previous_response_id", code="previous_response_not_found"))
 
     if url_model is not None:
         body["model"] = url_model
@@ -395,6 +420,9 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
     if early is not None:
         return _done(entry, early)
     entry.status = 200
+    entry.answer = partial(wire.render, reply, body, entry.seq)
+    if wire.protocol == "responses" and body.get("store") is not False:
+        state.remember_response(openai_responses.response_id(entry.seq))
     if stream:
         if faults.invalid_json:
             chunks = _single(wire.invalid_stream)
@@ -404,6 +432,7 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
     if faults.invalid_json:
         return Response(wire.invalid_json, 200, content_type=_JSON)
     rendered = wire.render(reply, body, entry.seq)
+    entry.completed = True
     return Response(orjson.dumps([rendered] if as_array else rendered), 200, content_type=_JSON)
 
 

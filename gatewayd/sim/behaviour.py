@@ -28,6 +28,12 @@ HEAD = 0  #: framing: role chunk, block starts, pings, [DONE] ...
 CONTENT = 1  #: carries generated output: a text, thinking or argument fragment
 FINISH = 2  #: the first event that closes the reply (finish chunk, message_delta, ...)
 
+#: Server (hosted) tools the simulator can run, by the marker that asks for calls of them.
+SERVER_TOOLS = ("web_search", "web_fetch", "file_search", "code_interpreter")
+
+#: OpenAI model ids that always reason (and refuse ``max_tokens`` on chat): o1, o3, o4-mini, gpt-5...
+_REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
+
 MARKER_PREFIX = "[[sim:"
 _MARKER = re.compile(r"\[\[sim:(.*?)\]\]", re.S)
 _PIECE = re.compile(r"\s*\S+\s*")
@@ -89,6 +95,13 @@ class Markers:
     thinking: bool = False
     cache_read: int = 0
     cache_write: int = 0
+    cache_write_1h: int = 0  #: ``[[sim:cache_write_1h=K]]``: 1-hour cache writes (Anthropic)
+    reasoning: int | None = None  #: ``[[sim:reasoning=N]]``: think N tokens, mostly hidden
+    end: str | None = None  #: ``[[sim:end=WORD]]``: the visible text ends with WORD ...
+    tail: int = 0  #: ... ``[[sim:tail=N]]``: ... then goes on for N more words
+    input_tokens: int | None = None  #: ``[[sim:input_tokens=N]]``: the prompt counts as N tokens
+    service_tier: str | None = None  #: ``[[sim:service_tier=X]]``: the tier the provider says it used
+    server: tuple[tuple[str, int], ...] = ()  #: server tool calls asked for: ((name, count), ...)
     blocked: str | None = None  #: Gemini only: the prompt is refused with this blockReason
     faults: Faults = NO_FAULTS
 
@@ -113,6 +126,7 @@ def parse_markers(text: str) -> Markers:
         return NO_MARKERS
     found: dict = {}
     faults: dict = {}
+    server: dict = {}
     for match in _MARKER.finditer(text):
         name, has_value, value = match.group(1).partition("=")
         name = name.strip()
@@ -133,8 +147,14 @@ def parse_markers(text: str) -> Markers:
                 found["args"] = args
         elif name in ("text_then_tool", "thinking"):
             found[name] = True
-        elif name in ("cache_read", "cache_write"):
+        elif name in ("cache_read", "cache_write", "cache_write_1h", "tail"):
             found[name] = _int(value)
+        elif name in ("reasoning", "input_tokens"):
+            found[name] = _int(value)
+        elif name in ("end", "service_tier"):
+            found[name] = value.strip()
+        elif name in SERVER_TOOLS:
+            server[name] = _int(value, 1) if has_value else 1
         elif name == "blocked":
             found["blocked"] = (value.strip() if has_value else "") or "SAFETY"
         elif name == "fault":
@@ -145,6 +165,8 @@ def parse_markers(text: str) -> Markers:
                 faults[kind] = True
     if faults:
         found["faults"] = Faults(**faults)
+    if server:
+        found["server"] = tuple(sorted(server.items()))
     return Markers(**found)
 
 
@@ -237,6 +259,11 @@ class Prompt:
     stop: tuple[str, ...] = ()
     thinking: bool = False  #: the request itself asks for thinking / reasoning
     input_tokens: int = 1
+    choices: int = 1  #: chat ``n``, Gemini ``candidateCount``: each choice is generated (and billed)
+    service_tier: str | None = None  #: the tier the answer reports (each wire module maps the request's)
+    server_tools: tuple[tuple[str, int | None], ...] = ()  #: offered server tools: (name, max_uses)
+    server_tool_limit: int | None = None  #: Responses ``max_tool_calls``: all built-in calls together
+    cache_ttl_1h: bool = False  #: the request's cache breakpoints ask for 1-hour writes (Anthropic)
 
 
 @attrs.frozen
@@ -245,6 +272,15 @@ class ToolCall:
     name: str
     arguments: str  #: the JSON text, exactly as streamed
     input: dict
+
+
+@attrs.frozen
+class ServerCall:
+    """One call of a server (hosted) tool: the provider runs it and bills it per call."""
+
+    index: int  #: 0, 1, ... over all server calls of the reply
+    name: str  #: one of SERVER_TOOLS
+    query: str
 
 
 @attrs.frozen
@@ -264,11 +300,28 @@ class Plan:
     output_tokens: int
     faults: Faults
     blocked: str | None = None  #: Gemini renders a refused prompt (promptFeedback.blockReason)
+    cache_write_1h: int = 0  #: the 1-hour part of ``cache_write``
+    choices: int = 1  #: identical choices generated; usage counts all of them
+    service_tier: str | None = None  #: what the answer reports as the tier used
+    server_calls: tuple[ServerCall, ...] = ()  #: server tool calls made (and billed)
+    server_refused: tuple[str, ...] = ()  #: server tools asked past their ``max_uses`` (not run)
 
     @property
     def prompt_tokens(self) -> int:
         """The whole prompt, chat-format style: counted + cache read + cache write."""
         return self.input_tokens + self.cache_read + self.cache_write
+
+    @property
+    def all_output_tokens(self) -> int:
+        """Output of every choice together (what the provider bills)."""
+        return self.output_tokens * self.choices
+
+    @property
+    def all_thinking_tokens(self) -> int:
+        return self.thinking_tokens * self.choices
+
+    def server_count(self, name: str) -> int:
+        return sum(1 for call in self.server_calls if call.name == name)
 
 
 def words(text: str) -> int:
@@ -334,6 +387,29 @@ def arguments_for(schema: dict | None) -> dict:
     return args
 
 
+def is_reasoning_model(model) -> bool:
+    """OpenAI's reasoning models by id (o1, o3, o4-mini, gpt-5...; a ``provider/`` prefix ignored)."""
+    return isinstance(model, str) and bool(_REASONING_MODEL.match(model.rpartition("/")[2].lower()))
+
+
+def _server_calls(prompt: Prompt, marks: Markers) -> tuple[list[ServerCall], list[str]]:
+    """The server tool calls the markers ask for, for tools the request offers (in the request's
+    order): each tool's ``max_uses`` and the request's ``server_tool_limit`` stop them (the first
+    call past a limit is refused, the rest never asked)."""
+    asked = dict(marks.server)
+    calls: list[ServerCall] = []
+    refused: list[str] = []
+    for name, limit in prompt.server_tools:  # in the order the request offers them
+        count = asked.pop(name, 0)
+        for k in range(count):
+            if (limit is not None and k >= limit) or (
+                    prompt.server_tool_limit is not None and len(calls) >= prompt.server_tool_limit):
+                refused.append(name)
+                break
+            calls.append(ServerCall(len(calls), name, f"sim {name.replace('_', ' ')} {k + 1}"))
+    return calls, refused
+
+
 def _call_count(prompt: Prompt, marks: Markers) -> int:
     if not prompt.tools or prompt.tool_choice == "none" or prompt.tool_result is not None:
         return 0
@@ -364,7 +440,15 @@ def _tool_calls(prompt: Prompt, count: int, marks: Markers = NO_MARKERS) -> list
 def plan(prompt: Prompt) -> Plan:
     """Decide the reply for one request. See docs/simulator.md for the rules."""
     marks = parse_markers(prompt.user_text)
-    thinking = THINKING_TEXT if (prompt.thinking or marks.thinking) else ""
+    thinks = prompt.thinking or marks.thinking or bool(marks.reasoning)
+    if marks.reasoning == 0:
+        thinks = False
+    thinking = THINKING_TEXT if thinks else ""
+    # the reasoning the model bills: the visible thinking text, or N tokens of which only a
+    # summary (at most the thinking text) is ever shown
+    thinking_tokens = marks.reasoning if (thinks and marks.reasoning) else words(thinking)
+    if thinking_tokens < words(thinking):
+        thinking = first_words(thinking, thinking_tokens)
 
     explicit = marks.text
     if explicit is None and marks.words is not None:
@@ -376,6 +460,10 @@ def plan(prompt: Prompt) -> Plan:
         text = explicit if explicit is not None else (TEXT_BEFORE_TOOL if marks.text_then_tool else "")
     else:
         text = explicit if explicit is not None else default_reply(prompt.user_text)
+    if marks.end is not None and prompt.tool_result is None:
+        text = f"{text} {marks.end}".strip()
+    if marks.tail and prompt.tool_result is None:
+        text = " ".join([text] + [f"t{i}" for i in range(1, marks.tail + 1)]).strip()
     calls = _tool_calls(prompt, count, marks) if count else []
     stop = "tool_use" if calls else "end_turn"
     stop_sequence = None
@@ -390,13 +478,15 @@ def plan(prompt: Prompt) -> Plan:
     if stop_sequence is not None:
         text, calls, stop = text[:best], [], "stop_sequence"
 
-    # max_tokens: thinking spends the budget first, then text, then whole tool calls.
+    # max_tokens: thinking (hidden reasoning included) spends the budget first, then text,
+    # then whole tool calls.
     if prompt.max_tokens is not None:
         budget = max(prompt.max_tokens, 0)
-        if words(thinking) > budget:
+        if thinking_tokens > budget:
             thinking, text, calls, stop = first_words(thinking, budget), "", [], "max_tokens"
+            thinking_tokens = budget
         else:
-            budget -= words(thinking)
+            budget -= thinking_tokens
             if words(text) > budget:
                 text, calls, stop = first_words(text, budget), [], "max_tokens"
             else:
@@ -413,8 +503,9 @@ def plan(prompt: Prompt) -> Plan:
         if stop == "max_tokens":
             stop_sequence = None
 
-    thinking_tokens = words(thinking)
     output = thinking_tokens + words(text) + sum(1 + words(c.arguments) for c in calls)
+    server_calls, refused = _server_calls(prompt, marks)
+    cache_write_1h = marks.cache_write_1h + (marks.cache_write if prompt.cache_ttl_1h else 0)
     return Plan(
         thinking=thinking,
         signature=signature_for(thinking) if thinking else "",
@@ -422,13 +513,18 @@ def plan(prompt: Prompt) -> Plan:
         tool_calls=tuple(calls),
         stop=stop,
         stop_sequence=stop_sequence,
-        input_tokens=prompt.input_tokens,
+        input_tokens=prompt.input_tokens if marks.input_tokens is None else marks.input_tokens,
         cache_read=marks.cache_read,
-        cache_write=marks.cache_write,
+        cache_write=marks.cache_write + marks.cache_write_1h,
         thinking_tokens=thinking_tokens,
         output_tokens=output,
         faults=marks.faults,
         blocked=marks.blocked,
+        cache_write_1h=cache_write_1h,
+        choices=prompt.choices,
+        service_tier=marks.service_tier or prompt.service_tier,
+        server_calls=tuple(server_calls),
+        server_refused=tuple(refused),
     )
 
 

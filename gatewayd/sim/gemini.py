@@ -56,7 +56,27 @@ def error_body(status: int, message: str, *, retry_after_s: int | None = None) -
     return {"error": error}
 
 
+#: cap fields of the other protocols: unknown to Gemini's request message (a 400, not ignored)
+_FOREIGN = ("max_tokens", "maxTokens", "max_completion_tokens", "maxCompletionTokens")
+MAX_CANDIDATES = 8
+
+
+def _unknown(name: str, where: str | None) -> str:
+    at = f" at '{where}'" if where else ""
+    return f'Invalid JSON payload received. Unknown name "{name}"{at}: Cannot find field.'
+
+
 def validate(body: dict) -> tuple[str, str | None] | None:
+    generation = body.get("generationConfig")
+    generation = generation if isinstance(generation, dict) else {}
+    for name in _FOREIGN:
+        if name in body:
+            return _unknown(name, None), name
+        if name in generation:
+            return _unknown(name, "generation_config"), "generationConfig"
+    count = generation.get("candidateCount")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_CANDIDATES):
+        return f"* GenerateContentRequest.generation_config.candidate_count: must be from 1 to {MAX_CANDIDATES}", "generationConfig"
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         return "* GenerateContentRequest.contents: contents is not specified", "contents"
@@ -131,6 +151,8 @@ def extract(body: dict) -> Prompt:
     forced = allowed[0] if mode == "ANY" and isinstance(allowed, list) and len(allowed) == 1 else None
     generation = body.get("generationConfig") or {}
     stop = generation.get("stopSequences")
+    searches = tuple(("web_search", None) for tool in body.get("tools") or ()
+                     if isinstance(tool, dict) and ("googleSearch" in tool or "google_search" in tool))
     return Prompt(
         user_text=user_text,
         tool_result=_result_text(results[-1]) if results else None,
@@ -138,10 +160,12 @@ def extract(body: dict) -> Prompt:
         tools=tools,
         tool_choice={"NONE": "none", "ANY": "required"}.get(mode, "auto"),
         forced_tool=forced if isinstance(forced, str) else None,
-        max_tokens=max_tokens_of(generation, "maxOutputTokens"),
+        max_tokens=max_tokens_of(generation, "maxOutputTokens", "max_output_tokens"),
         stop=tuple(s for s in stop or () if isinstance(s, str)),
         thinking=_thinking(body)[0],
         input_tokens=count_input_tokens(body, "gemini"),
+        choices=generation.get("candidateCount") or 1,
+        server_tools=searches[:1],
     )
 
 
@@ -153,12 +177,12 @@ def usage(plan: Plan) -> dict:
     prompt = plan.prompt_tokens
     meta = {
         "promptTokenCount": prompt,
-        "candidatesTokenCount": plan.output_tokens - plan.thinking_tokens,
-        "totalTokenCount": prompt + plan.output_tokens,
+        "candidatesTokenCount": plan.all_output_tokens - plan.all_thinking_tokens,
+        "totalTokenCount": prompt + plan.all_output_tokens,
         "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}],
     }
     if plan.thinking_tokens:
-        meta["thoughtsTokenCount"] = plan.thinking_tokens
+        meta["thoughtsTokenCount"] = plan.all_thinking_tokens
     if plan.cache_read:
         meta["cachedContentTokenCount"] = plan.cache_read
     return meta
@@ -195,6 +219,18 @@ def _call_part(call, plan: Plan) -> dict:
     return part
 
 
+def grounding(plan: Plan) -> dict | None:
+    """``groundingMetadata`` when Google Search ran: one ``webSearchQueries`` entry per search."""
+    if not plan.server_calls:
+        return None
+    return {
+        "webSearchQueries": [call.query for call in plan.server_calls],
+        "searchEntryPoint": {"renderedContent": "<div>simulated search</div>"},
+        "groundingChunks": [{"web": {"uri": f"https://example.com/sim/{c.index}", "title": f"sim result {c.index}"}}
+                            for c in plan.server_calls],
+    }
+
+
 def render(plan: Plan, body: dict, n: int) -> dict:
     if plan.blocked:
         return _blocked(plan, body, n)
@@ -207,8 +243,14 @@ def render(plan: Plan, body: dict, n: int) -> dict:
     content: dict = {"role": "model"}
     if parts:
         content["parts"] = parts
+    candidates = []
+    for index in range(plan.choices):
+        candidate = {"content": content, "finishReason": FINISH_REASON[plan.stop], "index": index}
+        if (found := grounding(plan)) is not None:
+            candidate["groundingMetadata"] = found
+        candidates.append(candidate)
     reply = {
-        "candidates": [{"content": content, "finishReason": FINISH_REASON[plan.stop], "index": 0}],
+        "candidates": candidates,
         "usageMetadata": usage(plan),
         "modelVersion": body["model"],
         "responseId": response_id(n),
@@ -232,20 +274,26 @@ def events(plan: Plan, body: dict, n: int) -> Iterator[tuple[bytes, int]]:
     common = {"modelVersion": body["model"], "responseId": response_id(n)}
     partial = {} if plan.faults.no_usage else {"usageMetadata": _prompt_usage(plan)}
 
-    def chunk(part: dict) -> bytes:
-        return _event({"candidates": [{"content": {"parts": [part], "role": "model"}, "index": 0}], **partial, **common})
+    def chunk(part: dict, index: int) -> bytes:
+        return _event({"candidates": [{"content": {"parts": [part], "role": "model"}, "index": index}],
+                       **partial, **common})
 
-    if plan.thinking and _thinking(body)[1]:
-        for piece in pieces(plan.thinking):
-            yield chunk({"text": piece, "thought": True}), CONTENT
-    for piece in pieces(plan.text):
-        yield chunk({"text": piece}), CONTENT
-    for call in plan.tool_calls:
-        yield chunk(_call_part(call, plan)), CONTENT
-    closing: dict = {
-        "candidates": [{"content": {"parts": [{"text": ""}], "role": "model"},
-                        "finishReason": FINISH_REASON[plan.stop], "index": 0}],
-    }
+    for index in range(plan.choices):  # each candidate in turn
+        if plan.thinking and _thinking(body)[1]:
+            for piece in pieces(plan.thinking):
+                yield chunk({"text": piece, "thought": True}, index), CONTENT
+        for piece in pieces(plan.text):
+            yield chunk({"text": piece}, index), CONTENT
+        for call in plan.tool_calls:
+            yield chunk(_call_part(call, plan), index), CONTENT
+    closing_candidates = []
+    for index in range(plan.choices):
+        candidate = {"content": {"parts": [{"text": ""}], "role": "model"},
+                     "finishReason": FINISH_REASON[plan.stop], "index": index}
+        if (found := grounding(plan)) is not None:
+            candidate["groundingMetadata"] = found
+        closing_candidates.append(candidate)
+    closing: dict = {"candidates": closing_candidates}
     if not plan.faults.no_usage:
         closing["usageMetadata"] = usage(plan)
     yield _event({**closing, **common}), FINISH

@@ -21,6 +21,7 @@ from .behaviour import (
     Tool,
     count_input_tokens,
     fragments,
+    is_reasoning_model,
     max_tokens_of,
     pieces,
     text_of,
@@ -35,8 +36,49 @@ INVALID_JSON = b'{"id": "chatcmpl-sim", this is not json'
 INVALID_STREAM = b"data: {this is not json\n\n"
 
 
-def validate(body: dict) -> tuple[str, str | None] | None:
-    """An error (message, param) when the body is not a valid request, else None."""
+#: ``service_tier`` values OpenAI accepts; the answer reports ``auto`` as ``default`` and
+#: ``fast`` as ``priority``, the tier actually used.
+SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
+REPORTED_TIER = {"auto": "default", "fast": "priority"}
+MAX_CHOICES = 128
+
+
+def reported_tier(body: dict) -> str:
+    tier = body.get("service_tier")
+    return REPORTED_TIER.get(tier, tier) if isinstance(tier, str) else "default"
+
+
+def check_service_tier(body: dict, allowed: tuple[str, ...] = SERVICE_TIERS) -> tuple[str, str, str] | None:
+    tier = body.get("service_tier")
+    if tier is not None and tier not in allowed:
+        listed = ", ".join(repr(t) for t in allowed)
+        return f"Invalid value: {tier!r}. Supported values are: {listed}.", "service_tier", "invalid_value"
+    return None
+
+
+def _check_caps(body: dict) -> tuple[str, str | None, str | None] | None:
+    """The cap fields as OpenAI reads them: reasoning models refuse ``max_tokens``, the two
+    caps together are refused, a cap of another protocol is an unknown argument."""
+    if "max_output_tokens" in body:
+        return "Unrecognized request argument supplied: max_output_tokens", None, None
+    if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
+        return ("Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
+                "max_tokens", "invalid_parameter_combination")
+    if body.get("max_tokens") is not None and is_reasoning_model(body.get("model")):
+        return ("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            return f"Invalid '{name}': integer below minimum value. Expected a value >= 1.", name, "integer_below_min_value"
+    n = body.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_CHOICES):
+        return f"Invalid 'n': expected an integer from 1 to {MAX_CHOICES}.", "n", "invalid_value"
+    return None
+
+
+def validate(body: dict) -> tuple[str, str | None] | tuple[str, str | None, str | None] | None:
+    """An error (message, param[, code]) when the body is not a valid request, else None."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return "you must provide a model parameter", "model"
@@ -47,7 +89,7 @@ def validate(body: dict) -> tuple[str, str | None] | None:
         return "[] is too short - 'messages'", "messages"
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         return "Invalid value for 'messages': each message needs a 'role'.", "messages"
-    return None
+    return _check_caps(body) or check_service_tier(body)
 
 
 def extract(body: dict) -> Prompt:
@@ -83,24 +125,28 @@ def extract(body: dict) -> Prompt:
         forced_tool=forced if isinstance(forced, str) else None,
         max_tokens=max_tokens_of(body, "max_completion_tokens", "max_tokens"),
         stop=(stop,) if isinstance(stop, str) else tuple(s for s in stop or () if isinstance(s, str)),
-        thinking=isinstance(effort, str) and effort != "none",
+        thinking=effort != "none" if is_reasoning_model(body["model"]) else isinstance(effort, str) and effort != "none",
         input_tokens=count_input_tokens(body, "chat"),
+        choices=body.get("n") or 1,
+        service_tier=reported_tier(body),
     )
 
 
-def call_id(n: int, index: int) -> str:
-    return f"call_sim_{n}_{index}"
+def call_id(n: int, index: int, choice: int = 0) -> str:
+    return f"call_sim_{n}_{index}" if choice == 0 else f"call_sim_{n}_{choice}_{index}"
 
 
 def usage(plan: Plan) -> dict:
+    """The usage of all ``n`` choices together (how OpenAI reports and bills them)."""
     prompt = plan.prompt_tokens
+    output = plan.all_output_tokens
     return {
         "prompt_tokens": prompt,
-        "completion_tokens": plan.output_tokens,
-        "total_tokens": prompt + plan.output_tokens,
+        "completion_tokens": output,
+        "total_tokens": prompt + output,
         "prompt_tokens_details": {"cached_tokens": plan.cache_read, "audio_tokens": 0},
         "completion_tokens_details": {
-            "reasoning_tokens": plan.thinking_tokens,
+            "reasoning_tokens": plan.all_thinking_tokens,
             "audio_tokens": 0,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,
@@ -108,7 +154,7 @@ def usage(plan: Plan) -> dict:
     }
 
 
-def render(plan: Plan, body: dict, n: int) -> dict:
+def _choice(plan: Plan, n: int, choice: int) -> dict:
     message: dict = {
         "role": "assistant",
         "content": plan.text if (plan.text or not plan.tool_calls) else None,
@@ -118,22 +164,24 @@ def render(plan: Plan, body: dict, n: int) -> dict:
     if plan.tool_calls:
         message["tool_calls"] = [
             {
-                "id": call_id(n, call.index),
+                "id": call_id(n, call.index, choice),
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments},
             }
             for call in plan.tool_calls
         ]
+    return {"index": choice, "message": message, "logprobs": None, "finish_reason": FINISH_REASON[plan.stop]}
+
+
+def render(plan: Plan, body: dict, n: int) -> dict:
     reply = {
         "id": f"chatcmpl-sim-{n}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body["model"],
-        "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": FINISH_REASON[plan.stop]}
-        ],
+        "choices": [_choice(plan, n, choice) for choice in range(plan.choices)],
         "usage": usage(plan),
-        "service_tier": "default",
+        "service_tier": plan.service_tier or "default",
         "system_fingerprint": None,
     }
     if plan.faults.no_usage:
@@ -151,28 +199,31 @@ def events(plan: Plan, body: dict, n: int) -> Iterator[tuple[bytes, int]]:
         int(time.time()),
         orjson.dumps(body["model"]),
     )
-    open_choice = head + b'"system_fingerprint":null,"choices":[{"index":0,"delta":'
+    tier = orjson.dumps(plan.service_tier or "default")
     tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
     middle = b',"logprobs":null,"finish_reason":null}]' + tail
-
-    yield open_choice + b'{"role":"assistant","content":"","refusal":null}' + middle, HEAD
-    for piece in pieces(plan.text):
-        yield open_choice + b'{"content":' + orjson.dumps(piece) + b"}" + middle, CONTENT
-    for call in plan.tool_calls:
-        start = {
-            "index": call.index,
-            "id": call_id(n, call.index),
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }
-        yield open_choice + b'{"tool_calls":[' + orjson.dumps(start) + b"]}" + middle, HEAD
-        for fragment in fragments(call.arguments):
-            delta = {"index": call.index, "function": {"arguments": fragment}}
-            yield open_choice + b'{"tool_calls":[' + orjson.dumps(delta) + b"]}" + middle, CONTENT
     finish = FINISH_REASON[plan.stop].encode()
-    yield open_choice + b'{},"logprobs":null,"finish_reason":"' + finish + b'"}]' + tail, FINISH
+    # the choices one after the other (each with its own index); the first finish closes the reply
+    for choice in range(plan.choices):
+        open_choice = head + b'"service_tier":' + tier + b',"system_fingerprint":null,"choices":[{"index":%d,"delta":' % choice
+        yield open_choice + b'{"role":"assistant","content":"","refusal":null}' + middle, HEAD
+        for piece in pieces(plan.text):
+            yield open_choice + b'{"content":' + orjson.dumps(piece) + b"}" + middle, CONTENT
+        for call in plan.tool_calls:
+            start = {
+                "index": call.index,
+                "id": call_id(n, call.index, choice),
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            yield open_choice + b'{"tool_calls":[' + orjson.dumps(start) + b"]}" + middle, HEAD
+            for fragment in fragments(call.arguments):
+                delta = {"index": call.index, "function": {"arguments": fragment}}
+                yield open_choice + b'{"tool_calls":[' + orjson.dumps(delta) + b"]}" + middle, CONTENT
+        yield open_choice + b'{},"logprobs":null,"finish_reason":"' + finish + b'"}]' + tail, (
+            FINISH if choice == plan.choices - 1 else HEAD)
     if include_usage:
-        yield head + b'"system_fingerprint":null,"choices":[],"usage":' + orjson.dumps(usage(plan)) + b"}\n\n", HEAD
+        yield head + b'"service_tier":' + tier + b',"system_fingerprint":null,"choices":[],"usage":' + orjson.dumps(usage(plan)) + b"}\n\n", HEAD
     yield DONE, HEAD
 
 

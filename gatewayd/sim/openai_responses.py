@@ -24,14 +24,27 @@ from .behaviour import (
     Tool,
     count_input_tokens,
     fragments,
+    is_reasoning_model,
     max_tokens_of,
     pieces,
     text_of,
 )
+from .openai_chat import check_service_tier, reported_tier
 
 INVALID_JSON = b'{"id": "resp_sim", this is not json'
 INVALID_STREAM = b"event: response.created\ndata: {this is not json\n\n"
 _OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
+SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast", "ultrafast")
+#: built-in tool types -> the server tool they run
+_BUILT_IN = {"web_search": "web_search", "web_search_preview": "web_search", "web_search_2025_08_26": "web_search",
+             "web_search_preview_2025_03_11": "web_search", "file_search": "file_search",
+             "code_interpreter": "code_interpreter"}
+_ITEM = {"web_search": ("ws", "web_search_call"), "file_search": ("fs", "file_search_call"),
+         "code_interpreter": ("ci", "code_interpreter_call")}
+#: the stream events of a built-in call between its ``output_item.added`` and ``.done``
+_PHASES = {"web_search": ("in_progress", "searching", "completed"),
+           "file_search": ("in_progress", "searching", "completed"),
+           "code_interpreter": ("in_progress", "interpreting", "completed")}
 
 
 def validate(body: dict) -> tuple[str, str | None] | None:
@@ -43,7 +56,15 @@ def validate(body: dict) -> tuple[str, str | None] | None:
         return "Invalid type for 'input': expected a string or an array of input items.", "input"
     if isinstance(value, list) and not all(isinstance(item, dict) for item in value):
         return "Invalid type for 'input': every item must be an object.", "input"
-    return None
+    for name in ("max_tokens", "max_completion_tokens"):
+        if name in body:
+            return (f"Unsupported parameter: '{name}'. In the Responses API, this parameter has moved to "
+                    "'max_output_tokens'.", name, "unsupported_parameter")
+    for name in ("max_output_tokens", "max_tool_calls"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            return f"Invalid '{name}': integer below minimum value. Expected a value >= 1.", name, "integer_below_min_value"
+    return check_service_tier(body, SERVICE_TIERS)
 
 
 def _is_user_message(item: dict) -> bool:
@@ -77,6 +98,9 @@ def extract(body: dict) -> Prompt:
         forced = choice.get("name")
         choice = "required" if choice.get("type") == "function" else "auto"
     reasoning = body.get("reasoning")
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    server = tuple((_BUILT_IN[t["type"]], None) for t in body.get("tools") or ()
+                   if isinstance(t, dict) and t.get("type") in _BUILT_IN)
     return Prompt(
         user_text=user_text,
         tool_result=tool_result,
@@ -85,9 +109,16 @@ def extract(body: dict) -> Prompt:
         tool_choice=choice if choice in ("none", "required") else "auto",
         forced_tool=forced if isinstance(forced, str) else None,
         max_tokens=max_tokens_of(body, "max_output_tokens"),
-        thinking=isinstance(reasoning, dict) and reasoning.get("effort") not in (None, "none"),
+        thinking=effort != "none" if is_reasoning_model(body["model"]) else effort not in (None, "none"),
         input_tokens=count_input_tokens(body, "responses"),
+        service_tier=reported_tier(body),
+        server_tools=server,
+        server_tool_limit=body.get("max_tool_calls"),
     )
+
+
+def response_id(n: int) -> str:
+    return f"resp_sim_{n}"
 
 
 def usage(plan: Plan) -> dict:
@@ -101,6 +132,26 @@ def usage(plan: Plan) -> dict:
     }
 
 
+def container_id(body: dict, n: int) -> str:
+    """The code interpreter's container: the id the tool names, else one made for this request."""
+    for tool in body.get("tools") or ():
+        if isinstance(tool, dict) and tool.get("type") == "code_interpreter" and isinstance(tool.get("container"), str):
+            return tool["container"]
+    return f"cntr_sim_{n}"
+
+
+def _server_item(call, body: dict, n: int) -> dict:
+    prefix, kind = _ITEM[call.name]
+    item: dict = {"id": f"{prefix}_sim_{n}_{call.index}", "type": kind, "status": "completed"}
+    if call.name == "web_search":
+        item["action"] = {"type": "search", "query": call.query}
+    elif call.name == "file_search":
+        item.update(queries=[call.query], results=None)
+    else:
+        item.update(code=f"print({call.index + 1})", container_id=container_id(body, n), outputs=None)
+    return item
+
+
 def _items(plan: Plan, body: dict, n: int) -> list[dict]:
     """The finished output items, in order: reasoning, message, function calls."""
     status = "incomplete" if plan.stop == "max_tokens" else "completed"
@@ -110,6 +161,7 @@ def _items(plan: Plan, body: dict, n: int) -> list[dict]:
         if "reasoning.encrypted_content" in (body.get("include") or ()):
             item["encrypted_content"] = plan.signature
         items.append(item)
+    items.extend(_server_item(call, body, n) for call in plan.server_calls)
     if plan.text or not plan.tool_calls:
         part = {"type": "output_text", "text": plan.text, "annotations": [], "logprobs": []}
         items.append(
@@ -132,7 +184,7 @@ def _items(plan: Plan, body: dict, n: int) -> list[dict]:
 def _response(plan: Plan, body: dict, n: int, created: int, status: str, output: list) -> dict:
     reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
     return {
-        "id": f"resp_sim_{n}",
+        "id": response_id(n),
         "object": "response",
         "created_at": created,
         "status": status,
@@ -141,13 +193,13 @@ def _response(plan: Plan, body: dict, n: int, created: int, status: str, output:
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": body.get("instructions"),
         "max_output_tokens": body.get("max_output_tokens"),
-        "max_tool_calls": None,
+        "max_tool_calls": body.get("max_tool_calls"),
         "model": body["model"],
         "output": output,
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "previous_response_id": None,
+        "previous_response_id": body.get("previous_response_id"),
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
-        "service_tier": "default",
+        "service_tier": plan.service_tier or "default",
         "store": body.get("store", True),
         "temperature": body.get("temperature", 1.0),
         "text": {"format": {"type": "text"}, "verbosity": "medium"},
@@ -159,6 +211,9 @@ def _response(plan: Plan, body: dict, n: int, created: int, status: str, output:
         "user": None,
         "metadata": body.get("metadata") or {},
     }
+
+
+_SERVER_KINDS = {kind: name for name, (_, kind) in _ITEM.items()}
 
 
 def _final_status(plan: Plan) -> str:
@@ -206,6 +261,17 @@ def events(plan: Plan, body: dict, n: int) -> Iterator[tuple[bytes, int]]:
                 yield event("response.function_call_arguments.delta", {**where, "delta": fragment}), CONTENT
             done = {**where, "name": item["name"], "arguments": item["arguments"]}
             yield event("response.function_call_arguments.done", done), HEAD
+        elif kind in _SERVER_KINDS:
+            yield event("response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress"}}), HEAD
+            name = _SERVER_KINDS[kind]
+            first, middle_phase, last = _PHASES[name]
+            yield event(f"response.{kind}.{first}", where), HEAD
+            if name == "code_interpreter":
+                for fragment in fragments(item["code"]):
+                    yield event("response.code_interpreter_call_code.delta", {**where, "delta": fragment}), CONTENT
+                yield event("response.code_interpreter_call_code.done", {**where, "code": item["code"]}), HEAD
+            yield event(f"response.{kind}.{middle_phase}", where), HEAD
+            yield event(f"response.{kind}.{last}", where), HEAD
         else:
             yield event("response.output_item.added", {"output_index": index, "item": item}), HEAD
         yield event("response.output_item.done", {"output_index": index, "item": item}), HEAD

@@ -118,3 +118,32 @@ def test_anthropic_sdk(sim_port):
     with pytest.raises(anthropic.APIStatusError) as failure:
         client.messages.create(model="claude-sim", max_tokens=10, messages=[{"role": "user", "content": "[[sim:fault=status:529]]"}])
     assert failure.value.status_code == 529
+
+
+def test_sdk_streams_of_billed_features(sim_port):
+    """The SDKs' stream helpers accept n choices, built-in tool calls and server tool blocks."""
+    oa = openai.OpenAI(base_url=f"http://127.0.0.1:{sim_port}/v1", api_key="sk-test", max_retries=0)
+    with oa.chat.completions.stream(model="o3", n=2, messages=[{"role": "user", "content": "[[sim:words=3]]"}],
+                                    stream_options={"include_usage": True},
+                                    service_tier="auto") as stream:
+        final = stream.get_final_completion()
+    assert [c.message.content for c in final.choices] == ["w1 w2 w3"] * 2
+    assert final.service_tier == "default" and final.usage.completion_tokens == 2 * (3 + 8)
+
+    tools = [{"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}}]
+    with oa.responses.stream(model="gpt-5", input="[[sim:web_search=1]] [[sim:code_interpreter=1]] [[sim:text=ok]]",
+                             tools=tools) as stream:
+        response = stream.get_final_response()
+    assert [i.type for i in response.output] == ["reasoning", "web_search_call", "code_interpreter_call", "message"]
+    assert response.output[2].container_id == "cntr_sim_2" and response.output_text == "ok"
+
+    an = anthropic.Anthropic(base_url=f"http://127.0.0.1:{sim_port}", api_key="sk-test", max_retries=0)
+    with an.messages.stream(model="claude-sim", max_tokens=100,
+                            tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 1}],
+                            messages=[{"role": "user", "content": "[[sim:web_search=1]] [[sim:cache_write_1h=9]]"}],
+                            ) as stream:
+        message = stream.get_final_message()
+    assert [b.type for b in message.content] == ["server_tool_use", "web_search_tool_result", "text"]
+    assert message.content[0].input == {"query": "sim web search 1"}
+    assert message.usage.server_tool_use.web_search_requests == 1
+    assert message.usage.cache_creation.ephemeral_1h_input_tokens == 9 == message.usage.cache_creation_input_tokens

@@ -314,7 +314,7 @@ def rebuild_message(text: str) -> dict:
 
 async def test_messages_thinking_text_tool_and_cache(sim):
     body = msgs("[[sim:text_then_tool]] [[sim:cache_read=30]] [[sim:cache_write=7]] weather?",
-                tools=[MSG_TOOL], thinking={"type": "enabled", "budget_tokens": 1024}, system="You help.")
+                max_tokens=2000, tools=[MSG_TOOL], thinking={"type": "enabled", "budget_tokens": 1024}, system="You help.")
     plain = (await sim.post("/v1/messages", json=body, headers=ANTHROPIC)).json()
     assert plain["id"] == "msg_sim_1" and plain["type"] == "message" and plain["role"] == "assistant"
     thinking, text, tool = plain["content"]
@@ -327,7 +327,9 @@ async def test_messages_thinking_text_tool_and_cache(sim):
         "input_tokens": count_input_tokens(body, "messages"),
         "cache_creation_input_tokens": 7,
         "cache_read_input_tokens": 30,
+        "cache_creation": {"ephemeral_5m_input_tokens": 7, "ephemeral_1h_input_tokens": 0},
         "output_tokens": 8 + 3 + 1 + 10,
+        "service_tier": "standard",
     }
 
     streamed = rebuild_message((await sim.post("/v1/messages", json={**body, "stream": True}, headers=ANTHROPIC)).text)
