@@ -567,9 +567,9 @@ class Relay:
             usage = pipe.usage
             # A cut stream's reported output can be a placeholder (Anthropic's message_start says
             # output_tokens 1): count what was streamed and charge the larger of the two.
-            if usage is None or status != "ok":
+            if usage is None or status != "ok" or not (usage.input_tokens or usage.output_tokens):
                 try:
-                    produced = await tokens.count_off_loop(pipe.produced_text())
+                    produced = await tokens.count_off_loop(pipe.produced_text(), grant.model.family)
                 except Exception as e:
                     our_fault(hold.request_id, "while counting what the stream produced", e)  # logs it
                     produced = 0
