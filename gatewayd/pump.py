@@ -220,9 +220,10 @@ class StreamPump:
             return
         with trio.CancelScope(shield=True):
             usage = pipe.usage
-            if usage is None or not pipe.complete:
+            # a pipe may report tool calls without token counts: count then, too
+            if usage is None or not pipe.complete or not (usage.input_tokens or usage.output_tokens):
                 try:
-                    produced = await tokens.count_off_loop(pipe.produced_text())
+                    produced = await tokens.count_off_loop(pipe.produced_text(), tab.model.family)
                 except Exception as e:
                     our_fault(tab.hold.request_id, "while counting what the stream produced", e)  # logs it
                     produced = 0

@@ -8,11 +8,16 @@ billing code), and it never escapes the hold.
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 
 from tests.faults import assert_money_consistent, headers, new_account, settled_row, sim_entry
 from tests.sim.provider_bill import provider_bill
-from tests.live import nonce
+
+def nonce() -> str:
+    return f"n{uuid.uuid4().hex[:12]}"
+
 
 O4_MINI = {"input": 1100, "output": 4400, "cached_input": 275}
 

@@ -16,6 +16,7 @@ import httpx
 import orjson
 import pytest
 
+from gatewayd.formats import usage as usage_mod
 from tests.inproc import Gateway
 
 
@@ -127,22 +128,29 @@ async def test_embeddings_without_data_is_the_providers_502(tmp_path):
 
 # -- streams: the pipes --------------------------------------------------------------------
 
+def bug(*args, **kwargs):
+    raise KeyError("a bug")
+
+
 STREAM_OURS_BEFORE_FIRST_BYTE = [
-    # message_start whose message is not an object: MessagesPassthrough calls .get on it
-    pytest.param("/v1/messages", messages(True), sse(("message_start", {"type": "message_start", "message": 5})),
+    # the usage reader of message_start trips (the readers take any shape, so a bug is planted)
+    pytest.param("/v1/messages", messages(True), sse(MSG_START), (usage_mod.MessagesTally, "start"),
                  id="messages"),
     # a chat chunk that is a JSON number: the responses translator tests `"error" in 5`
-    pytest.param("/v1/responses", {"model": "deepseek-chat", "input": "hi", "stream": True}, sse((None, 5)),
+    pytest.param("/v1/responses", {"model": "deepseek-chat", "input": "hi", "stream": True}, sse((None, 5)), None,
                  id="responses-via-chat"),
-    # a terminal responses event whose response is not an object
+    # the reader of a terminal responses event trips
     pytest.param("/v1/responses", {"model": "gpt-4.1-mini", "input": "hi", "stream": True},
-                 sse(("response.completed", {"type": "response.completed", "response": 5})), id="responses"),
+                 sse(("response.completed", {"type": "response.completed", "response": {}})),
+                 (usage_mod, "from_response"), id="responses"),
 ]
 
 
-@pytest.mark.parametrize("path,body,answer", STREAM_OURS_BEFORE_FIRST_BYTE)
-async def test_a_pipe_failing_before_the_first_byte_is_a_500_and_charges_nothing(tmp_path, caplog, path, body,
-                                                                                 answer):
+@pytest.mark.parametrize("path,body,answer,planted", STREAM_OURS_BEFORE_FIRST_BYTE)
+async def test_a_pipe_failing_before_the_first_byte_is_a_500_and_charges_nothing(tmp_path, caplog, monkeypatch, path,
+                                                                                 body, answer, planted):
+    if planted is not None:
+        monkeypatch.setattr(*planted, bug)
     response, row = await run(tmp_path, answer, path, body, stream_answer=True)
     assert response.status_code == 500, response.text
     assert "internal_error" in response.text or "gateway bug" in response.text
@@ -175,15 +183,17 @@ async def test_a_chat_pipe_failing_mid_stream_says_the_gateway_failed_and_charge
     logged_fault(caplog, response.headers["x-request-id"])
 
 
-async def test_a_messages_pipe_failing_mid_stream_sends_an_error_event(tmp_path, caplog):
-    answer = sse(MSG_START, BLOCK_START, DELTA, ("message_delta", b'["not", "an", "object"]'))
+async def test_a_messages_pipe_failing_mid_stream_sends_an_error_event(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(usage_mod.MessagesTally, "delta", bug)  # the message_delta reader trips
+    answer = sse(MSG_START, BLOCK_START, DELTA, ("message_delta", {"type": "message_delta", "usage": {}}))
     response, row = await run(tmp_path, answer, "/v1/messages", messages(True), stream_answer=True)
     assert response.status_code == 200
     tail = response.text.strip().split("\n\n")[-1]
     assert tail.startswith("event: error")
     assert "gateway bug" in tail
     assert row["status"] == "internal_error"
-    assert row["output_tokens"] == 4 and row["input_tokens"] == 7
+    # the 4 streamed o200k tokens, counted as Claude's tokenizer would (x 3/2: docs/billing.md)
+    assert row["output_tokens"] == 6 and row["input_tokens"] == 7
     logged_fault(caplog, response.headers["x-request-id"])
 
 

@@ -47,3 +47,19 @@ def test_loading_imports_no_test_tooling_and_no_private_module():
     code = "import sys; from gatewayd import tokens; tokens.count('hi'); print('unittest' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr
+
+
+def test_family_counts_are_never_below_o200k():
+    text = "def f(x):\n    return {'a': [1, 2]}  # a comment in English\n" * 20
+    o200k = tokens.count(text)
+    assert tokens.count(text, "gpt") == o200k == tokens.count(text, "other") == tokens.count(text, "unknown")
+    assert tokens.count(text, "claude") == -(-o200k * 3 // 2) > o200k
+    assert tokens.count("", "claude") == 0 and tokens.scale(1, "claude") == 2 and tokens.scale(2, "claude") == 3
+    assert all(factor >= 1 for factor in tokens.FAMILY_FACTORS.values())
+
+
+async def test_count_off_loop_takes_the_family():
+    text = "word " * 5000  # above INLINE_CHARS: counted in a worker thread
+    assert len(text) > tokens.INLINE_CHARS
+    assert await tokens.count_off_loop(text, "claude") == tokens.count(text, "claude") > tokens.count(text)
+    assert await tokens.count_off_loop("hi") == 1

@@ -26,7 +26,7 @@ import orjson
 
 from gatewayd.formats.chat_to_gemini import SIGNATURE_SEPARATOR
 from gatewayd.formats.errors import InvalidAnswer
-from gatewayd.formats.usage import Usage, from_gemini
+from gatewayd.formats.usage import GeminiTally, Usage, from_gemini
 
 __all__ = [
     "FINISH_REASONS",
@@ -252,7 +252,7 @@ class GeminiToChatStream:
         self._created = created
         self._include_usage = include_usage
         self._chunk_id = chunk_id
-        self._usage: Usage | None = None
+        self._tally = GeminiTally()
         self._thoughts = 0
         self._calls = 0
         self._output: list[str] = []
@@ -262,7 +262,8 @@ class GeminiToChatStream:
 
     @property
     def usage(self) -> Usage | None:
-        return self._usage
+        """The last ``usageMetadata`` and the grounding queries so far (:class:`GeminiTally`)."""
+        return self._tally.usage
 
     @property
     def output_text(self) -> str:
@@ -284,7 +285,7 @@ class GeminiToChatStream:
             "created": self._created,
             "model": self._model,
             "choices": [],
-            "usage": chat_usage_from_gemini(self._usage, self._thoughts),
+            "usage": chat_usage_from_gemini(self._tally.reported, self._thoughts),
         }
 
     def feed(self, data) -> list[dict]:
@@ -301,9 +302,9 @@ class GeminiToChatStream:
         if not self._started:
             self._started = True
             out.append(self._chunk({"role": "assistant", "content": ""}))
+        self._tally.feed(data)
         meta = data.get("usageMetadata")
         if isinstance(meta, dict):
-            self._usage = from_gemini(meta)
             self._thoughts = _thoughts(meta)
         for part in parts:
             out.extend(self._part(part))

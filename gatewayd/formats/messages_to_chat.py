@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import orjson
 
-from gatewayd.formats.usage import Usage, from_messages, merge_messages_stream
+from gatewayd.formats.usage import MessagesTally, Usage, from_messages
 
 __all__ = [
     "FINISH_REASONS",
@@ -146,7 +146,7 @@ class MessagesToChatStream:
         self._created = created
         self._include_usage = include_usage
         self._chunk_id = chunk_id
-        self._usage: Usage | None = None
+        self._tally = MessagesTally()
         self._tool_index_by_block: dict[int, int] = {}
         self._tool_block_input: dict[int, object] = {}
         self._tool_block_got_json: set[int] = set()
@@ -159,7 +159,8 @@ class MessagesToChatStream:
 
     @property
     def usage(self) -> Usage | None:
-        return self._usage
+        """What the stream reported so far (:class:`~gatewayd.formats.usage.MessagesTally`)."""
+        return self._tally.usage(self.finished)
 
     @property
     def output_text(self) -> str:
@@ -191,7 +192,7 @@ class MessagesToChatStream:
             "created": self._created,
             "model": self._model,
             "choices": [],
-            "usage": chat_usage(self._usage),
+            "usage": chat_usage(self.usage),
         }
 
     def _text(self, field: str, text) -> list[dict]:
@@ -215,7 +216,7 @@ class MessagesToChatStream:
         message = data.get("message") if isinstance(data.get("message"), dict) else {}
         if self._chunk_id is None and message.get("id"):
             self._chunk_id = f"chatcmpl-{message['id']}"
-        self._usage = from_messages(message.get("usage"))
+        self._tally.start(data)
         return [self._chunk({"role": "assistant", "content": ""})]
 
     def _on_block_start(self, data: dict) -> list[dict]:
@@ -223,6 +224,7 @@ class MessagesToChatStream:
         index = data.get("index")
         if not isinstance(block, dict):
             return []
+        self._tally.block_start(data)
         kind = block.get("type")
         if kind == "text":
             return self._text("content", block.get("text"))
@@ -284,8 +286,7 @@ class MessagesToChatStream:
         return []
 
     def _on_message_delta(self, data: dict) -> list[dict]:
-        usage = data.get("usage")
-        self._usage = merge_messages_stream(self._usage, usage if isinstance(usage, dict) else None)
+        self._tally.delta(data)
         delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
         if self._finish_sent:
             return []

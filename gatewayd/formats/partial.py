@@ -42,6 +42,15 @@ def _list(value) -> list:
     return value if isinstance(value, list) else []
 
 
+def _json_text(value) -> str:
+    """A tool input as the JSON text the model generated (orjson encodes 254 levels of
+    nesting, fewer than it parses: deeper is counted as nothing rather than raising)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return ""
+
+
 def _chat_chunk_texts(chunk: dict) -> Iterator[str]:
     for choice in _list(chunk.get("choices")):
         delta = choice.get("delta") if isinstance(choice, dict) else None
@@ -56,13 +65,14 @@ def _messages_event_texts(event: dict) -> Iterator[str]:
         yield from _strings(event.get("delta"), ("text", "thinking", "partial_json"))
 
 
-_RESPONSES_TEXT_EVENTS = frozenset({
+RESPONSES_TEXT_EVENTS = frozenset({
     "response.output_text.delta", "response.function_call_arguments.delta", "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta", "response.refusal.delta", "response.custom_tool_call_input.delta",
 })
 
 
 def _responses_event_texts(event: dict) -> Iterator[str]:
-    if event.get("type") in _RESPONSES_TEXT_EVENTS:
+    if event.get("type") in RESPONSES_TEXT_EVENTS:
         yield from _strings(event, ("delta",))
 
 
@@ -90,6 +100,57 @@ def message_text(message) -> str:
         if not isinstance(block, dict):
             continue
         parts.extend(_strings(block, ("text", "thinking")))
-        if block.get("type") == "tool_use":
-            parts.append(orjson.dumps(block.get("input")).decode())
+        if block.get("type") in ("tool_use", "server_tool_use"):
+            parts.extend(_strings(block, ("name",)))
+            parts.append(_json_text(block.get("input")))
+    return "".join(parts)
+
+
+def _content_texts(content, fields: tuple[str, ...]) -> Iterator[str]:
+    """A string content, or the named string fields of its parts."""
+    if isinstance(content, str):
+        yield content
+    for part in _list(content):
+        yield from _strings(part, fields)
+
+
+def chat_completion_text(doc) -> str:
+    """What a whole chat completion generated, every choice: content, refusal, reasoning
+    text and tool calls (name and arguments), to count when it carries no usage."""
+    parts: list[str] = []
+    for choice in _list(doc.get("choices") if isinstance(doc, dict) else None):
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            continue
+        parts.extend(_content_texts(message.get("content"), ("text",)))
+        parts.extend(_strings(message, ("refusal", "reasoning_content", "reasoning")))
+        calls = [call.get("function") for call in _list(message.get("tool_calls")) if isinstance(call, dict)]
+        for function in [*calls, message.get("function_call")]:
+            parts.extend(_strings(function, ("name", "arguments")))
+    return "".join(parts)
+
+
+def response_output_text(doc) -> str:
+    """What a whole Responses object generated: message text and refusals, reasoning
+    (summary and text), function and custom tool calls (name and arguments or input), code
+    run by the code interpreter and queries sent to web search, to count when it carries no
+    usage."""
+    parts: list[str] = []
+    for item in _list(doc.get("output") if isinstance(doc, dict) else None):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "message":
+            parts.extend(_content_texts(item.get("content"), ("text", "refusal")))
+        elif kind == "reasoning":
+            parts.extend(_content_texts(item.get("summary"), ("text",)))
+            parts.extend(_content_texts(item.get("content"), ("text",)))
+        elif kind in ("function_call", "mcp_call"):
+            parts.extend(_strings(item, ("name", "arguments")))
+        elif kind == "custom_tool_call":
+            parts.extend(_strings(item, ("name", "input")))
+        elif kind == "code_interpreter_call":
+            parts.extend(_strings(item, ("code",)))
+        elif kind == "web_search_call":
+            parts.extend(_strings(item.get("action"), ("query",)))
     return "".join(parts)

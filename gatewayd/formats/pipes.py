@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 import orjson
 
 from gatewayd.formats import partial, usage as usage_mod
@@ -21,6 +22,9 @@ from gatewayd.formats.sse import DONE, SSEEvent, encode
 from gatewayd.formats.usage import Usage
 
 _CHAT_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+# a chunk's top-level ``service_tier``: found by a byte search, as usage is (a quoted key
+# inside generated text is escaped, \"service_tier\", and does not match)
+_CHAT_TIER = re.compile(rb'"service_tier"\s*:\s*"([A-Za-z0-9_.-]{1,64})"')
 
 
 class Pipe:
@@ -68,6 +72,17 @@ class ChatPassthrough(ChatClientPipe):
     def __init__(self, client_wants_usage: bool) -> None:
         self.client_wants_usage = client_wants_usage
         self.datas: list[bytes] = []
+        self.service_tier: str | None = None  # from the first chunk that names it
+        self._reported: Usage | None = None
+
+    @property
+    def usage(self) -> Usage | None:
+        """The final chunk's usage (reasoning, audio, cached parts), with the tier the
+        stream's chunks named when that chunk did not."""
+        usage = self._reported
+        if usage is not None and usage.service_tier is None and self.service_tier is not None:
+            usage = attrs.evolve(usage, service_tier=self.service_tier)
+        return usage
 
     def feed(self, events: list[SSEEvent]) -> bytes:
         out = []
@@ -76,9 +91,13 @@ class ChatPassthrough(ChatClientPipe):
             if data == b"[DONE]":
                 self.complete = True
                 continue
+            if self.service_tier is None:
+                tier = _CHAT_TIER.search(data)
+                if tier is not None:
+                    self.service_tier = tier.group(1).decode()
             if _CHAT_USAGE.search(data):
                 chunk = orjson.loads(data)
-                self.usage = usage_mod.from_chat(chunk.get("usage"))
+                self._reported = usage_mod.from_chat_completion(chunk)
                 if not self.client_wants_usage and not chunk.get("choices"):
                     continue
             elif data.startswith(b'{"error"'):
@@ -94,11 +113,17 @@ class ChatPassthrough(ChatClientPipe):
 
 class MessagesPassthrough(Pipe):
     """Messages upstream -> messages client: every event (pings included) forwarded as is;
-    ``message_start`` and ``message_delta`` read for usage; ``message_stop`` held back."""
+    ``message_start`` and ``message_delta`` read for usage, and the ``content_block_start``
+    of a server tool (found by a byte search) counted; ``message_stop`` held back."""
 
     def __init__(self) -> None:
         self.datas: list[bytes] = []
         self._stop: bytes = b""
+        self.tally = usage_mod.MessagesTally()
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.tally.usage(self.complete)
 
     def feed(self, events: list[SSEEvent]) -> bytes:
         out = []
@@ -109,10 +134,12 @@ class MessagesPassthrough(Pipe):
                 self._stop = ev.raw
                 continue
             if name == "message_start":
-                message = orjson.loads(ev.data).get("message") or {}
-                self.usage = usage_mod.from_messages(message.get("usage"))
+                self.tally.start(orjson.loads(ev.data))
             elif name == "message_delta":
-                self.usage = usage_mod.merge_messages_stream(self.usage, orjson.loads(ev.data).get("usage"))
+                self.tally.delta(orjson.loads(ev.data))
+            elif name == "content_block_start":
+                if b'"server_tool_use"' in ev.data:
+                    self.tally.block_start(orjson.loads(ev.data))
             elif name == "error":
                 self.failed = True
                 self.error_message = _error_message(ev.data)
@@ -132,16 +159,37 @@ class MessagesPassthrough(Pipe):
 
 
 _RESPONSES_TERMINAL = (b'"response.completed"', b'"response.incomplete"', b'"response.failed"')
+_RESPONSES_ITEM_DONE = b'"response.output_item.done"'
+_RESPONSES_TOOL_ITEMS = tuple(f'"{kind}"'.encode() for kind in usage_mod.RESPONSES_TOOL_ITEMS)
 
 
 class ResponsesPassthrough(Pipe):
     """Responses upstream -> responses client. Usage is inside the terminal event itself,
-    which is parsed, held back until settled, then sent."""
+    which is parsed, held back until settled, then sent. The ``response.output_item.done``
+    events of billed tools (found by a byte search) are parsed and counted as they pass,
+    so a stream cut before its terminal event still pays for the searches it made."""
 
     def __init__(self) -> None:
         self.datas: list[bytes] = []
         self._terminal = b""
         self.sequence = 0
+        self.tally = usage_mod.ResponsesTally()  # tool items seen in output_item.done events
+        self._final: Usage | None = None  # the terminal event's response, when it had usage
+        self._final_tools: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def usage(self) -> Usage | None:
+        """The terminal response's usage, tier and tool calls; per tool, at least the calls
+        counted as they streamed. Tool calls alone (no tokens) when no usage came."""
+        calls = usage_mod.max_tool_calls(self._final_tools, usage_mod.tool_calls(self.tally.as_dict()))
+        if self._final is not None:
+            return attrs.evolve(self._final, tool_calls=calls)
+        return Usage(tool_calls=calls) if calls else None
+
+    def _item_done(self, data: bytes) -> None:
+        if any(kind in data for kind in _RESPONSES_TOOL_ITEMS):
+            doc = orjson.loads(data)
+            self.tally.add(doc.get("item") if isinstance(doc, dict) else None)
 
     def feed(self, events: list[SSEEvent]) -> bytes:
         out = []
@@ -152,7 +200,10 @@ class ResponsesPassthrough(Pipe):
                 name is None and any(t in data[:80] for t in _RESPONSES_TERMINAL)
             ):
                 doc = orjson.loads(data)
-                self.usage = usage_mod.from_responses((doc.get("response") or {}).get("usage"))
+                doc = doc if isinstance(doc, dict) else {}
+                response = doc.get("response") if isinstance(doc.get("response"), dict) else {}
+                self._final = usage_mod.from_response(response)
+                self._final_tools = usage_mod.response_tool_calls(response.get("output"))
                 self.complete = True
                 if doc.get("type") == "response.failed":
                     self.failed = True
@@ -161,7 +212,9 @@ class ResponsesPassthrough(Pipe):
             if name == "error":
                 self.failed = True
                 self.error_message = _error_message(data)
-            elif name in ("response.output_text.delta", "response.function_call_arguments.delta"):
+            elif name == "response.output_item.done" or (name is None and _RESPONSES_ITEM_DONE in data[:80]):
+                self._item_done(data)
+            elif name in partial.RESPONSES_TEXT_EVENTS:  # kept to count after a cut
                 self.datas.append(data)
             self.sequence += 1
             out.append(ev.raw)

@@ -8,6 +8,7 @@ route, so these are plain data in, bytes out, and testable as such.
 
 from __future__ import annotations
 
+import attrs
 import orjson
 
 from gatewayd.formats import partial, usage as usage_mod
@@ -23,6 +24,10 @@ class MessagesToChatPipe(ChatClientPipe):
     def __init__(self, model: str, include_usage: bool, *, created: int) -> None:
         self.translator = MessagesToChatStream(model=model, created=created, include_usage=include_usage)
 
+    @property
+    def usage(self) -> usage_mod.Usage | None:
+        return self.translator.usage
+
     def feed(self, events: list[SSEEvent]) -> bytes:
         out = []
         for ev in events:
@@ -30,7 +35,6 @@ class MessagesToChatPipe(ChatClientPipe):
                 continue
             for chunk in self.translator.feed(ev.event, orjson.loads(ev.data)):
                 out.append(encode(chunk))
-        self.usage = self.translator.usage
         self.complete = self.translator.finished
         self.failed = self.translator.failed
         return b"".join(out)
@@ -59,6 +63,20 @@ class ToResponsesPipe(Pipe):
             MessagesToChatStream(model=model, created=created, include_usage=True) if messages_upstream else None
         )
         self.chat_datas: list[bytes] = []
+        self._chat_usage: usage_mod.Usage | None = None  # a chat upstream's final usage chunk
+        self._chat_tier: str | None = None  # the first tier a chat upstream's chunks named
+
+    @property
+    def usage(self) -> usage_mod.Usage | None:
+        """From a messages upstream, its own usage so far (chat usage drops cache writes, and
+        its input is known from ``message_start``); from a chat upstream, the usage chunk's,
+        with the tier its chunks named."""
+        if self.messages is not None:
+            return self.messages.usage
+        usage = self._chat_usage
+        if usage is not None and usage.service_tier is None and self._chat_tier is not None:
+            usage = attrs.evolve(usage, service_tier=self._chat_tier)
+        return usage
 
     def _chunks(self, events: list[SSEEvent]):
         for ev in events:
@@ -82,10 +100,10 @@ class ToResponsesPipe(Pipe):
                 self.failed = True
                 out.extend(self._encode(self.responses.fail(chunk["error"])))
                 continue
-            if chunk.get("usage"):
-                # from a messages upstream, bill from its own usage: chat usage drops cache writes
-                from_messages = self.messages is not None
-                self.usage = self.messages.usage if from_messages else usage_mod.from_chat(chunk["usage"])
+            if self.messages is None and isinstance(chunk, dict):
+                self._chat_tier = self._chat_tier or usage_mod.tier_of(chunk.get("service_tier"))
+                if chunk.get("usage"):
+                    self._chat_usage = usage_mod.from_chat_completion(chunk)
             out.extend(self._encode(self.responses.feed(chunk)))
         return b"".join(out)
 

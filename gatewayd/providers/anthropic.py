@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+import attrs
 import httpx
 import orjson
 
@@ -68,10 +69,18 @@ def messages_passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[s
     return status, orjson.dumps({"type": "error", "error": {"type": kind, "message": error.message()}}), headers
 
 
-def produced_usage(message: dict, input_estimate: int) -> usage_mod.Usage:
-    """A messages-format reply without usage: the prompt as estimated and the output it
-    carries, counted offline (never free output)."""
-    return usage_mod.Usage(input_tokens=input_estimate, output_tokens=tokens.count(partial.message_text(message)))
+def produced_usage(message: dict, input_estimate: int, family: str = DEFAULT_FAMILY) -> usage_mod.Usage:
+    """A messages-format reply without usage: the prompt as estimated, the output it
+    carries counted offline by the model family's count (never free output), and the
+    server tools its blocks show it used."""
+    base = usage_mod.message_tally(message).usage(complete=True) or usage_mod.Usage()
+    return attrs.evolve(base, input_tokens=input_estimate,
+                        output_tokens=tokens.count(partial.message_text(message), family))
+
+
+def answer_usage(message: dict, input_estimate: int, family: str) -> usage_mod.Usage:
+    """What a whole messages-format reply is charged: its usage, else what it produced."""
+    return usage_mod.from_message(message) or produced_usage(message, input_estimate, family)
 
 
 def _client_betas(headers) -> list[str]:
@@ -86,7 +95,7 @@ def messages(call: Call, target: ModelRoute, upstream) -> Route:
 
     def finish(raw: bytes):
         message = answer_object(raw)
-        return raw, usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
+        return raw, answer_usage(message, estimate, call.model.family)
 
     return Route(
         request=request(
@@ -120,7 +129,7 @@ def chat(call: Call, target: ModelRoute, upstream) -> Route:
     def finish(raw: bytes):
         message = answer_object(raw)
         chat_doc = messages_response_to_chat(message, model=model.id, created=created)
-        return orjson.dumps(chat_doc), usage_mod.from_messages(message.get("usage")) or produced_usage(message, estimate)
+        return orjson.dumps(chat_doc), answer_usage(message, estimate, model.family)
 
     return Route(
         request=request(upstream, target, encode_body(upstream_body), stream=call.stream),
@@ -143,7 +152,8 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
 
     def finish(raw: bytes):
         message = answer_object(raw)
-        usage = usage_mod.from_messages(message.get("usage"))
+        usage = usage_mod.from_message(message) or produced_usage(
+            message, estimate_input_tokens(upstream_body, "messages"), model.family)
         chat_doc = tell_cache_writes(messages_response_to_chat(message, model=model.id, created=created), usage)
         doc = chat_response_to_responses(chat_doc, request=body, response_id=response_id, created_at=created)
         return orjson.dumps(doc), usage

@@ -23,6 +23,7 @@ import os
 import time
 from urllib.parse import quote
 
+import attrs
 import httpx
 import orjson
 
@@ -43,7 +44,7 @@ from gatewayd.formats.gemini_to_chat import (
 from gatewayd.formats.pipes import ChatClientPipe, Pipe
 from gatewayd.formats.responses import ChatToResponsesStream, chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.sse import SSEEvent, encode
-from gatewayd.formats.usage import Usage, from_gemini
+from gatewayd.formats.usage import GeminiTally, Usage
 from gatewayd.formats.responses_output import envelope
 from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, header_retry_after, translate
 
@@ -192,9 +193,12 @@ def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe,
             chat_doc = gemini_response_to_chat(doc, model=model.id, created=created, completion_id=completion_id)
         except PromptBlocked as blocked:
             raise _blocked(blocked) from None
-        usage = from_gemini(doc.get("usageMetadata"))
-        if usage is None:  # never free output: count what it produced
-            usage = Usage(input_tokens=estimate, output_tokens=tokens.count(_message_text(chat_doc)))
+        tally = GeminiTally()
+        tally.feed(doc)
+        usage = tally.usage
+        if tally.reported is None:  # never free output: count what it produced
+            usage = attrs.evolve(usage or Usage(), input_tokens=estimate,
+                                 output_tokens=tokens.count(_message_text(chat_doc), model.family))
         return client_body(chat_doc, created), usage
 
     return Route(

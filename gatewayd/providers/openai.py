@@ -18,9 +18,10 @@ from typing import Callable
 import httpx
 import orjson
 
+from gatewayd import tokens
 from gatewayd.billing.estimate import estimate_input_tokens, estimate_text_tokens, requested_output_tokens
 from gatewayd.catalogue import ModelRoute
-from gatewayd.formats import pipes, usage as usage_mod
+from gatewayd.formats import partial, pipes, usage as usage_mod
 from gatewayd.formats.errors import InvalidAnswer, answer_object
 from gatewayd.formats.embeddings import convert_embeddings, embedding_inputs
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
@@ -46,6 +47,23 @@ def request(upstream, target: ModelRoute, operation: str, body: bytes, *, stream
     return upstream.post(f"{target.provider.base_url}/{operation}", body, headers, stream=stream)
 
 
+def produced_chat_usage(doc: dict, input_estimate: int, family: str) -> usage_mod.Usage:
+    """A chat completion without usage: the prompt as estimated and what its choices
+    generated, counted offline by the model family's count (never free output)."""
+    return usage_mod.Usage(input_tokens=input_estimate,
+                           output_tokens=tokens.count(partial.chat_completion_text(doc), family),
+                           service_tier=usage_mod.tier_of(doc.get("service_tier")))
+
+
+def produced_response_usage(doc: dict, input_estimate: int, family: str) -> usage_mod.Usage:
+    """A Responses object without usage: the prompt as estimated, what its output items
+    generated counted offline, and the billed tool calls among them."""
+    return usage_mod.Usage(input_tokens=input_estimate,
+                           output_tokens=tokens.count(partial.response_output_text(doc), family),
+                           tool_calls=usage_mod.response_tool_calls(doc.get("output")),
+                           service_tier=usage_mod.tier_of(doc.get("service_tier")))
+
+
 def routes(address: Addresser) -> dict[str, Builder]:
     """The builders of an OpenAI-shaped protocol, its requests addressed by ``address``."""
 
@@ -58,7 +76,9 @@ def routes(address: Addresser) -> dict[str, Builder]:
         payload = with_changes(call.raw, body, changes)
 
         def finish(raw: bytes):
-            return raw, usage_mod.from_chat(answer_object(raw).get("usage"))
+            doc = answer_object(raw)
+            return raw, usage_mod.from_chat_completion(doc) or produced_chat_usage(
+                doc, estimate_input_tokens(body, "chat"), call.model.family)
 
         return Route(
             request=address(upstream, target, "chat/completions", payload, stream=stream),
@@ -76,7 +96,9 @@ def routes(address: Addresser) -> dict[str, Builder]:
         body = call.body
 
         def finish(raw: bytes):
-            return raw, usage_mod.from_responses(answer_object(raw).get("usage"))
+            doc = answer_object(raw)
+            return raw, usage_mod.from_response(doc) or produced_response_usage(
+                doc, estimate_input_tokens(body, "responses"), call.model.family)
 
         return Route(
             request=address(upstream, target, "responses", with_changes(call.raw, body, model_change(call, target)),
@@ -100,7 +122,8 @@ def routes(address: Addresser) -> dict[str, Builder]:
         def finish(raw: bytes):
             chat = answer_object(raw)
             doc = chat_response_to_responses(chat, request=body, response_id=response_id, created_at=created)
-            return orjson.dumps(doc), usage_mod.from_chat(chat.get("usage"))
+            return orjson.dumps(doc), usage_mod.from_chat_completion(chat) or produced_chat_usage(
+                chat, estimate_input_tokens(chat_body, "chat"), call.model.family)
 
         return Route(
             request=address(upstream, target, "chat/completions", encode_body(chat_body), stream=call.stream),

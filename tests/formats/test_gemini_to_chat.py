@@ -48,7 +48,7 @@ def translate(doc) -> dict:
 
 def test_usage_thoughts_are_output_and_cached_content_is_part_of_the_prompt():
     usage = from_gemini(USAGE)
-    assert usage == Usage(input_tokens=120, output_tokens=80, cached_tokens=100)
+    assert usage == Usage(input_tokens=120, output_tokens=80, cached_tokens=100, reasoning_tokens=50)
     assert usage.uncached_input_tokens == 20
 
 
@@ -165,7 +165,7 @@ def test_stream_text_thoughts_finish_and_usage():
     out += s.feed(answer([{"text": "Hi "}], reason=None, usage=None))
     assert s.usage == Usage(input_tokens=120) and not s.finished
     out += s.feed(answer([{"text": "there"}], reason="STOP"))
-    assert s.finished and s.usage == Usage(120, 80, 100)
+    assert s.finished and s.usage == Usage(120, 80, 100, reasoning_tokens=50)
     assert deltas(out) == [{"role": "assistant", "content": ""}, {"reasoning_content": "Hmm"}, {"content": "Hi "},
                            {"content": "there"}, {}]
     assert out[-2]["choices"][0]["finish_reason"] == "stop"
