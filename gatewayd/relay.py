@@ -39,6 +39,7 @@ from gatewayd import providers
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 from gatewayd.ratelimit import MemoryWindows, RateLimiter
+from gatewayd.received_ids import ReceivedIds
 from gatewayd.routing import Router, sticky_key
 
 # What counts as the provider's bad answer (a 502): JSON that does not parse (or a body that
@@ -93,6 +94,7 @@ class Relay:
         self.draining = False  # set when shutdown starts: /readyz answers 503 from then on
         self.readiness: Any = None  # gatewayd.ops.Readiness: the store check /readyz and the daemon share
         self.metrics = Metrics()
+        self.received_ids = ReceivedIds(ledger.store)  # response ids each account may name again
         self.metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
         self._provider_up: dict[str, bool] = {}
         self.router.on_change = self._route_changed
@@ -238,6 +240,8 @@ class Relay:
                 self.router.remember(model, key, target)
                 with trio.CancelScope(shield=True):
                     await self._settle(hold, grant, usage, status="ok", http_status=200)
+                    if route.received_ids is not None:
+                        await self.received_ids.record(hold.account.id, route.received_ids(body), hold.request_id)
                 return 200, route.headers, body
             return await self._all_failed(hold, grant, model.id, failures)
         except GatewayError:
@@ -485,6 +489,8 @@ class Relay:
                     closing = pipe.closing()  # made before settling: if it fails, the row says so
                     status = "ok"
                     await self._settle_stream(hold, grant, pipe, route, status)
+                    with trio.CancelScope(shield=True):
+                        await self.received_ids.record(hold.account.id, pipe.received_ids, hold.request_id)
                     yield closing
                     return
                 if pipe.failed:

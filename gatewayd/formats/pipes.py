@@ -18,6 +18,7 @@ import orjson
 
 from gatewayd.formats import partial, usage as usage_mod
 from gatewayd.formats.sse import DONE, SSEEvent, encode
+from gatewayd.formats.stored_objects import answer_received_ids
 from gatewayd.formats.usage import Usage
 
 _CHAT_USAGE = re.compile(rb'"usage"\s*:\s*\{')
@@ -28,6 +29,7 @@ class Pipe:
     complete: bool = False  # the upstream's terminal event arrived (held back until settled)
     failed: bool = False  # the upstream sent an error event
     error_message: str | None = None
+    received_ids: tuple[str, ...] = ()  # response / conversation ids the stream gave out (pass-through Responses)
 
     def feed(self, events: list[SSEEvent]) -> bytes:
         raise NotImplementedError
@@ -153,6 +155,7 @@ class ResponsesPassthrough(Pipe):
             ):
                 doc = orjson.loads(data)
                 self.usage = usage_mod.from_responses((doc.get("response") or {}).get("usage"))
+                self.received_ids = answer_received_ids(doc.get("response"))
                 self.complete = True
                 if doc.get("type") == "response.failed":
                     self.failed = True
