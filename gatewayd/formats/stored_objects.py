@@ -178,7 +178,7 @@ def _input_item(item: dict, where: str) -> None:
     kind = item.get("type")
     if kind == "item_reference":
         raise TranslationError(f"{where}: item_reference points at an item stored by the provider, which gatewayd "
-                               "does not offer; send the item itself", f"{where}.id")
+                               "does not offer; send the item itself", where)
     if kind in (None, "message"):
         content = item.get("content")
         if isinstance(content, list):

@@ -37,7 +37,7 @@ RESPONSES_REFUSED = [
      "input[1].output[0].file_id"),
     ({"input": [{"type": "computer_call_output", "call_id": "c",
                  "output": {"type": "computer_screenshot", "file_id": "file-4"}}]}, "input[0].output.file_id"),
-    ({"input": [{"type": "item_reference", "id": "msg_abc"}]}, "input[0].id"),
+    ({"input": [{"type": "item_reference", "id": "msg_abc"}]}, "input[0]"),
     ({"tools": [{"type": "function", "name": "f"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}]},
      "tools[1].vector_store_ids"),
     ({"tools": [{"type": "code_interpreter", "container": "cntr_1"}]}, "tools[0].container"),
