@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import httpx
 import pytest
 
 from gatewayd.errors import BodyError, GatewayError
@@ -102,3 +103,83 @@ async def test_old_records_are_pruned_at_most_hourly(store):
     await ids.record("acct_a", ["resp_2"])  # prunes
     assert await store.forget_received_ids(NOW) == 0  # resp_old is gone already
     assert await store.received_ids("acct_a", ["resp_1", "resp_2"], int(clock.now)) == {"resp_1", "resp_2"}
+
+
+# -- the relay's hook, in process: a store that cannot record loses neither answer nor money --
+
+
+def _responses_answer(stream: bool) -> bytes:
+    import orjson
+
+    response = {"id": "resp_up_1", "object": "response", "status": "completed", "model": "gpt-4.1-mini",
+                "conversation": {"id": "conv_up_1"},
+                "output": [{"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": "hello", "annotations": []}]}],
+                "usage": {"input_tokens": 10, "output_tokens": 5, "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}}
+    if not stream:
+        return orjson.dumps(response)
+    created = {**response, "status": "in_progress", "output": [], "usage": None}
+    events = [("response.created", {"type": "response.created", "response": created, "sequence_number": 0}),
+              ("response.output_text.delta", {"type": "response.output_text.delta", "delta": "hello",
+                                              "item_id": "msg_1", "output_index": 0, "content_index": 0,
+                                              "sequence_number": 1}),
+              ("response.completed", {"type": "response.completed", "response": response, "sequence_number": 2})]
+    return b"".join(f"event: {name}\n".encode() + b"data: " + orjson.dumps(data) + b"\n\n" for name, data in events)
+
+
+class Unread(httpx.AsyncByteStream):
+    """An answer body not read yet, as from the network."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aiter__(self):
+        yield self.data
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("failure", [StoreUnavailable("down"), RuntimeError("a bug of ours")])
+async def test_an_answer_whose_ids_cannot_be_recorded_is_delivered_and_charged(tmp_path, caplog, stream, failure):
+    from tests.inproc import Gateway
+
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        import orjson
+
+        seen.append(orjson.loads(request.content))
+        streamed = seen[-1].get("stream") is True
+        kind = "text/event-stream" if streamed else "application/json"
+        return httpx.Response(200, stream=Unread(_responses_answer(streamed)), headers={"content-type": kind})
+
+    gw = Gateway(tmp_path, handler)
+    try:
+        account_id, secret = await gw.funded_key()
+
+        async def failing(*args):
+            raise failure
+
+        gw.store.record_received_ids = failing
+        auth = {"authorization": f"Bearer {secret}"}
+        body = {"model": "gpt-4.1-mini", "input": "hi", "stream": stream}
+        with caplog.at_level(logging.WARNING):
+            response = await gw.http.post("/v1/responses", json=body, headers=auth)
+        assert response.status_code == 200
+        assert b"resp_up_1" in response.content and (b"response.completed" in response.content or not stream)
+        [row] = await gw.usage(account_id)
+        assert row["status"] == "ok" and row["cost_nano"] == 10 * 400 + 5 * 1600
+        assert "could not record" in caplog.text or "internal error while recording" in caplog.text
+        # this instance remembers what it delivered: the same account may continue ...
+        again = await gw.http.post("/v1/responses", headers=auth, json={
+            "model": "gpt-4.1-mini", "input": "next", "previous_response_id": "resp_up_1",
+            "conversation": {"id": "conv_up_1"}})
+        assert again.status_code == 200 and seen[-1]["previous_response_id"] == "resp_up_1"
+        # ... and no other account can
+        _, other = await gw.funded_key()
+        refused = await gw.http.post("/v1/responses", headers={"authorization": f"Bearer {other}"}, json={
+            "model": "gpt-4.1-mini", "input": "steal", "previous_response_id": "resp_up_1"})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "previous_response_id"
+        assert len(seen) == 2
+    finally:
+        await gw.aclose()
