@@ -16,7 +16,8 @@ import trio
 from gatewayd.access import visible_models
 from gatewayd.errors import BodyError, GatewayError
 from gatewayd.formats.embeddings import embedding_inputs
-from gatewayd.providers.base import Call
+from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
+from gatewayd.providers.base import Call, translate
 from gatewayd.relay import LARGE_BODY_BYTES, Ctx, Relay
 
 
@@ -99,6 +100,7 @@ async def chat_completions(relay: Relay, ctx: Ctx, raw: bytes):
     caller = relay.admit(ctx)
     body = await read_body(raw)
     model_id, stream = validate_chat_body(body)
+    translate(refuse_stored_objects, "chat", body)
     grant = await relay.authorize(caller, model_id, kind="chat", endpoint="chat")
     call = Call(client_format="chat", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
     return await relay.run(ctx, caller, grant, call)
@@ -124,6 +126,7 @@ async def messages(relay: Relay, ctx: Ctx, raw: bytes):
     caller = relay.admit(ctx, accepts_x_api_key=True)
     body = await read_body(raw)
     model_id, stream = validate_messages_body(body)
+    translate(refuse_stored_objects, "messages", body)
     grant = await relay.authorize(caller, model_id, kind="chat", endpoint="messages")
     call = Call(client_format="messages", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
     return await relay.run(ctx, caller, grant, call)
@@ -139,6 +142,8 @@ async def responses(relay: Relay, ctx: Ctx, raw: bytes):
         raise BodyError("field 'input' must be a string or an array of input items", param="input")
     stream = field(body, "stream", bool, what="true or false") or False
     positive_int(body, "max_output_tokens")
+    translate(refuse_stored_objects, "responses", body)
+    await relay.received_ids.check(caller.account.id, translate(asked_response_ids, body))
     grant = await relay.authorize(caller, model_id, kind="chat", endpoint="responses")
     call = Call(client_format="responses", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
     return await relay.run(ctx, caller, grant, call)

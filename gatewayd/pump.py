@@ -115,6 +115,10 @@ class StreamPump:
                     closing = pipe.closing()  # made before settling: if it fails, the row says so
                     status = Outcome.OK
                     await self._settle(status)
+                    if pipe.received_ids:
+                        with trio.CancelScope(shield=True):
+                            await self.relay.received_ids.record(tab.hold.account.id, pipe.received_ids,
+                                                                 tab.hold.request_id)
                     yield closing
                     return
                 if pipe.failed:

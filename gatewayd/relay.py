@@ -41,6 +41,7 @@ from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 from gatewayd.pump import StreamPump
 from gatewayd.ratelimit import MemoryWindows, RateLimiter
+from gatewayd.received_ids import ReceivedIds
 from gatewayd.routing import Router, sticky_key
 
 # What counts as the provider's bad answer (a 502): JSON that does not parse (or a body that
@@ -95,6 +96,7 @@ class Relay:
         self.draining = False  # set when shutdown starts: /readyz answers 503 from then on
         self.readiness: Any = None  # gatewayd.ops.Readiness: the store check /readyz and the daemon share
         self.metrics = Metrics()
+        self.received_ids = ReceivedIds(ledger.store)  # response ids each account may name again
         self.metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
         self._provider_up: dict[str, bool] = {}
         self.router.on_change = self._route_changed
@@ -253,6 +255,9 @@ class Relay:
             self.router.succeeded(target, first_byte_s)
             self.router.remember(model, key, target)
             await tab.settle(usage, Outcome.OK, 200)
+            if route.received_ids is not None:
+                with trio.CancelScope(shield=True):
+                    await self.received_ids.record(tab.hold.account.id, route.received_ids(body), tab.hold.request_id)
             return 200, route.headers, body
         return await self._all_failed(tab, model.id, failures)
 

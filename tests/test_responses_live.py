@@ -153,8 +153,9 @@ def test_gpt_body_reaches_upstream_unchanged(gateway, sim, funded):
     """Byte for byte, fields the gateway does not read included (store, previous_response_id...)."""
     _, _, secret = funded
     marker = "resp-passthrough-51c9"
+    earlier = client(gateway, secret).responses.create(model="gpt-4.1-mini", input="an earlier turn").id
     raw = ('{ "model": "gpt-4.1-mini", "input": [{"role": "user", "content": [{"type": "input_text", "text": "'
-           + marker + '"}]}], "instructions": "be brief", "store": true, "previous_response_id": "resp_abc",'
+           + marker + '"}]}], "instructions": "be brief", "store": true, "previous_response_id": "' + earlier + '",'
            ' "reasoning": {"effort": "low"}, "text": {"verbosity": "low"}, "include": ["reasoning.encrypted_content"],'
            ' "max_output_tokens": 300 }')
     r = httpx.post(gateway.url + "/v1/responses", content=raw,
@@ -169,11 +170,12 @@ def test_gpt_body_reaches_upstream_unchanged(gateway, sim, funded):
 def test_gpt_sdk_body_unchanged_and_answer_passed_through(gateway, sim, funded):
     _, _, secret = funded
     marker = "sdk-passthrough-9d2e"
+    earlier = client(gateway, secret).responses.create(model="gpt-4.1-mini", input="an earlier turn").id
     response = client(gateway, secret).responses.create(
-        model="gpt-4.1-mini", input=marker, store=True, conversation="conv_123", metadata={"k": "v"})
+        model="gpt-4.1-mini", input=marker, store=True, previous_response_id=earlier, metadata={"k": "v"})
     received = sim.last_request(marker)
     assert received["json"] == {"model": "gpt-4.1-mini", "input": marker, "store": True,
-                                "conversation": "conv_123", "metadata": {"k": "v"}}
+                                "previous_response_id": earlier, "metadata": {"k": "v"}}
     # the simulator's own ids come back: the gateway did not rebuild the answer
     assert response.id.startswith("resp_sim_") and response.output[0].id.startswith("msg_sim_")
 
@@ -232,6 +234,8 @@ def test_store_true_is_ignored(gateway, funded, model):
 @pytest.mark.parametrize("model", TRANSLATED)
 @pytest.mark.parametrize("field,value", [("previous_response_id", "resp_abc123"), ("conversation", "conv_abc123")])
 def test_stored_state_refused_for_translated_families(gateway, sim, funded, model, field, value):
+    """An id the account never received is refused on every route (docs/responses.md); one it
+    received from a passed-through model is refused by the translation: nothing is stored."""
     account, _, secret = funded
     marker = f"refused-{field}-{model}"
     with pytest.raises(openai.BadRequestError) as caught:
@@ -239,10 +243,19 @@ def test_stored_state_refused_for_translated_families(gateway, sim, funded, mode
     error = caught.value
     assert error.status_code == 400
     assert error.body["param"] == field
-    assert "not stored" in error.body["message"] and "(request id: req_" in error.body["message"]
+    assert "was not received by this account" in error.body["message"]
+    assert "(request id: req_" in error.body["message"]
     assert error.response.headers["x-request-id"] in error.body["message"]
+    if field == "previous_response_id":
+        received = client(gateway, secret).responses.create(model="gpt-4.1-mini", input="passed through").id
+        before = spent(gateway, account)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client(gateway, secret).responses.create(model=model, input=marker, previous_response_id=received)
+        assert caught.value.body["param"] == field and "not stored" in caught.value.body["message"]
+        assert spent(gateway, account) == before
+    else:
+        assert gateway.admin.usage(account["id"]) == [] and spent(gateway, account) == 0
     assert sim.requests(marker) == []  # refused before the upstream
-    assert gateway.admin.usage(account["id"]) == [] and spent(gateway, account) == 0
 
 
 # -- function calls: a round trip as Codex CLI sends it ------------------------------------
@@ -343,8 +356,9 @@ def test_small_max_output_tokens_streamed(gateway, funded, model):
     ({"model": "deepseek-chat", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
     ({"model": "claude-sonnet-4-5", "input": "hi", "tools": [{"type": "web_search"}],
       "tool_choice": {"type": "web_search"}}, "tool_choice"),
-    ({"model": "deepseek-chat", "input": "hi", "tools": [{"type": "file_search"}], "tool_choice": "required"},
+    ({"model": "deepseek-chat", "input": "hi", "tools": [{"type": "web_search"}], "tool_choice": "required"},
      "tool_choice"),
+    ({"model": "deepseek-chat", "input": "hi", "tools": [{"type": "file_search"}]}, "tools[0].vector_store_ids"),
 ])
 def test_bad_bodies_are_clear_400s(gateway, funded, body, param):
     account, _, secret = funded

@@ -19,6 +19,7 @@ import orjson
 
 from gatewayd.formats import partial, usage as usage_mod
 from gatewayd.formats.sse import DONE, SSEEvent, encode
+from gatewayd.formats.stored_objects import answer_received_ids
 from gatewayd.formats.usage import Usage
 
 _CHAT_USAGE = re.compile(rb'"usage"\s*:\s*\{')
@@ -32,6 +33,7 @@ class Pipe:
     complete: bool = False  # the upstream's terminal event arrived (held back until settled)
     failed: bool = False  # the upstream sent an error event
     error_message: str | None = None
+    received_ids: tuple[str, ...] = ()  # response / conversation ids the stream gave out (pass-through Responses)
 
     def feed(self, events: list[SSEEvent]) -> bytes:
         raise NotImplementedError
@@ -204,6 +206,7 @@ class ResponsesPassthrough(Pipe):
                 response = doc.get("response") if isinstance(doc.get("response"), dict) else {}
                 self._final = usage_mod.from_response(response)
                 self._final_tools = usage_mod.response_tool_calls(response.get("output"))
+                self.received_ids = answer_received_ids(response)
                 self.complete = True
                 if doc.get("type") == "response.failed":
                     self.failed = True

@@ -68,6 +68,9 @@ class Route:
     headers: dict[str, str] = attrs.Factory(dict)  # sent to the client with the answer (e.g. dropped tools)
     # a 429/5xx -> how long the provider asks us to wait (seconds) or None: cools the route
     retry_after: Callable[[UpstreamError], float | None] = header_retry_after
+    # a pass-through Responses route: the non-stream answer -> the response / conversation ids it
+    # gives the client, which the account may name again (``gatewayd.received_ids``)
+    received_ids: Callable[[bytes], tuple[str, ...]] | None = None
 
 
 Builder = Callable[[Call, ModelRoute, Any], Route]  # (call, route, upstream transport) -> Route

@@ -26,6 +26,7 @@ from gatewayd.formats.errors import InvalidAnswer, answer_object
 from gatewayd.formats.embeddings import convert_embeddings, embedding_inputs
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.responses_output import envelope
+from gatewayd.formats.stored_objects import answer_received_ids
 from gatewayd.formats.translating_pipes import ToResponsesPipe
 from gatewayd.providers.base import (
     Builder, Call, Route, converted_error, dropped_tools_headers, encode_body, model_change, passthrough_error, translate, with_changes,
@@ -109,6 +110,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
             make_pipe=pipes.ResponsesPassthrough,
             finish=finish,
             upstream_error=passthrough_error,
+            received_ids=lambda raw: answer_received_ids(orjson.loads(raw)),
         )
 
     def responses_via_chat(call: Call, target: ModelRoute, upstream) -> Route:

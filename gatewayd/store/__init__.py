@@ -48,6 +48,10 @@ Changes (the key cache of every instance)
 Rate limits
     ``take_rate_slot(account_id, model_id, requests, window_s) -> None | seconds to wait``
     (PostgreSQL: the sliding log shared by every instance; SQLite keeps it in memory).
+Received response ids (``gatewayd.received_ids``: who may name which stored response)
+    ``record_received_ids(account_id, ids, expires_at)`` (an upsert: receiving again moves
+    the expiry), ``received_ids(account_id, ids, now) -> set`` (those not expired),
+    ``forget_received_ids(now) -> int`` (delete expired rows).
 Instances
     ``heartbeat()``, ``instances()`` (PostgreSQL), ``release_dead_holds() -> int``
     (holds of instances whose heartbeat stopped are released and recorded as

@@ -372,6 +372,37 @@ class SQLStore:
     async def clear_signin_failures(self, bucket: str) -> None:
         await self._write(lambda tx: tx.run("DELETE FROM signin_failures WHERE bucket = ?", (bucket,)))
 
+    # -- received response ids (gatewayd.received_ids) ---------------------------------
+
+    async def record_received_ids(self, account_id: str, ids: Iterable[str], expires_at: int) -> None:
+        """The account received these response / conversation ids; kept until ``expires_at``
+        (epoch s). Receiving one again moves its expiry."""
+        rows = [(account_id, i, expires_at) for i in dict.fromkeys(ids)]
+        if not rows:
+            return
+
+        def record(tx: Tx) -> None:
+            for row in rows:
+                tx.run("INSERT INTO received_ids (account_id, response_id, expires_at) VALUES (?, ?, ?)"
+                       " ON CONFLICT (account_id, response_id) DO UPDATE SET expires_at = excluded.expires_at", row)
+
+        await self._write(record)
+
+    async def received_ids(self, account_id: str, ids: Iterable[str], now: int) -> set[str]:
+        """Those of ``ids`` the account received and that have not expired at ``now`` (epoch s)."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return set()
+        marks = ", ".join("?" for _ in wanted)
+        rows = await self._read(lambda tx: tx.rows(
+            f"SELECT response_id FROM received_ids WHERE account_id = ? AND response_id IN ({marks})"
+            " AND expires_at > ?", (account_id, *wanted, now)))
+        return {r["response_id"] for r in rows}
+
+    async def forget_received_ids(self, now: int) -> int:
+        """Delete the records expired at ``now`` (epoch s); returns how many."""
+        return await self._write(lambda tx: tx.run("DELETE FROM received_ids WHERE expires_at <= ?", (now,)))
+
     # -- audit ------------------------------------------------------------------------
 
     def _audit_sums(self, tx: Tx) -> dict[str, dict[str, int]]:
