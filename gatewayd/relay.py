@@ -24,7 +24,7 @@ import trio
 
 from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
-from gatewayd.billing.estimate import charge, estimate_cost
+from gatewayd.billing.estimate import charge, route_hold
 from gatewayd.billing.ledger import Hold, Ledger
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
@@ -188,7 +188,7 @@ class Relay:
         route = self._build(call, plan[0])  # a body the translation refuses is a 400 before any hold
         if len(call.raw) > LARGE_BODY_BYTES:
             await trio.lowlevel.checkpoint()  # the build walked the whole body
-        estimate = estimate_cost(grant.model, route.input_tokens_estimate, route.output_tokens, grant.price_ratio)
+        estimate = route_hold(grant.model, route, grant.price_ratio)  # all the provider can bill for it
         t = trace.get()
         if t is not None:
             t.stream = route.stream
