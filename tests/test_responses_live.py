@@ -172,8 +172,10 @@ def test_gpt_sdk_body_unchanged_and_answer_passed_through(gateway, sim, funded):
     response = client(gateway, secret).responses.create(
         model="gpt-4.1-mini", input=marker, store=True, conversation="conv_123", metadata={"k": "v"})
     received = sim.last_request(marker)
+    # unchanged but for the output cap the hold covers (the model's maximum: the client set none)
     assert received["json"] == {"model": "gpt-4.1-mini", "input": marker, "store": True,
-                                "conversation": "conv_123", "metadata": {"k": "v"}}
+                                "conversation": "conv_123", "metadata": {"k": "v"}, "max_output_tokens": 32768}
+    assert received["body"].startswith('{"max_output_tokens":32768,')
     # the simulator's own ids come back: the gateway did not rebuild the answer
     assert response.id.startswith("resp_sim_") and response.output[0].id.startswith("msg_sim_")
 
