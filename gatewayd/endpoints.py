@@ -14,6 +14,7 @@ import orjson
 import trio
 
 from gatewayd.access import visible_models
+from gatewayd.billing.features import check_cap_fields, check_n
 from gatewayd.errors import BodyError, GatewayError
 from gatewayd.formats.embeddings import embedding_inputs
 from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
@@ -88,8 +89,8 @@ def validate_chat_body(body: dict) -> tuple[str, bool]:
                 param=f"messages[{i}].role",
             )
     stream = field(body, "stream", bool, what="true or false") or False
-    positive_int(body, "max_tokens")
-    positive_int(body, "max_completion_tokens")
+    check_cap_fields(body, "chat")  # the cap fields chat has, positive, agreeing; no other protocol's
+    check_n(body)
     options = field(body, "stream_options", dict, what="an object")
     if options is not None and "include_usage" in options and not isinstance(options["include_usage"], bool):
         raise BodyError("stream_options.include_usage must be true or false", param="stream_options.include_usage")
@@ -108,8 +109,7 @@ async def chat_completions(relay: Relay, ctx: Ctx, raw: bytes):
 
 def validate_messages_body(body: dict) -> tuple[str, bool]:
     model_id = field(body, "model", str, required=True, what="a string")
-    positive = positive_int(body, "max_tokens")
-    if positive is None:
+    if check_cap_fields(body, "messages") is None:
         raise BodyError("missing required field 'max_tokens'", param="max_tokens")
     messages = field(body, "messages", list, required=True, what="an array of messages")
     for i, message in enumerate(messages):
@@ -144,6 +144,7 @@ async def responses(relay: Relay, ctx: Ctx, raw: bytes):
     positive_int(body, "max_output_tokens")
     translate(refuse_stored_objects, "responses", body)
     await relay.received_ids.check(caller.account.id, translate(asked_response_ids, body))
+    check_cap_fields(body, "responses")
     grant = await relay.authorize(caller, model_id, kind="chat", endpoint="responses")
     call = Call(client_format="responses", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
     return await relay.run(ctx, caller, grant, call)

@@ -25,7 +25,7 @@ import trio
 from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.billing.cut import hidden_output_possible
-from gatewayd.billing.estimate import estimate_cost
+from gatewayd.billing.estimate import route_hold
 from gatewayd.billing.ledger import Ledger
 from gatewayd.billing.pricing import Bill
 from gatewayd.billing.tab import Outcome, Tab
@@ -193,7 +193,7 @@ class Relay:
         route = self._build(call, plan[0])  # a body the translation refuses is a 400 before any hold
         if len(call.raw) > LARGE_BODY_BYTES:
             await trio.lowlevel.checkpoint()  # the build walked the whole body
-        estimate = estimate_cost(grant.model, route.input_tokens_estimate, route.output_tokens, grant.price_ratio)
+        estimate = route_hold(grant.model, route, grant.price_ratio)  # all the provider can bill for it
         t = trace.get()
         if t is not None:
             t.stream = route.stream

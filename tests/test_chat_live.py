@@ -259,8 +259,9 @@ def test_insufficient_balance_403_nothing_charged(gateway):
 
     account = gateway.admin.account(unique_email(), paid_usd="3.00")
     secret = gateway.admin.key(account["id"])["secret"]
-    # gpt-4.1 output is $8/M: holding 10M output tokens needs $80, far over the $3 balance
-    r = _post(gateway, {"model": "gpt-4.1", "max_tokens": 10_000_000, "messages": [{"role": "user", "content": "x"}]},
+    # gpt-4.1 output is $8/M: 16 choices of 32,768 output tokens ($0.26 each) need a $4.19 hold,
+    # over the $3 balance (a cap above the model's 32,768 would be lowered to it, not held)
+    r = _post(gateway, {"model": "gpt-4.1", "max_tokens": 32_768, "n": 16, "messages": [{"role": "user", "content": "x"}]},
               {"authorization": f"Bearer {secret}"})
     assert r.status_code == 403, r.text
     assert r.json()["error"]["code"] == "insufficient_user_quota"

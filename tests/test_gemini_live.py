@@ -162,7 +162,9 @@ def test_thinking_and_cached_tokens_are_billed_at_their_rates(gateway, sim, fund
     assert completion.usage.completion_tokens_details.reasoning_tokens == 8
     assert completion.usage.prompt_tokens_details.cached_tokens == 40
     generation = sim.last_request(marker)["json"]["generationConfig"]
-    assert generation == {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}
+    # the cap the hold covers is always sent (the model's maximum: the client set none)
+    assert generation == {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True},
+                          "maxOutputTokens": 65536}
     row = assert_billed(gateway, account, sim, marker, PRO, stream=False)
     assert (row["cached_tokens"], row["output_tokens"]) == (40, 13)
 

@@ -6,7 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from gatewayd.billing.estimate import charge, estimate_cost, estimate_input_tokens, requested_output_tokens
+from gatewayd.billing.estimate import charge, estimate_cost, estimate_input_tokens
+from gatewayd.billing.features import chat_asks
 from gatewayd.config import load_config
 from gatewayd.formats.usage import Usage, from_chat, from_messages, merge_messages_stream
 from gatewayd.money import MoneyError, apply_ratio, format_usd, price_per_million_to_nano_per_token, usd_to_nano
@@ -66,11 +67,13 @@ def test_charge_without_cached_rate_uses_input_rate():
 def test_estimate_scales_with_max_tokens():
     model = CONFIG.models["gpt-4.1"]
     body = {"messages": [{"role": "user", "content": "hello world"}]}
-    assert requested_output_tokens(body, model) == model.max_output_tokens
-    assert requested_output_tokens({**body, "max_tokens": 10}, model) == 10
-    assert requested_output_tokens({**body, "max_completion_tokens": 7, "max_tokens": 10}, model) == 7
+    assert chat_asks(body, model).output_tokens == model.max_output_tokens
+    assert chat_asks({**body, "max_tokens": 10}, model).output_tokens == 10
+    assert chat_asks({**body, "max_completion_tokens": 7}, model).output_tokens == 7
+    assert chat_asks({**body, "max_tokens": 10**6}, model).output_tokens == model.max_output_tokens
+    assert chat_asks({**body, "max_tokens": 10, "n": 3}, model).output_tokens == 30
     tokens_in = estimate_input_tokens(body, "chat")
-    assert 2 <= tokens_in <= 10
+    assert 2 <= tokens_in <= 20
     assert estimate_cost(model, tokens_in, 10, Fraction(1)) < estimate_cost(model, tokens_in, 1000, Fraction(1))
 
 

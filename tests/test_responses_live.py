@@ -174,8 +174,10 @@ def test_gpt_sdk_body_unchanged_and_answer_passed_through(gateway, sim, funded):
     response = client(gateway, secret).responses.create(
         model="gpt-4.1-mini", input=marker, store=True, previous_response_id=earlier, metadata={"k": "v"})
     received = sim.last_request(marker)
+    # unchanged but for the output cap the hold covers (the model's maximum: the client set none)
     assert received["json"] == {"model": "gpt-4.1-mini", "input": marker, "store": True,
-                                "previous_response_id": earlier, "metadata": {"k": "v"}}
+                                "previous_response_id": earlier, "metadata": {"k": "v"}, "max_output_tokens": 32768}
+    assert received["body"].startswith('{"max_output_tokens":32768,')
     # the simulator's own ids come back: the gateway did not rebuild the answer
     assert response.id.startswith("resp_sim_") and response.output[0].id.startswith("msg_sim_")
 
@@ -218,7 +220,9 @@ def test_deepseek_request_translated_to_chat(gateway, sim, funded):
     received = sim.last_request(marker)
     assert received["path"] == "/v1/chat/completions"
     body = received["json"]
-    assert body["model"] == "deepseek-chat" and body["max_completion_tokens"] == 200
+    # OpenAI-compatible providers other than OpenAI read max_tokens (docs/translation.md)
+    assert body["model"] == "deepseek-chat" and body["max_tokens"] == 200
+    assert body.get("max_completion_tokens") is None
     assert body["messages"] == [{"role": "system", "content": "Be kind."}, {"role": "user", "content": marker}]
     assert "store" not in body and "instructions" not in body and "input" not in body
 

@@ -23,48 +23,144 @@ types) are measured as their JSON text, which is what the provider renders them 
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Any
 
+import attrs
 import orjson
 
 from gatewayd.catalogue import Model
 from gatewayd.errors import BodyError
 from gatewayd.formats.usage import Usage
-from gatewayd.billing.pricing import bill
+from gatewayd.billing.features import TOOL_RESULT_TOKENS, Asks
+from gatewayd.billing.pricing import bill, rates
 
 BYTES_PER_TOKEN = 3  # o200k makes 3.7-4.7 bytes a token on prose, code and CJK (docs/billing.md)
-IMAGE_TOKENS = 1_600  # a large image in either vendor's accounting
-AUDIO_TOKENS = 1_600  # a minute or so of input audio
+# Dense text (random base64 or hex, digit runs, punctuation): o200k makes 1.46-3 bytes a token.
+# Found by a sample of each long ASCII string (:func:`_dense`) and measured at 7 bytes per 5 tokens.
+DENSE_TOKENS_PER_BYTE = Fraction(5, 7)
+DENSE_MIN_CHARS = 64  # shorter ASCII strings are all counted as dense (cheaper than judging them)
+DENSE_SAMPLE = 128  # chars taken at the start and the middle of a long string
+# byte -> "0" for a digit, " " for a space, newline or quote (what separates words and JSON
+# strings), "a" for anything else: one translate and two counts classify a sample
+_CLASSES = bytes(48 if 48 <= c <= 57 else 32 if c in b' \n"' else 97 for c in range(256))
+IMAGE_TOKENS = 1_600  # a large image when the provider is not known (Anthropic's ~1.15 megapixels)
+AUDIO_TOKENS = 1_600  # an audio part whose data cannot be measured (a file id, a URL)
 DOCUMENT_TOKENS = 6_000  # a few PDF pages; the hold only needs to be roughly right
 PER_MESSAGE_TOKENS = 4  # role markers and separators around each message or input item
+
+# The hold's input estimate may be this much below the provider's count (charge <= hold x
+# (1 + HOLD_TOLERANCE)). Measured with o200k over prose, code, CJK, Russian, JSON, digit
+# lists, base64 and hex, each as long and as short (< DENSE_MIN_CHARS) strings:
+# tests/test_estimate.py::test_hold_tolerance_is_measured and docs/billing.md ("The
+# tolerance"): the worst o200k / estimate is 0.99 (base64 in 8-character strings); the rest
+# of the 10% is room for the providers' own tokenizers, which are not installable here.
+HOLD_TOLERANCE = Fraction(1, 10)
 
 FORMATS = ("chat", "messages", "responses")
 
 _CHAT_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
-_CHAT_FLAT = {"image_url": IMAGE_TOKENS, "input_audio": AUDIO_TOKENS, "file": DOCUMENT_TOKENS}
-_BLOCK_FLAT = {"image": IMAGE_TOKENS, "document": DOCUMENT_TOKENS}
+_CHAT_MEDIA = frozenset({"image_url", "input_audio", "file"})
+_BLOCK_MEDIA = frozenset({"image", "document"})
 _RESPONSES_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
-_RESPONSES_FLAT = {"input_image": IMAGE_TOKENS, "input_file": DOCUMENT_TOKENS, "input_audio": AUDIO_TOKENS,
-                   "computer_screenshot": IMAGE_TOKENS}
+_RESPONSES_MEDIA = frozenset({"input_image", "input_file", "input_audio", "computer_screenshot"})
+
+
+@attrs.frozen
+class Media:
+    """How a provider counts non-text input: the most tokens one image can cost."""
+
+    image: int = IMAGE_TOKENS
+
+
+GENERIC_MEDIA = Media()
+# OpenAI, per model family (platform.openai.com "Images and vision"): tiled models (gpt-4o,
+# gpt-4.1, gpt-5, o-series) cost at most 85 + 170 x 8 tiles = 1,445 in high detail; patch
+# models (gpt-4.1-mini/nano, o4-mini, gpt-5-mini/nano) at most 1,536 patches x 2.46 = 3,779;
+# gpt-4o-mini prices images like gpt-4o in dollars: 2,833 + 5,667 x 8 tiles = 48,169.
+OPENAI_MEDIA = Media(image=3_800)
+OPENAI_4O_MINI_MEDIA = Media(image=48_169)
+# Anthropic: ~1,600 for an image scaled to 1.15 megapixels; newer models read up to ~3.75
+# megapixels (~4,800 tokens): held at that.
+ANTHROPIC_MEDIA = Media(image=4_800)
+# Gemini: 258 tokens per 768x768 tile (258 in all up to 384x384); held at 16 tiles.
+GEMINI_MEDIA = Media(image=4_128)
+
+
+def media_for(protocol: str, upstream_id: str) -> Media:
+    """How the provider behind a route counts images."""
+    if protocol in ("openai", "azure-openai"):
+        return OPENAI_4O_MINI_MEDIA if "4o-mini" in upstream_id else OPENAI_MEDIA
+    if protocol == "anthropic":
+        return ANTHROPIC_MEDIA
+    if protocol == "gemini":
+        return GEMINI_MEDIA
+    return GENERIC_MEDIA
+
+
+# Audio input: Gemini counts 32 tokens a second, OpenAI ~10. Data measured in base64
+# characters: WAV (16-bit PCM, at least 8 kHz mono: 16,000 bytes a second) and compressed
+# audio (at least 8 kbit/s: 1,000 bytes a second), held at 32 tokens a second.
+_AUDIO_B64_CHARS_PER_TOKEN = {"wav": 16_000 * 4 // 3 // 32, "pcm16": 16_000 * 4 // 3 // 32}
+_COMPRESSED_AUDIO_B64_CHARS_PER_TOKEN = 1_000 * 4 // 3 // 32
+
+
+def audio_tokens(data: Any, fmt: Any = None) -> int:
+    """The most tokens an audio part's base64 ``data`` can cost (a flat allowance when the
+    data is not inline)."""
+    if not isinstance(data, str) or not data:
+        return AUDIO_TOKENS
+    per = _AUDIO_B64_CHARS_PER_TOKEN.get(fmt, _COMPRESSED_AUDIO_B64_CHARS_PER_TOKEN) if isinstance(fmt, str) \
+        else _COMPRESSED_AUDIO_B64_CHARS_PER_TOKEN
+    return -(-len(data) // per)
+
+
+def _dense(value: str) -> bool:
+    """Whether an ASCII string tokenizes denser than a token per 3 bytes: random base64 or hex
+    (hardly a space or a quote), digit lists (a quarter digits). Judged on a sample (the first
+    and the middle 128 characters), so a long string costs what a short one does: ~1 us."""
+    n = len(value)
+    if n > 2 * DENSE_SAMPLE:
+        mid = n >> 1
+        value = value[:DENSE_SAMPLE] + value[mid:mid + DENSE_SAMPLE]
+    classes = value.encode().translate(_CLASSES)
+    size = len(classes)
+    return classes.count(32) * 24 < size or classes.count(48) * 4 >= size
 
 
 class _Tally:
-    """Bytes of text seen, and tokens allowed flat (media, per-message overhead)."""
+    """Bytes of text seen (plain and dense), and tokens allowed flat (media, per-message overhead)."""
 
-    __slots__ = ("bytes", "tokens")
+    __slots__ = ("bytes", "dense", "tokens", "media")
 
-    def __init__(self) -> None:
+    def __init__(self, media: "Media | None" = None) -> None:
         self.bytes = 0
+        self.dense = 0
         self.tokens = 0
+        self.media = media or GENERIC_MEDIA
 
     def text(self, value: Any) -> None:
         """A place that should hold a string; anything else there is measured as JSON."""
         if isinstance(value, str):
             # isascii() is O(1) on CPython; only non-ASCII text pays for an encode
-            self.bytes += len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+            if value.isascii():
+                if len(value) < DENSE_MIN_CHARS or _dense(value):
+                    self.dense += len(value)
+                else:
+                    self.bytes += len(value)
+            else:
+                self.bytes += len(value.encode("utf-8", "surrogatepass"))
         elif value is not None:
             self.json(value)
+
+    def sealed(self, value: Any) -> None:
+        """Encrypted or signed text sent back (reasoning): random-looking, but what the provider
+        counts is the plaintext inside, which is shorter: measured as plain text."""
+        if isinstance(value, str) and value.isascii():
+            self.bytes += len(value)
+        else:
+            self.text(value)
 
     def json(self, value: Any) -> None:
         """A part with no text shape of its own: its JSON text, as the provider renders it."""
@@ -77,8 +173,14 @@ class _Tally:
             # be measured (nor translated), and no real client nests that deep.
             raise BodyError("the request nests JSON more than 254 levels deep") from None
 
+    def image(self, part: Any = None) -> None:
+        self.tokens += self.media.image
+
+    def audio(self, data: Any, fmt: Any = None) -> None:
+        self.tokens += audio_tokens(data, fmt)
+
     def total(self) -> int:
-        return -(-self.bytes // BYTES_PER_TOKEN) + self.tokens
+        return -(-self.bytes // BYTES_PER_TOKEN) + math.ceil(self.dense * DENSE_TOKENS_PER_BYTE) + self.tokens
 
 
 # -- chat -------------------------------------------------------------------------------
@@ -112,6 +214,10 @@ def _chat(body: dict, tally: _Tally) -> None:
         tally.json(messages)
     tally.json(body.get("tools"))
     tally.json(body.get("functions"))
+    tally.json(body.get("response_format"))  # a JSON schema is rendered into the prompt
+    prediction = body.get("prediction")
+    if isinstance(prediction, dict):  # predicted output is read as input too (and held as output)
+        _chat_content(prediction.get("content"), tally)
 
 
 def _chat_content(content: Any, tally: _Tally) -> None:
@@ -126,8 +232,8 @@ def _chat_content(content: Any, tally: _Tally) -> None:
             tally.text(part.get("text"))
         elif kind == "refusal":
             tally.text(part.get("refusal"))
-        elif kind in _CHAT_FLAT:
-            tally.tokens += _CHAT_FLAT[kind]
+        elif kind in _CHAT_MEDIA:
+            _media_part(kind, part, tally)
         else:
             tally.json(part)
 
@@ -156,6 +262,8 @@ def _messages(body: dict, tally: _Tally) -> None:
     else:
         tally.json(messages)
     tally.json(body.get("tools"))
+    tally.json(body.get("output_format"))  # structured outputs: the schema is rendered into the prompt
+    tally.json(body.get("output_config"))
 
 
 def _blocks(blocks: list, tally: _Tally, *, nested: bool) -> None:
@@ -167,16 +275,18 @@ def _blocks(blocks: list, tally: _Tally, *, nested: bool) -> None:
             tally.json(block)
         elif kind == "text":
             tally.text(block.get("text"))
-        elif kind in _BLOCK_FLAT:
+        elif kind in _BLOCK_MEDIA:
             source = block.get("source")
             if kind == "document" and isinstance(source, dict) and source.get("type") == "text":
                 tally.text(source.get("data"))  # a plain-text document is just text
+            elif kind == "image":
+                tally.image()
             else:
-                tally.tokens += _BLOCK_FLAT[kind]
+                tally.tokens += DOCUMENT_TOKENS
         elif kind == "thinking":
             tally.text(block.get("thinking"))
         elif kind == "redacted_thinking":
-            tally.text(block.get("data"))
+            tally.sealed(block.get("data"))
         elif kind in ("tool_use", "server_tool_use") and not nested:
             tally.text(block.get("name"))
             tally.json(block.get("input"))
@@ -207,6 +317,9 @@ def _responses(body: dict, tally: _Tally) -> None:
         tally.tokens += PER_MESSAGE_TOKENS
         tally.text(items)
     tally.json(body.get("tools"))
+    text = body.get("text")
+    if isinstance(text, dict):
+        tally.json(text.get("format"))  # a JSON schema for the answer is rendered into the prompt
 
 
 def _items(items: list, tally: _Tally) -> None:
@@ -243,7 +356,7 @@ def _items(items: list, tally: _Tally) -> None:
                     _parts(value, tally)
                 else:
                     tally.json(value)
-            tally.text(item.get("encrypted_content"))  # sealed, but sent back and counted upstream
+            tally.sealed(item.get("encrypted_content"))  # sealed, but sent back and counted upstream
         else:
             tally.json(item)
 
@@ -257,8 +370,8 @@ def _parts(parts: list, tally: _Tally) -> None:
             tally.text(part.get("text"))
         elif kind == "refusal":
             tally.text(part.get("refusal"))
-        elif kind in _RESPONSES_FLAT:
-            tally.tokens += _RESPONSES_FLAT[kind]
+        elif kind in _RESPONSES_MEDIA:
+            _media_part(kind, part, tally)
         else:
             tally.json(part)
 
@@ -266,11 +379,25 @@ def _parts(parts: list, tally: _Tally) -> None:
 _READERS = {"chat": _chat, "messages": _messages, "responses": _responses}
 
 
-def estimate_input_tokens(body: dict, fmt: str) -> int:
+def _media_part(kind: str, part: dict, tally: _Tally) -> None:
+    if kind in ("image_url", "input_image", "computer_screenshot"):
+        tally.image(part)
+    elif kind == "input_audio":
+        audio = part.get("input_audio", part)
+        if isinstance(audio, dict):
+            tally.audio(audio.get("data"), audio.get("format"))
+        else:
+            tally.tokens += AUDIO_TOKENS
+    else:
+        tally.tokens += DOCUMENT_TOKENS
+
+
+def estimate_input_tokens(body: dict, fmt: str, media: Media | None = None) -> int:
     """An upper-ish bound of the prompt tokens of a ``fmt`` request body (chat, messages,
-    responses), read by that format's structure. Raises a 400 :class:`BodyError` only
-    for a body nested deeper than JSON can be re-encoded."""
-    tally = _Tally()
+    responses), read by that format's structure; images counted as ``media`` says the
+    provider counts them. Raises a 400 :class:`BodyError` only for a body nested deeper
+    than JSON can be re-encoded."""
+    tally = _Tally(media)
     _READERS[fmt](body, tally)
     return tally.total()
 
@@ -283,15 +410,84 @@ def estimate_text_tokens(texts: list[str]) -> int:
     return tally.total()
 
 
-def requested_output_tokens(body: dict, model: Model, fields=("max_completion_tokens", "max_tokens", "max_output_tokens")) -> int:
-    for field in fields:
-        value = body.get(field)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return model.max_output_tokens
+def worst_rates(model: Model, asks: Asks, input_tokens: int) -> tuple[int, int]:
+    """(input, output) nano a token: the highest rate any of the request's tokens can be billed
+    at, given what it asks for (the requested tier or the base rates, whichever is higher;
+    long-context rates when the input could cross their threshold; cache writes when it
+    marks cache breakpoints; audio and image rates when it asks for them)."""
+    long = model.long_context is not None and \
+        input_tokens * (1 + HOLD_TOLERANCE) > model.long_context.above_input_tokens
+    sets = [rates(model, tier=None, long_context=long)]
+    if asks.tier is not None:
+        sets.append(rates(model, tier=asks.tier, long_context=long))
+    inputs: list[int] = []
+    outputs: list[int] = []
+    for r in sets:
+        if r is None:
+            continue
+        inputs += [r.input or 0, r.cached_input or 0]
+        if asks.cache_write:
+            inputs.append(r.cache_write if r.cache_write is not None else r.input or 0)
+        if asks.cache_1h:
+            inputs.append(r.cache_write_1h if r.cache_write_1h is not None else 2 * (r.input or 0))
+        outputs.append(r.output or 0)
+    if asks.audio_input:
+        inputs.append(model.audio_input_price or 0)
+    if asks.audio_output:
+        outputs.append(model.audio_output_price or 0)
+    if asks.image_output:
+        outputs.append(model.image_output_price or 0)
+    return max(inputs), max(outputs)
+
+
+def hold_input_tokens(input_tokens: int, asks: Asks) -> int:
+    """The input the provider may bill: the prompt once, and with hosted tools once more per
+    call (each call's result is read in another model pass, with what came before it:
+    results of up to :data:`TOOL_RESULT_TOKENS` each, and the output so far)."""
+    calls = asks.max_tool_calls
+    if not calls:
+        return input_tokens
+    return (calls + 1) * (input_tokens + calls * TOOL_RESULT_TOKENS + asks.output_tokens)
+
+
+def hold_nano(model: Model, input_tokens: int, asks: Asks, price_ratio: Fraction) -> int:
+    """The hold for a request: everything the provider can bill for its upstream body, at
+    the worst rates that can apply (docs/billing.md, "What the hold covers"). The charge
+    stays within it but for the input estimate's error: charge <= hold x (1 + HOLD_TOLERANCE)."""
+    inputs = hold_input_tokens(input_tokens, asks)
+    input_rate, output_rate = worst_rates(model, asks, inputs)
+    fee = max((model.tool_prices.get(name, 0) for name in asks.tools), default=0)
+    # each line rounded up, plus one nano a line the bill may round up (it has at most a dozen)
+    return (_ceil(inputs * input_rate * price_ratio) + _ceil(asks.output_tokens * output_rate * price_ratio)
+            + _ceil(asks.max_tool_calls * fee * price_ratio) + 12)
+
+
+def _ceil(value: Fraction | int) -> int:
+    return math.ceil(value)
+
+
+def route_hold(model: Model, route: Any, price_ratio: Fraction) -> int:
+    """The hold for one built route (:class:`gatewayd.providers.base.Route`): :func:`hold_nano`
+    of its input estimate and asks; a route without asks (embeddings) holds its input and
+    ``output_tokens`` at the base rates."""
+    if route.asks is None:
+        return estimate_cost(model, route.input_tokens_estimate, route.output_tokens, price_ratio)
+    return hold_nano(model, route.input_tokens_estimate, route.asks, price_ratio)
+
+
+def prediction_tokens(body: dict) -> int:
+    """The tokens of a chat body's predicted output (``prediction.content``): rejected
+    predicted tokens are billed as output."""
+    prediction = body.get("prediction")
+    if not isinstance(prediction, dict) or prediction.get("content") is None:
+        return 0
+    tally = _Tally()
+    _chat_content(prediction.get("content"), tally)
+    return tally.total()
 
 
 def estimate_cost(model: Model, input_tokens: int, output_tokens: int, price_ratio: Fraction) -> int:
+    """Input and output at the base rates (embeddings, and callers that know no more)."""
     usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
     return charge(model, usage, price_ratio)
 

@@ -1,4 +1,4 @@
-"""Change one top-level string field of a JSON object in place, in its bytes.
+"""Change top-level fields of a JSON object in place, in its bytes.
 
 A pass-through route maps the model id (catalogue id -> provider id) and must change
 nothing else: re-encoding the body would reorder nothing but could still change bytes
@@ -17,6 +17,11 @@ all (the only way to spell a key's letters differently), that one occurrence is 
 top-level key the parser read. Otherwise the scanner runs on bodies up to
 ``SCAN_LIMIT`` bytes, and past that the function returns None and the caller re-encodes
 (same document, C speed, other bytes not kept).
+
+:func:`set_top_level_fields` does the same for the few other fields the gateway sets on a
+pass-through body (the output cap it holds for, ``max_tool_calls``): a number or string
+replaced in place, a field the body lacks inserted right after the opening brace (no scan
+at all: the parse already says the key is absent).
 """
 
 from __future__ import annotations
@@ -46,9 +51,25 @@ def _skip_whitespace(raw: bytes, i: int) -> int:
     return i
 
 
-def _only_key_span(raw: bytes, key: str) -> tuple[int, int] | None:
+_NUMBER = frozenset(b"-+.eE0123456789")
+
+
+def _scalar_end(raw: bytes, at: int) -> int | None:
+    """Index just past the string or number value at ``raw[at]``; None for anything else."""
+    if raw[at] == 0x22:
+        return _string_end(raw, at)
+    if raw[at] in _NUMBER:
+        end = at
+        while end < len(raw) and raw[end] in _NUMBER:
+            end += 1
+        return end
+    return None
+
+
+def _only_key_span(raw: bytes, key: str, *, numbers: bool = False) -> tuple[int, int] | None:
     """The value span of ``key`` when it occurs exactly once as an object key, spelled
-    plainly, with a string value, and the bytes hold no ``\\u`` escape; else None."""
+    plainly, with a string value (or a number, with ``numbers``), and the bytes hold no
+    ``\\u`` escape; else None."""
     if b"\\u" in raw:
         return None
     needle = orjson.dumps(key)
@@ -64,9 +85,11 @@ def _only_key_span(raw: bytes, key: str) -> tuple[int, int] | None:
                 if found is not None:
                     return None  # twice (nested, or a duplicate): only the scanner can tell
                 value_at = _skip_whitespace(raw, colon + 1)
-                if raw[value_at] != 0x22:
+                end = _scalar_end(raw, value_at) if numbers else (
+                    _string_end(raw, value_at) if raw[value_at] == 0x22 else None)
+                if end is None:
                     return None
-                found = (value_at, _string_end(raw, value_at))
+                found = (value_at, end)
         at = raw.find(needle, at + 1)
     return found
 
@@ -127,3 +150,41 @@ def replace_top_level_string(raw: bytes, key: str, value: str, parsed: dict | No
         last = end
     out += raw[last:]
     return bytes(out)
+
+
+def _insert_first(raw: bytes, fields: dict[str, object]) -> bytes | None:
+    """``raw`` with ``fields`` (absent from it) inserted as the object's first members."""
+    i = _skip_whitespace(raw, 0) if raw else 0
+    if not raw or raw[i] != 0x7B:
+        return None
+    members = b",".join(orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in fields.items())
+    after = _skip_whitespace(raw, i + 1)
+    joiner = b"" if raw[after] == 0x7D else b","
+    return b"".join((raw[: i + 1], members, joiner, raw[i + 1:]))
+
+
+def set_top_level_fields(raw: bytes, parsed: dict, changes: dict[str, object]) -> bytes | None:
+    """``raw`` with each top-level field of ``changes`` set to its value (a string or an
+    integer), or None when the bytes cannot be edited so (the caller re-encodes).
+
+    A field ``parsed`` (the caller's parse of ``raw``) lacks is inserted after the opening
+    brace; a string field goes through :func:`replace_top_level_string`; a number field is
+    replaced when it occurs once as a key (the fast path above)."""
+    if not isinstance(parsed, dict):
+        return None
+    inserts = {k: v for k, v in changes.items() if k not in parsed}
+    for key, value in changes.items():
+        if key in inserts:
+            continue
+        current = parsed[key]
+        if isinstance(value, str) and isinstance(current, str):
+            edited = replace_top_level_string(raw, key, value, parsed)
+        elif isinstance(value, int) and isinstance(current, (int, float)) and not isinstance(current, bool):
+            span = _only_key_span(raw, key, numbers=True)
+            edited = None if span is None else b"".join((raw[: span[0]], orjson.dumps(value), raw[span[1]:]))
+        else:
+            edited = None
+        if edited is None:
+            return None
+        raw = edited
+    return _insert_first(raw, inserts) if inserts else raw

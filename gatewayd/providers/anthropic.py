@@ -27,7 +27,8 @@ from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPi
 from gatewayd.providers.base import (
     Call, Route, converted_error, dropped_tools_headers, encode_body, model_change, passthrough_error, translate, with_changes,
 )
-from gatewayd.billing.estimate import estimate_input_tokens, requested_output_tokens
+from gatewayd.billing.estimate import ANTHROPIC_MEDIA, estimate_input_tokens
+from gatewayd.billing.features import messages_asks, messages_changes, require_prices
 
 SIM_BASE_PATH = ""  # where the simulator serves this protocol (``--demo``)
 DEFAULT_FAMILY = "claude"  # the family of a model whose first route speaks this protocol, unless set
@@ -91,7 +92,10 @@ def _client_betas(headers) -> list[str]:
 
 def messages(call: Call, target: ModelRoute, upstream) -> Route:
     body = call.body
-    estimate = estimate_input_tokens(body, "messages")
+    bounds = messages_changes(body, call.model)  # the cap and tool uses held for, sent upstream
+    asks = messages_asks({**body, **bounds} if bounds else body, call.model)
+    require_prices(call.model, asks)
+    estimate = estimate_input_tokens(body, "messages", ANTHROPIC_MEDIA)
 
     def finish(raw: bytes):
         message = answer_object(raw)
@@ -99,23 +103,30 @@ def messages(call: Call, target: ModelRoute, upstream) -> Route:
 
     return Route(
         request=request(
-            upstream, target, with_changes(call.raw, body, model_change(call, target)), stream=call.stream,
+            upstream, target, with_changes(call.raw, body, {**model_change(call, target), **bounds}),
+            stream=call.stream,
             version=call.headers.get("anthropic-version") if call.headers is not None else None,
             betas=_client_betas(call.headers),
         ),
         stream=call.stream,
         input_tokens_estimate=estimate,
-        output_tokens=requested_output_tokens(body, call.model),
+        output_tokens=asks.output_tokens,
         make_pipe=pipes.MessagesPassthrough,
         finish=finish,
         upstream_error=messages_passthrough_error,
+        asks=asks,
     )
 
 
 def _to_messages(chat_body: dict, model: Model, target: ModelRoute) -> dict:
+    """The messages body for a chat body, its cap lowered to the model's maximum, priced
+    (400 ``unpriced_feature`` otherwise)."""
     default_max = min(model.max_output_tokens, DEFAULT_TRANSLATED_MAX_TOKENS)
-    return translate(chat_request_to_messages, chat_body, upstream_model=target.upstream_id,
+    body = translate(chat_request_to_messages, chat_body, upstream_model=target.upstream_id,
                      default_max_tokens=default_max)
+    body.update(messages_changes(body, model))
+    require_prices(model, messages_asks(body, model))
+    return body
 
 
 def chat(call: Call, target: ModelRoute, upstream) -> Route:
@@ -123,7 +134,8 @@ def chat(call: Call, target: ModelRoute, upstream) -> Route:
     body, model = call.body, call.model
     upstream_body = _to_messages(body, model, target)
     wants_usage = call.stream and (body.get("stream_options") or {}).get("include_usage") is True
-    estimate = estimate_input_tokens(upstream_body, "messages")
+    estimate = estimate_input_tokens(upstream_body, "messages", ANTHROPIC_MEDIA)
+    asks = messages_asks(upstream_body, model)
     created = int(time.time())
 
     def finish(raw: bytes):
@@ -135,7 +147,8 @@ def chat(call: Call, target: ModelRoute, upstream) -> Route:
         request=request(upstream, target, encode_body(upstream_body), stream=call.stream),
         stream=call.stream,
         input_tokens_estimate=estimate,
-        output_tokens=upstream_body["max_tokens"],
+        output_tokens=asks.output_tokens,
+        asks=asks,
         make_pipe=lambda: MessagesToChatPipe(model.id, wants_usage, created=created),
         finish=finish,
         upstream_error=converted_error,
@@ -161,8 +174,9 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     return Route(
         request=request(upstream, target, encode_body(upstream_body), stream=call.stream),
         stream=call.stream,
-        input_tokens_estimate=estimate_input_tokens(upstream_body, "messages"),
-        output_tokens=upstream_body["max_tokens"],
+        input_tokens_estimate=estimate_input_tokens(upstream_body, "messages", ANTHROPIC_MEDIA),
+        output_tokens=messages_asks(upstream_body, model).output_tokens,
+        asks=messages_asks(upstream_body, model),
         make_pipe=lambda: ToResponsesPipe(body, messages_upstream=True, model=model.id, response_id=response_id,
                                           created=created),
         finish=finish,

@@ -17,11 +17,12 @@ import attrs
 import httpx
 import orjson
 
+from gatewayd.billing.features import Asks
 from gatewayd.catalogue import Model, ModelRoute
 from gatewayd.errors import BodyError, UpstreamError, retry_after_seconds
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.pipes import Pipe
-from gatewayd.formats.raw_json import replace_top_level_string
+from gatewayd.formats.raw_json import set_top_level_fields
 from gatewayd.formats.responses_tools import DROPPED_REASON, plan_tools
 from gatewayd.formats.usage import Usage
 
@@ -60,7 +61,7 @@ class Route:
     request: httpx.Request
     stream: bool
     input_tokens_estimate: int
-    output_tokens: int  # the hold's output allowance
+    output_tokens: int  # the hold's output allowance (asks.output_tokens)
     make_pipe: Callable[[], Pipe]
     # non-stream: upstream body -> (client body, usage or None when the upstream gave none)
     finish: Callable[[bytes], tuple[bytes, Usage | None]]
@@ -71,20 +72,24 @@ class Route:
     # a pass-through Responses route: the non-stream answer -> the response / conversation ids it
     # gives the client, which the account may name again (``gatewayd.received_ids``)
     received_ids: Callable[[bytes], tuple[str, ...]] | None = None
+    # what the upstream body may be billed for besides its input (billing.estimate.hold_nano);
+    # None: input and output_tokens at the base rates (embeddings)
+    asks: Asks | None = None
 
 
 Builder = Callable[[Call, ModelRoute, Any], Route]  # (call, route, upstream transport) -> Route
 
 
 def with_changes(raw: bytes, body: dict, changes: dict[str, Any]) -> bytes:
-    """The client's bytes when nothing changes; only the model value swapped in the bytes when
-    that is the one change; re-encoded only when other fields must change."""
+    """The client's bytes when nothing changes; edited in the bytes when the changes are
+    top-level strings and numbers (the model id, the output cap held for) and the bytes allow
+    it (:func:`~gatewayd.formats.raw_json.set_top_level_fields`); re-encoded otherwise (a
+    changed ``tools`` list, or a key spelled twice in a large body)."""
     if not changes:
         return raw
-    if set(changes) == {"model"}:
-        swapped = replace_top_level_string(raw, "model", changes["model"], body)
-        if swapped is not None:
-            return swapped
+    edited = set_top_level_fields(raw, body, changes)
+    if edited is not None:
+        return edited
     return encode_body({**body, **changes})
 
 

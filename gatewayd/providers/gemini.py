@@ -28,7 +28,8 @@ import httpx
 import orjson
 
 from gatewayd import tokens
-from gatewayd.billing.estimate import estimate_input_tokens
+from gatewayd.billing.estimate import GEMINI_MEDIA, estimate_input_tokens
+from gatewayd.billing.features import gemini_asks, gemini_cap, require_prices
 from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import UpstreamError
 from gatewayd.formats.chat_to_gemini import chat_request_to_gemini
@@ -183,8 +184,11 @@ def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe,
     """The route for a chat body (the client's, or translated from responses):
     ``client_body(chat completion, created) -> bytes`` gives the client's non-stream answer."""
     model = call.model
-    upstream_body = translate(chat_request_to_gemini, chat_body, upstream_model=target.upstream_id)
-    estimate = estimate_input_tokens(chat_body, "chat")  # the chat body: it names its images and files for the allowance
+    upstream_body = gemini_cap(translate(chat_request_to_gemini, chat_body, upstream_model=target.upstream_id), model)
+    asks = gemini_asks(upstream_body, model)
+    require_prices(model, asks)
+    # the chat body: it names its images and files for the allowance
+    estimate = estimate_input_tokens(chat_body, "chat", GEMINI_MEDIA)
     completion_id, created = _ids()
 
     def finish(raw: bytes):
@@ -205,9 +209,9 @@ def _route(call: Call, target: ModelRoute, upstream, chat_body: dict, make_pipe,
         request=request(upstream, target, encode_body(upstream_body), stream=call.stream),
         stream=call.stream,
         input_tokens_estimate=estimate,
-        # Gemini needs no cap: without one the hold covers the model's whole allowance
-        # (thinking included, as Gemini counts it in maxOutputTokens).
-        output_tokens=(upstream_body.get("generationConfig") or {}).get("maxOutputTokens") or model.max_output_tokens,
+        # the cap is always sent (gemini_cap): thinking counts inside it
+        output_tokens=asks.output_tokens,
+        asks=asks,
         make_pipe=lambda: make_pipe(completion_id, created),
         finish=finish,
         upstream_error=gemini_error,

@@ -19,7 +19,10 @@ import httpx
 import orjson
 
 from gatewayd import tokens
-from gatewayd.billing.estimate import estimate_input_tokens, estimate_text_tokens, requested_output_tokens
+from gatewayd.billing.estimate import estimate_input_tokens, estimate_text_tokens, media_for, prediction_tokens
+from gatewayd.billing.features import (
+    chat_asks, chat_cap_change, require_prices, responses_asks, responses_changes,
+)
 from gatewayd.catalogue import ModelRoute
 from gatewayd.formats import partial, pipes, usage as usage_mod
 from gatewayd.formats.errors import InvalidAnswer, answer_object
@@ -71,7 +74,10 @@ def routes(address: Addresser) -> dict[str, Builder]:
     def chat(call: Call, target: ModelRoute, upstream) -> Route:
         body, stream = call.body, call.stream
         wants_usage = stream and (body.get("stream_options") or {}).get("include_usage") is True
+        asks = chat_asks(body, call.model, prediction_tokens=prediction_tokens(body))
+        require_prices(call.model, asks)
         changes = model_change(call, target)
+        changes.update(chat_cap_change(body, call.model))  # the cap held for, sent upstream
         if stream and not wants_usage:  # the gateway bills from the provider's usage: always ask for it
             changes["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         payload = with_changes(call.raw, body, changes)
@@ -84,17 +90,22 @@ def routes(address: Addresser) -> dict[str, Builder]:
         return Route(
             request=address(upstream, target, "chat/completions", payload, stream=stream),
             stream=stream,
-            input_tokens_estimate=estimate_input_tokens(body, "chat"),
-            output_tokens=requested_output_tokens(body, call.model),
+            input_tokens_estimate=estimate_input_tokens(body, "chat", media_for(target.provider.protocol,
+                                                                                target.upstream_id)),
+            output_tokens=asks.output_tokens,
             make_pipe=lambda: pipes.ChatPassthrough(wants_usage),
             finish=finish,
             upstream_error=passthrough_error,
+            asks=asks,
         )
 
     def responses(call: Call, target: ModelRoute, upstream) -> Route:
         if call.model.family != "gpt":
             return responses_via_chat(call, target, upstream)
         body = call.body
+        asks = responses_asks(body, call.model)
+        require_prices(call.model, asks)
+        changes = {**model_change(call, target), **responses_changes(body, call.model)}
 
         def finish(raw: bytes):
             doc = answer_object(raw)
@@ -102,21 +113,25 @@ def routes(address: Addresser) -> dict[str, Builder]:
                 doc, estimate_input_tokens(body, "responses"), call.model.family)
 
         return Route(
-            request=address(upstream, target, "responses", with_changes(call.raw, body, model_change(call, target)),
-                            stream=call.stream),
+            request=address(upstream, target, "responses", with_changes(call.raw, body, changes), stream=call.stream),
             stream=call.stream,
-            input_tokens_estimate=estimate_input_tokens(body, "responses"),
-            output_tokens=requested_output_tokens(body, call.model, fields=("max_output_tokens",)),
+            input_tokens_estimate=estimate_input_tokens(body, "responses", media_for(target.provider.protocol,
+                                                                                     target.upstream_id)),
+            output_tokens=asks.output_tokens,
             make_pipe=pipes.ResponsesPassthrough,
             finish=finish,
             upstream_error=passthrough_error,
             received_ids=lambda raw: answer_received_ids(orjson.loads(raw)),
+            asks=asks,
         )
 
     def responses_via_chat(call: Call, target: ModelRoute, upstream) -> Route:
         """A responses-format client of a model whose upstream has no /v1/responses."""
         body = call.body
         chat_body = {**translate(responses_request_to_chat, body), "model": target.upstream_id}
+        chat_body.update(chat_cap_change(chat_body, call.model))
+        asks = chat_asks(chat_body, call.model)
+        require_prices(call.model, asks)
         created = int(time.time())
         response_id = "resp_" + os.urandom(12).hex()
         encode_body(envelope(body, response_id=response_id, created_at=created, status=""))  # echoed later
@@ -130,8 +145,10 @@ def routes(address: Addresser) -> dict[str, Builder]:
         return Route(
             request=address(upstream, target, "chat/completions", encode_body(chat_body), stream=call.stream),
             stream=call.stream,
-            input_tokens_estimate=estimate_input_tokens(chat_body, "chat"),
-            output_tokens=chat_body.get("max_completion_tokens") or call.model.max_output_tokens,
+            input_tokens_estimate=estimate_input_tokens(chat_body, "chat", media_for(target.provider.protocol,
+                                                                                     target.upstream_id)),
+            output_tokens=asks.output_tokens,
+            asks=asks,
             make_pipe=lambda: ToResponsesPipe(body, messages_upstream=False, model=call.model.id,
                                               response_id=response_id, created=created),
             finish=finish,

@@ -1,0 +1,429 @@
+"""What a request asks the provider for, in billing terms, and the refusals of what has no price.
+
+The hold must cover everything the provider can bill for a body (docs/billing.md, "What the
+hold covers"). Output is bounded by the cap field the *upstream* protocol reads, times every
+multiplier of it; input by the estimate, times the model passes a hosted tool may add; rates
+by the worst that can apply (requested tier, long context, cache writes, audio). This module
+reads those asks from the body the provider will receive, per protocol:
+
+- chat (OpenAI Chat Completions): ``max_completion_tokens`` / ``max_tokens`` (two that
+  disagree are refused), ``n``, ``prediction``, ``service_tier``, ``modalities`` / ``audio``,
+  ``input_audio`` parts, ``web_search_options``;
+- responses (OpenAI Responses): ``max_output_tokens``, ``service_tier``, hosted tools and
+  ``max_tool_calls``;
+- messages (Anthropic): ``max_tokens``, ``service_tier``, ``speed``, server tools and their
+  ``max_uses``, ``cache_control`` markers and their ``ttl``;
+- gemini (generateContent): ``generationConfig.maxOutputTokens`` and ``candidateCount``,
+  ``googleSearch`` / ``codeExecution`` tools.
+
+A cap field the protocol does not have (``max_completion_tokens`` on /v1/messages) is the
+client's 400 (:func:`check_cap_fields`): the provider would ignore it, or read it where we
+did not. Anything billable the model has no price for is refused before the provider with
+400 ``unpriced_feature`` naming it (:func:`require_prices`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from gatewayd.catalogue import Model
+from gatewayd.errors import BodyError
+
+# Vendor tool types -> the catalogue's ``tool_prices`` names (one table for every protocol).
+# Anthropic's server tools are versioned (``web_search_20250305``): matched by prefix below.
+HOSTED_TOOLS = {
+    # OpenAI Responses built-in tools
+    "web_search": "web_search",
+    "web_search_preview": "web_search",
+    "web_search_2025_08_26": "web_search",
+    "web_search_preview_2025_03_11": "web_search",
+    "file_search": "file_search",
+    "code_interpreter": "code_interpreter",
+    "image_generation": "image_generation",
+    "computer_use_preview": "computer_use",
+    "computer_use": "computer_use",
+    "computer": "computer_use",
+    "mcp": "mcp",
+    # Gemini tools (keys of a ``tools[]`` entry)
+    "googleSearch": "web_search",
+    "google_search": "web_search",
+    "googleSearchRetrieval": "web_search",
+    "google_search_retrieval": "web_search",
+    "codeExecution": "code_interpreter",
+    "code_execution": "code_interpreter",
+    "urlContext": "web_fetch",
+    "url_context": "web_fetch",
+    "googleMaps": "google_maps",
+    "fileSearch": "file_search",
+}
+ANTHROPIC_SERVER_TOOL_PREFIXES = {
+    "web_search_": "web_search",
+    "web_fetch_": "web_fetch",
+    "code_execution_": "code_execution",
+}
+# Anthropic tool types the client runs itself (no fee): the model only asks for them
+ANTHROPIC_CLIENT_TOOL_PREFIXES = ("custom", "bash_", "text_editor_", "computer_", "memory_", "tool_search_tool_")
+# Responses tool types the client runs itself, or that the gateway translates to functions
+RESPONSES_CLIENT_TOOLS = frozenset({"function", "custom", "namespace", "local_shell", "shell", "apply_patch",
+                                    "tool_search"})
+GEMINI_CLIENT_TOOLS = frozenset({"functionDeclarations", "function_declarations"})
+
+# Most uses of a hosted tool per request when the client sets no bound: sent upstream
+# (Anthropic ``max_uses`` per server tool, Responses ``max_tool_calls``) so the provider
+# cannot make more calls than were held.
+DEFAULT_MAX_TOOL_USES = 5
+# Input one hosted call may add to the context (search results, a fetched page): the model
+# reads it in the passes that follow. Anthropic's web_fetch is capped at this upstream
+# (``max_content_tokens``) when the client sets no lower cap.
+TOOL_RESULT_TOKENS = 10_000
+
+# service_tier values that are the default tier (no entry in service_tiers needed)
+DEFAULT_TIERS = frozenset({"auto", "default", "standard", "standard_only", "on_demand"})
+
+CHAT_CAPS = ("max_completion_tokens", "max_tokens")
+CAP_FIELDS = {"chat": CHAT_CAPS, "responses": ("max_output_tokens",), "messages": ("max_tokens",)}
+ALL_CAPS = frozenset({"max_completion_tokens", "max_tokens", "max_output_tokens", "maxOutputTokens"})
+
+
+class UnpricedFeature(BodyError):
+    """400 ``unpriced_feature``: the request asks for something billable that its model has no
+    price for. A :class:`BodyError`, so a model's other route that does not carry the feature
+    (a translation that drops hosted tools) may still serve the request."""
+
+    def __init__(self, feature: str, model: Model, param: str | None = None) -> None:
+        super().__init__(f"{feature} is not priced for model {model.id} on this gateway; "
+                         f"the request was not sent", param=param)
+        self.code = "unpriced_feature"
+        self.feature = feature
+
+
+@attrs.frozen
+class Asks:
+    """What one upstream request may be billed for, besides its input estimate."""
+
+    output_cap: int  # output tokens per choice, as the upstream protocol reads them (sent upstream)
+    choices: int = 1  # n / candidateCount: output and per-choice extras multiply by this
+    prediction_tokens: int = 0  # OpenAI predicted outputs: rejected ones are billed as output, per choice
+    tier: str | None = None  # a requested non-default service tier
+    tools: tuple[str, ...] = ()  # hosted/server tools (catalogue names), sorted
+    max_tool_calls: int = 0  # most hosted-tool calls in all (each a fee and one more model pass)
+    cache_write: bool = False  # cache_control markers: input may be written to the cache
+    cache_1h: bool = False  # ... with a 1-hour TTL
+    audio_input: bool = False
+    audio_output: bool = False
+    image_output: bool = False
+
+    @property
+    def output_tokens(self) -> int:
+        """The hold's output allowance: every choice's cap and rejected predictions."""
+        return self.choices * (self.output_cap + self.prediction_tokens)
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def check_cap_fields(body: dict, fmt: str) -> int | None:
+    """The client's output cap on a ``fmt`` (chat, messages, responses) body, or None.
+
+    400 when the body sets a cap field its protocol does not have (``max_completion_tokens``
+    on /v1/messages, ``max_tokens`` on /v1/responses ...), a cap that is not a positive
+    integer, or two chat caps that disagree. Called by the endpoints before anything else
+    reads the body."""
+    own = CAP_FIELDS[fmt]
+    for name in ALL_CAPS:
+        if name in body and name not in own:
+            raise BodyError(f"field '{name}' is not a {_FORMAT_NAMES[fmt]} field; the output cap here is "
+                            f"{' or '.join(repr(f) for f in own)}", param=name)
+    values = {}
+    for name in own:
+        value = body.get(name)
+        if value is None:
+            continue
+        if _positive(value) is None:
+            raise BodyError(f"field '{name}' must be a positive integer", param=name)
+        values[name] = value
+    if len(set(values.values())) > 1:
+        raise BodyError("max_completion_tokens and max_tokens disagree; send one of them", param="max_tokens")
+    return next(iter(values.values()), None)
+
+
+_FORMAT_NAMES = {"chat": "chat completions", "responses": "Responses API", "messages": "Messages API"}
+
+
+def check_n(body: dict) -> int:
+    value = body.get("n")
+    if value is None:
+        return 1
+    if _positive(value) is None:
+        raise BodyError("field 'n' must be a positive integer", param="n")
+    return value
+
+
+def _tier(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BodyError("field 'service_tier' must be a string", param="service_tier")
+    return None if value in DEFAULT_TIERS else value
+
+
+def capped(requested: int | None, model: Model) -> int:
+    """The cap sent upstream: the client's, lowered to the model's ``max_output_tokens``
+    (clients that do not know a model send 128000), or the model's when the client set none."""
+    return model.max_output_tokens if requested is None else min(requested, model.max_output_tokens)
+
+
+# -- chat -----------------------------------------------------------------------------------
+
+
+def _chat_audio_input(messages: Any) -> bool:
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "input_audio":
+                    return True
+    return False
+
+
+def chat_asks(body: dict, model: Model, *, prediction_tokens: int = 0) -> Asks:
+    """A chat completions body as an OpenAI-protocol upstream reads it (the cap already the
+    one sent upstream: see :func:`chat_cap_change`)."""
+    cap = capped(check_cap_fields(body, "chat"), model)
+    n = check_n(body)
+    modalities = body.get("modalities")
+    modalities = modalities if isinstance(modalities, list) else []
+    search = body.get("web_search_options") is not None
+    return Asks(
+        output_cap=cap, choices=n, prediction_tokens=prediction_tokens, tier=_tier(body.get("service_tier")),
+        tools=("web_search",) if search else (),
+        max_tool_calls=n if search else 0,  # a search model searches once per answer
+        audio_input=_chat_audio_input(body.get("messages")),
+        audio_output="audio" in modalities or body.get("audio") is not None,
+        image_output="image" in modalities,
+    )
+
+
+def chat_cap_change(body: dict, model: Model) -> dict[str, int | None]:
+    """The chat cap field to set upstream: the client's (lowered to the model's maximum), else
+    the model's maximum in ``max_completion_tokens`` (GPT family; reasoning models refuse
+    ``max_tokens``). Other OpenAI-compatible providers always get ``max_tokens`` (the field
+    they all read; equal to ``max_completion_tokens`` when the client sent that one)."""
+    requested = check_cap_fields(body, "chat")
+    cap = capped(requested, model)
+    present = [name for name in CHAT_CAPS if body.get(name) is not None]
+    changes = {name: cap for name in present if body[name] != cap}
+    if model.family != "gpt" and "max_tokens" not in present:
+        changes["max_tokens"] = cap  # OpenAI-compatible providers read max_tokens; maybe not the other
+        if "max_completion_tokens" in present:
+            # null, not both: a provider that reads both refuses them together (as OpenAI does)
+            changes["max_completion_tokens"] = None
+    elif not present:
+        changes["max_completion_tokens"] = cap
+    return changes
+
+
+# -- responses ------------------------------------------------------------------------------
+
+
+def _responses_tools(tools: Any) -> list[tuple[str, str]]:
+    """(vendor type, catalogue name) of each hosted tool of a Responses ``tools`` list."""
+    out = []
+    if not isinstance(tools, list):
+        return out
+    for tool in tools:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(kind, str) or kind in RESPONSES_CLIENT_TOOLS:
+            continue
+        out.append((kind, HOSTED_TOOLS.get(kind, kind)))
+    return out
+
+
+def responses_asks(body: dict, model: Model) -> Asks:
+    cap = capped(check_cap_fields(body, "responses"), model)
+    hosted = _responses_tools(body.get("tools"))
+    calls = 0
+    if hosted:
+        calls = _positive(body.get("max_tool_calls")) or DEFAULT_MAX_TOOL_USES
+    return Asks(
+        output_cap=cap, tier=_tier(body.get("service_tier")), tools=tuple(sorted({n for _, n in hosted})),
+        max_tool_calls=calls, audio_input=_responses_audio(body.get("input")),
+        image_output="image_generation" in {n for _, n in hosted},
+    )
+
+
+def _responses_audio(items: Any) -> bool:
+    if not isinstance(items, list):
+        return False
+    for item in items:
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "input_audio":
+                    return True
+    return False
+
+
+def responses_changes(body: dict, model: Model) -> dict[str, int]:
+    """``max_output_tokens`` (lowered, or the model's maximum) and, with hosted tools and no
+    bound, ``max_tool_calls``."""
+    changes = {}
+    requested = check_cap_fields(body, "responses")
+    cap = capped(requested, model)
+    if requested != cap:
+        changes["max_output_tokens"] = cap
+    if _responses_tools(body.get("tools")) and _positive(body.get("max_tool_calls")) is None:
+        changes["max_tool_calls"] = DEFAULT_MAX_TOOL_USES
+    return changes
+
+
+# -- messages -------------------------------------------------------------------------------
+
+
+def _anthropic_tool(tool: Any) -> str | None:
+    """The catalogue name of an Anthropic server tool; None for a client tool."""
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if kind is None or not isinstance(kind, str):
+        return None
+    for prefix, name in ANTHROPIC_SERVER_TOOL_PREFIXES.items():
+        if kind.startswith(prefix):
+            return name
+    if kind.startswith(ANTHROPIC_CLIENT_TOOL_PREFIXES):
+        return None
+    return kind  # an unknown tool type: a server tool we cannot price unless the catalogue names it
+
+
+def _cache_markers(body: dict) -> tuple[bool, bool]:
+    """(any cache_control marker, any with ttl "1h") in the places Anthropic reads them."""
+    found = one_hour = False
+
+    def seen(holder: Any) -> None:
+        nonlocal found, one_hour
+        marker = holder.get("cache_control") if isinstance(holder, dict) else None
+        if marker is not None:
+            found = True
+            if isinstance(marker, dict) and marker.get("ttl") == "1h":
+                one_hour = True
+
+    seen(body)
+    for place in (body.get("system"), body.get("tools")):
+        if isinstance(place, list):
+            for block in place:
+                seen(block)
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):
+                for block in content:
+                    seen(block)
+                    inner = block.get("content") if isinstance(block, dict) else None
+                    if isinstance(inner, list):  # tool_result content blocks
+                        for nested in inner:
+                            seen(nested)
+    return found, one_hour
+
+
+def messages_asks(body: dict, model: Model) -> Asks:
+    """A messages body as Anthropic reads it (after :func:`messages_changes`)."""
+    cap = capped(_positive(body.get("max_tokens")), model)
+    tools = body.get("tools")
+    names: set[str] = set()
+    calls = 0
+    if isinstance(tools, list):
+        for tool in tools:
+            name = _anthropic_tool(tool)
+            if name is None:
+                continue
+            names.add(name)
+            calls += _positive(tool.get("max_uses")) or (1 if name == "code_execution" else DEFAULT_MAX_TOOL_USES)
+    cache, one_hour = _cache_markers(body)
+    tier = _tier(body.get("service_tier"))
+    speed = body.get("speed")
+    if isinstance(speed, str) and speed != "standard":  # Anthropic's fast mode: priced as a tier
+        tier = speed
+    return Asks(output_cap=cap, tier=tier, tools=tuple(sorted(names)), max_tool_calls=calls,
+                cache_write=cache, cache_1h=one_hour)
+
+
+def messages_changes(body: dict, model: Model) -> dict[str, Any]:
+    """``max_tokens`` lowered to the model's maximum; server tools given ``max_uses`` (and
+    web_fetch ``max_content_tokens``) when the client set none."""
+    changes: dict[str, Any] = {}
+    requested = _positive(body.get("max_tokens"))
+    if requested is not None and requested > model.max_output_tokens:
+        changes["max_tokens"] = model.max_output_tokens
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        bounded = []
+        changed = False
+        for tool in tools:
+            name = _anthropic_tool(tool)
+            if name in ("web_search", "web_fetch") and _positive(tool.get("max_uses")) is None:
+                tool = {**tool, "max_uses": DEFAULT_MAX_TOOL_USES}
+                changed = True
+            if name == "web_fetch" and (_positive(tool.get("max_content_tokens")) or TOOL_RESULT_TOKENS + 1) \
+                    > TOOL_RESULT_TOKENS:
+                tool = {**tool, "max_content_tokens": TOOL_RESULT_TOKENS}
+                changed = True
+            bounded.append(tool)
+        if changed:
+            changes["tools"] = bounded
+    return changes
+
+
+# -- gemini ---------------------------------------------------------------------------------
+
+
+def gemini_asks(body: dict, model: Model) -> Asks:
+    """A generateContent body (the translation's output)."""
+    config = body.get("generationConfig") or {}
+    cap = capped(_positive(config.get("maxOutputTokens")), model)
+    names = set()
+    for tool in body.get("tools") or ():
+        if isinstance(tool, dict):
+            for key in tool:
+                if key not in GEMINI_CLIENT_TOOLS:
+                    names.add(HOSTED_TOOLS.get(key, key))
+    modalities = [m.upper() for m in config.get("responseModalities") or () if isinstance(m, str)]
+    return Asks(output_cap=cap, choices=_positive(config.get("candidateCount")) or 1, tools=tuple(sorted(names)),
+                max_tool_calls=DEFAULT_MAX_TOOL_USES * len(names),
+                audio_output="AUDIO" in modalities, image_output="IMAGE" in modalities)
+
+
+def gemini_cap(body: dict, model: Model) -> dict:
+    """The Gemini body with ``generationConfig.maxOutputTokens`` set to the cap that is held
+    (Gemini has no required cap: without one it may write up to the model's maximum), and a
+    thinking budget above it lowered to it (Gemini counts thinking inside the cap)."""
+    config = dict(body.get("generationConfig") or {})
+    cap = capped(_positive(config.get("maxOutputTokens")), model)
+    config["maxOutputTokens"] = cap
+    thinking = config.get("thinkingConfig")
+    if isinstance(thinking, dict) and (_positive(thinking.get("thinkingBudget")) or 0) > cap:
+        config["thinkingConfig"] = {**thinking, "thinkingBudget": cap}
+    return {**body, "generationConfig": config}
+
+
+# -- refusals -------------------------------------------------------------------------------
+
+
+def require_prices(model: Model, asks: Asks) -> None:
+    """400 ``unpriced_feature`` for the first thing ``asks`` wants that ``model`` has no price for."""
+    if asks.tier is not None and asks.tier not in model.service_tiers:
+        raise UnpricedFeature(f"service_tier {asks.tier!r}", model, "service_tier")
+    for name in asks.tools:
+        if name not in model.tool_prices:
+            raise UnpricedFeature(f"the hosted tool {name!r}", model, "tools")
+    if asks.cache_1h and model.cache_write_1h_price is None:
+        raise UnpricedFeature("1-hour prompt caching (cache_control ttl '1h')", model, "cache_control")
+    if asks.audio_input and model.audio_input_price is None:
+        raise UnpricedFeature("audio input", model, "messages")
+    if asks.audio_output and model.audio_output_price is None:
+        raise UnpricedFeature("audio output", model, "modalities")
+    if asks.image_output and model.image_output_price is None and "image_generation" not in asks.tools:
+        raise UnpricedFeature("image output", model, "modalities")
