@@ -24,7 +24,8 @@ import trio
 
 from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
-from gatewayd.billing.estimate import charge, estimate_cost
+from gatewayd.billing import pricing
+from gatewayd.billing.estimate import estimate_cost
 from gatewayd.billing.ledger import Hold, Ledger
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
@@ -337,9 +338,10 @@ class Relay:
     async def _settle(self, hold: Hold, grant: Grant, usage: Usage, *, status: str, http_status: int) -> None:
         if hold.settled:
             return
-        cost = charge(grant.model, usage, grant.price_ratio)
+        bill = pricing.bill(grant.model, usage, grant.price_ratio)
+        cost = bill.total_nano
         started = time.perf_counter()
-        await self.ledger.settle(hold, usage, cost, status=status, http_status=http_status)
+        await self.ledger.settle(hold, usage, bill, status=status, http_status=http_status)
         self.metrics.store_latency.observe(time.perf_counter() - started)
         t = trace.get()
         if t is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from gatewayd.billing.pricing import Bill
 from gatewayd.errors import GatewayError, invalid_token
 from gatewayd.formats.usage import Usage
 from gatewayd.money import format_usd
@@ -67,11 +68,13 @@ class Ledger:
         self.held_nano += amount_nano
         return held
 
-    async def settle(self, hold: Hold, usage: Usage, cost_nano: int, *, status: str, http_status: int) -> None:
-        """Charge ``cost_nano``, release the hold and write the usage row, exactly once.
+    async def settle(self, hold: Hold, usage: Usage, bill: Bill, *, status: str, http_status: int) -> None:
+        """Charge ``bill.total_nano``, release the hold and write the usage row, exactly once.
 
-        Callers run this shielded from cancellation: a client that went away still pays
-        for what was produced.
+        The row records the hold it settled and the bill's lines (``Bill.doc()``), so it says
+        what the charge was made of and the audit can compare it with the hold. Callers run
+        this shielded from cancellation: a client that went away still pays for what was
+        produced.
         """
         if hold.settled:
             return
@@ -80,5 +83,5 @@ class Ledger:
         await self.store.settle(hold, Settlement(
             status=status, http_status=http_status, input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens,
-            cache_write_tokens=usage.cache_write_tokens, cost_nano=cost_nano,
+            cache_write_tokens=usage.cache_write_tokens, cost_nano=bill.total_nano, breakdown=bill.doc(),
         ))
