@@ -628,8 +628,10 @@ def usage(
 
     --since and --until are days in the account's time zone, both included. --csv and
     --jsonl export any range page by page without holding it in memory. Each row carries
-    what was held for it (hold_nano) and what its cost is made of (breakdown; in the CSV,
-    one column per dimension: docs/billing.md)."""
+    what was held for it (hold_nano) and what its cost is made of (breakdown: lines of
+    dimension, quantity, unit_nano and nano, adding up to cost_nano, with the tier and
+    long_context). The CSV has them as hold_nano, one <dimension>_nano column per token
+    dimension, tools_nano, tool_calls, tier and long_context."""
     exclusive({"--csv": csv_output, "--jsonl": jsonl, "--json": json_output, "--breakdown": show_breakdown})
     s = session(socket, json_output)
     params: dict[str, Any] = range_params(since, until)
@@ -704,9 +706,11 @@ def audit(
 
     For every account: balance == payments - charges - open holds, and the stored balance
     equals the one in memory; for every key: what it has spent equals the sum of its usage
-    rows, and it is over its limit by no more than one request's charge; every request has
-    one usage row. Warnings (exit status 0): an account below zero, a key over its limit
-    within one request's charge.
+    rows; every request has one usage row. The hold rule: no request was charged more than
+    its hold x (1 + the hold tolerance), each one beyond it named; no balance below, and no
+    key's spend above, what that rule allows (lowest_allowed_balance_nano,
+    highest_allowed_spent_nano). Warnings (exit status 0): an account below zero or a key
+    over its limit, within what the rule allows.
     """
     s = session(socket, json_output)
     report = s.api.get("/admin/v1/audit")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gatewayd.money import format_usd
 
 # The token dimensions of pricing.bill, in the order of a bill; tool fees are "tool:<name>".
 TOKEN_DIMENSIONS = ("input", "cached_input", "cache_write_5m", "cache_write_1h", "output", "audio_input",
@@ -27,6 +26,16 @@ TOOL_PREFIX = "tool:"
 # Every cell is empty on a row without a breakdown; a dimension the row did not bill is 0.
 CSV_COLUMNS = ("hold_nano", *(f"{d}_nano" for d in TOKEN_DIMENSIONS), "tools_nano", "tool_calls", "tier",
                "long_context")
+
+
+def exact_usd(nano: int) -> str:
+    """Dollars to the nano, shown with at least 6 decimals and more only where they are not
+    zero (token rates are fractions of a micro-dollar): 240 -> ``$0.00000024``,
+    30_000_000 -> ``$0.030000``. The lines of a bill add up to its cost as shown."""
+    sign = "-" if nano < 0 else ""
+    whole, frac = divmod(abs(nano), 1_000_000_000)
+    digits = f"{frac:09d}".rstrip("0").ljust(6, "0")
+    return f"{sign}${whole}.{digits}"
 
 
 def lines(breakdown: dict | None) -> list[dict]:
@@ -67,7 +76,7 @@ def summary(breakdown: dict | None) -> str:
     Empty for a plain text request, ``-`` for a row without a breakdown."""
     if not isinstance(breakdown, dict):
         return "-"
-    parts = [f"{_label(line['dimension'])} x{line['quantity']:,} {format_usd(line['nano'])}"
+    parts = [f"{_label(line['dimension'])} x{line['quantity']:,} {exact_usd(line['nano'])}"
              for line in lines(breakdown) if line["dimension"] not in PLAIN_DIMENSIONS]
     if breakdown.get("tier"):
         parts.append(f"tier {breakdown['tier']}")
@@ -81,8 +90,8 @@ def describe(breakdown: dict | None) -> list[str]:
     out = []
     for line in lines(breakdown):
         unit = line.get("unit_nano")
-        unit_text = format_usd(unit, 9) if isinstance(unit, int) else "?"  # token rates are below a micro-dollar
-        out.append(f"{_label(line['dimension'])}: {line['quantity']:,} x {unit_text} = {format_usd(line['nano'])}")
+        unit_text = exact_usd(unit) if isinstance(unit, int) else "?"
+        out.append(f"{_label(line['dimension'])}: {line['quantity']:,} x {unit_text} = {exact_usd(line['nano'])}")
     if isinstance(breakdown, dict):
         if breakdown.get("tier"):
             out.append(f"service tier {breakdown['tier']} rates")
