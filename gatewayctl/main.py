@@ -36,6 +36,7 @@ from rich.console import Console
 
 from gatewayctl import render
 from gatewayctl.client import AdminClient, AdminError, resolve_socket, segment
+from gatewayd.billing import breakdown
 from gatewayd.money import MoneyError, format_usd, usd_to_nano
 
 # --- Parsing the command line ------------------------------------------------------------
@@ -619,14 +620,20 @@ def usage(
     csv_output: Annotated[bool, typer.Option("--csv", help="Write CSV rows (with a header) as they arrive.")
                           ] = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Write one JSON object a line as they arrive.")] = False,
+    show_breakdown: Annotated[bool, typer.Option("--breakdown", help="Show each request's charge line by line "
+                                                 "(tokens by rate, tool calls, tier).")] = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """An account's requests: model, tokens and cost of each, newest first.
 
     --since and --until are days in the account's time zone, both included. --csv and
-    --jsonl export any range page by page without holding it in memory."""
-    exclusive({"--csv": csv_output, "--jsonl": jsonl, "--json": json_output})
+    --jsonl export any range page by page without holding it in memory. Each row carries
+    what was held for it (hold_nano) and what its cost is made of (breakdown: lines of
+    dimension, quantity, unit_nano and nano, adding up to cost_nano, with the tier and
+    long_context). The CSV has them as hold_nano, one <dimension>_nano column per token
+    dimension, tools_nano, tool_calls, tier and long_context."""
+    exclusive({"--csv": csv_output, "--jsonl": jsonl, "--json": json_output, "--breakdown": show_breakdown})
     s = session(socket, json_output)
     params: dict[str, Any] = range_params(since, until)
     for name, value in (("key", key), ("model", model), ("status", status)):
@@ -637,16 +644,20 @@ def usage(
         out = sys.stdout
         writer = csv.writer(out, lineterminator="\n") if csv_output else None
         if writer is not None:
-            writer.writerow([*USAGE_FIELDS, "cost_usd"])
+            writer.writerow([*USAGE_FIELDS, "cost_usd", *breakdown.CSV_COLUMNS])
         for row in usage_rows(s.api, path, params, limit):
             if writer is not None:
                 writer.writerow([*(csv_cell(row.get(f)) for f in USAGE_FIELDS),
-                                 format_usd(row.get("cost_nano")).lstrip("$")])
+                                 format_usd(row.get("cost_nano")).lstrip("$"),
+                                 *breakdown.csv_cells(row.get("hold_nano"), row.get("breakdown"))])
             else:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
         out.flush()
         return
     rows = list(usage_rows(s.api, path, params, limit or 50))
+    if show_breakdown:
+        s.emit(rows, lambda c: render.show_breakdowns(c, rows, empty="No usage."))
+        return
     s.emit(rows, lambda c: render.show_list(c, rows, render.USAGE_COLUMNS, empty="No usage."))
 
 
@@ -696,9 +707,11 @@ def audit(
 
     For every account: balance == payments - charges - open holds, and the stored balance
     equals the one in memory; for every key: what it has spent equals the sum of its usage
-    rows, and it is over its limit by no more than one request's charge; every request has
-    one usage row. Warnings (exit status 0): an account below zero, a key over its limit
-    within one request's charge.
+    rows; every request has one usage row. The hold rule: no request was charged more than
+    its hold x (1 + the hold tolerance), each one beyond it named; no balance below, and no
+    key's spend above, what that rule allows (lowest_allowed_balance_nano,
+    highest_allowed_spent_nano). Warnings (exit status 0): an account below zero or a key
+    over its limit, within what the rule allows.
     """
     s = session(socket, json_output)
     report = s.api.get("/admin/v1/audit")

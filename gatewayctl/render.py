@@ -19,6 +19,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gatewayd.billing import breakdown
 from gatewayd.money import format_usd
 
 
@@ -116,6 +117,8 @@ USAGE_COLUMNS = (
     Field("cached_tokens", "cached"),
     Field("cache_write_tokens", "cache wr"),
     Field("cost_nano", "cost", usd),
+    Field("hold_nano", "held", usd),
+    Field("breakdown", "billed besides tokens", breakdown.summary),
 )
 
 _SUM_COLUMNS = (
@@ -148,6 +151,7 @@ AUDIT_ACCOUNT_COLUMNS = (
     Field("email", "email"),
     Field("balance_nano", "balance", usd),
     Field("expected_balance_nano", "expected", usd),
+    Field("lowest_allowed_balance_nano", "lowest allowed", usd),
     Field("held_nano", "held", usd),
     Field("open_holds_nano", "open holds", usd),
     Field("ok", "ok"),
@@ -158,6 +162,7 @@ AUDIT_KEY_COLUMNS = (
     Field("key_id", "key"),
     Field("spent_nano", "spent", usd),
     Field("spend_limit_nano", "spend limit", usd_or("none")),
+    Field("highest_allowed_spent_nano", "highest allowed", usd_or("-")),
     Field("ok", "ok"),
     Field("problems", "problems", problems),
     Field("warnings", "warnings", problems),
@@ -305,6 +310,22 @@ def show_audit(console: Console, report: dict[str, Any], *, show_all: bool) -> N
             f"{_count(len(bad_accounts), 'account')} and {_count(len(bad_keys), 'key')}"
             + (f", and {_count(len(general), 'ledger-wide problem')}." if general else ".")
         )
+
+
+def show_breakdowns(console: Console, rows: Sequence[dict[str, Any]], *, empty: str) -> None:
+    """``usage --breakdown``: each row's charge, line by line (the lines add up to the cost)."""
+    if not rows:
+        console.print(empty)
+        return
+    for row in rows:
+        head = Text(f"{row.get('created_at', '')}  {row.get('request_id', '')}  {row.get('model', '')}  "
+                    f"cost {usd(row.get('cost_nano'))}  held {usd(row.get('hold_nano'))}", style="bold")
+        console.print(head)
+        described = breakdown.describe(row.get("breakdown"))
+        if row.get("breakdown") is None:
+            described = ["(no breakdown recorded: settled before gatewayd kept one)"]
+        for line in described or ["(nothing billed)"]:
+            console.print(Text(f"    {line}"))
 
 
 def _count(n: int, noun: str) -> str:

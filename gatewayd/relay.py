@@ -339,8 +339,10 @@ class Relay:
             "idle_timeout", reason=f"no answer within {limit:g} s", reached=False,
         )
 
-    def _settled(self, usage: Usage, outcome: Outcome, bill: Bill) -> None:
-        """A tab settled: the request's trace (log line) says what it was charged."""
+    def _settled(self, usage: Usage, outcome: Outcome, bill: Bill, store_s: float) -> None:
+        """A tab settled: the store's latency metric, and the request's trace (log line) says
+        what it was charged."""
+        self.metrics.store_latency.observe(store_s)
         t = trace.get()
         if t is not None:
             t.usage_status = outcome.value

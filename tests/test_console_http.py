@@ -284,6 +284,18 @@ def test_usage_log_pages_filters_csv_and_chart(gateway):
     assert {r["stream"] for r in table} <= {"true", "false"}  # as in JSON and gatewayctl's CSV
     filtered = list(csv.DictReader(io.StringIO(client.get("/console/usage.csv", params={"key": key_a["id"]}).text)))
     assert len(filtered) == 40 and {r["model"] for r in filtered} == {"gpt-4.1-mini"}
+    # what each cost is made of: the breakdown columns add up to cost_nano, and the page's tooltip says it
+    from gatewayd.billing.breakdown import TOKEN_DIMENSIONS, exact_usd
+
+    for r in table:
+        assert sum(int(r[f"{d}_nano"]) for d in TOKEN_DIMENSIONS) + int(r["tools_nano"]) == int(r["cost_nano"])
+        assert int(r["hold_nano"]) >= int(r["cost_nano"]) and r["long_context"] == "false"
+    newest_row = rows[0]
+    out = {line["dimension"]: line for line in newest_row["breakdown"]["lines"]}["output"]
+    cell = first.text[first.text.index(f'data-request-id="{newest}"'):]
+    cell = cell[cell.index('class="num cost breakdown"'):cell.index("</td>", cell.index('class="num cost'))]
+    assert f"output: {out['quantity']:,} x {exact_usd(out['unit_nano'])} = {exact_usd(out['nano'])}" in cell
+    assert f"held {usd(newest_row['hold_nano'])}" in cell and f">{usd(newest_row['cost_nano'])}" in cell
     client.close()
 
 

@@ -572,6 +572,53 @@ def test_usage_csv_writes_booleans_as_jsonl_and_the_console_do(admin: StandInAdm
     assert '"stream": true' in jsonl.stdout
 
 
+BILLED_ROW = {
+    **USAGE_ROW, "request_id": "req_10", "input_tokens": 250_000, "output_tokens": 100, "cached_tokens": 0,
+    "cost_nano": 1_030_000_000 + 2_000_000 + 30_000_000, "hold_nano": 1_100_000_000,
+    "breakdown": {"lines": [{"dimension": "input", "quantity": 250_000, "unit_nano": 4_120, "nano": 1_030_000_000},
+                            {"dimension": "output", "quantity": 100, "unit_nano": 20_000, "nano": 2_000_000},
+                            {"dimension": "tool:web_search", "quantity": 3, "unit_nano": 10_000_000,
+                             "nano": 30_000_000}],
+                  "tier": "priority", "long_context": True},
+}
+
+
+def test_usage_rows_carry_the_hold_and_the_breakdown(admin: StandInAdmin) -> None:
+    admin.answer("GET", "/admin/v1/accounts/acct/usage", 200, {"data": [BILLED_ROW, USAGE_ROW]})
+    assert one_json(gatewayctl(admin, "usage", "acct", "--json")) == [BILLED_ROW, USAGE_ROW]  # as the API sends
+    table = gatewayctl(admin, "usage", "acct")
+    assert table.exit_code == 0, table.stderr
+    assert "web_search x3 $0.030000, tier priority, long context" in table.stdout
+    assert "$1.100000" in table.stdout  # held
+    lines = gatewayctl(admin, "usage", "acct", "--breakdown")
+    assert lines.exit_code == 0, lines.stderr
+    assert "input: 250,000 x $0.00000412 = $1.030000" in lines.stdout
+    assert "web_search: 3 x $0.010000 = $0.030000" in lines.stdout
+    assert "service tier priority rates" in lines.stdout and "long-context rates" in lines.stdout
+    assert "no breakdown recorded" in lines.stdout  # the older row
+    assert gatewayctl(admin, "usage", "acct", "--breakdown", "--json").exit_code == 2
+
+
+def test_usage_csv_has_a_column_per_dimension_that_adds_up_to_the_cost(admin: StandInAdmin) -> None:
+    from gatewayd.billing.breakdown import CSV_COLUMNS, TOKEN_DIMENSIONS
+
+    admin.answer("GET", "/admin/v1/accounts/acct/usage", 200, {"data": [BILLED_ROW, USAGE_ROW]})
+    run = gatewayctl(admin, "usage", "acct", "--csv")
+    assert run.exit_code == 0, run.stderr
+    reader = csv.DictReader(io.StringIO(run.stdout))
+    assert reader.fieldnames[-len(CSV_COLUMNS):] == list(CSV_COLUMNS)
+    billed, older = list(reader)
+    assert (billed["hold_nano"], billed["input_nano"], billed["output_nano"], billed["tools_nano"]) == (
+        "1100000000", "1030000000", "2000000", "30000000")
+    assert (billed["tool_calls"], billed["tier"], billed["long_context"]) == ("web_search=3", "priority", "true")
+    assert billed["cached_input_nano"] == "0"
+    parts = sum(int(billed[f"{d}_nano"]) for d in TOKEN_DIMENSIONS) + int(billed["tools_nano"])
+    assert parts == int(billed["cost_nano"])
+    assert all(older[c] == "" for c in CSV_COLUMNS)  # a row settled before breakdowns were kept
+    jsonl = gatewayctl(admin, "usage", "acct", "--jsonl")
+    assert json.loads(jsonl.stdout.splitlines()[0])["breakdown"] == BILLED_ROW["breakdown"]
+
+
 def test_usage_limit_must_be_positive(admin: StandInAdmin) -> None:
     run = gatewayctl(admin, "usage", "acct", "--limit", "0")
     assert run.exit_code == 2

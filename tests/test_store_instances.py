@@ -128,6 +128,7 @@ async def test_holds_of_a_silent_instance_are_released_once_and_live_ones_never(
     assert sorted(results) == [0, 1]
     rows = await _rows(a, account)
     assert rows["on-b"].status == "interrupted" and rows["on-b"].cost_nano == 0
+    assert rows["on-b"].hold_nano == 400_000  # what was held, released without a charge
     assert "on-a" not in rows  # the live instance's hold is untouched
     await a.refresh_balance(account)
     assert account.held_nano == 100_000
@@ -150,6 +151,29 @@ async def test_holds_of_a_silent_instance_are_released_once_and_live_ones_never(
     await b.settle(held, Settlement(status="ok", http_status=200, cost_nano=7))
     await a.refresh_balance(account)
     assert account.credit_nano == 1_000_000 - 12 and len(await _rows(a, account)) == 2
+
+
+async def test_a_charge_after_its_hold_was_released_is_allowed_for_by_the_audit(two_instances):
+    """b looked dead and its hold was released; a took the freed money; b settles after all.
+    The balance goes further below zero than the hold tolerance alone allows, and that is
+    the database outage, not an escaped hold: the row is marked and the audit allows its charge."""
+    url, a, b = two_instances
+    account, key = await _funded(a, "late@example.com", paid=1_000)
+    held = await _hold(b, account, key, 1_000, "on-b")
+    await beat(DEAD_AFTER_S + 0.3, a, b)
+    _age_heartbeat(url, b.instance_id, 60)
+    assert await a.release_dead_holds() == 1
+    mine = await _hold(a, account, key, 1_000, "on-a")  # the released money is held again
+    await a.settle(mine, Settlement(status="ok", http_status=200, cost_nano=1_000))
+    await b.settle(held, Settlement(status="ok", http_status=200, output_tokens=4, cost_nano=1_000))
+    rows = await _rows(a, account)
+    assert (rows["on-b"].status, rows["on-b"].cost_nano, rows["on-b"].hold_nano) == ("ok", 1_000, 1_000)
+    late = await a._read(lambda tx: tx.rows("SELECT request_id FROM usage WHERE charged_after_release = 1"))
+    assert [r["request_id"] for r in late] == ["on-b"]
+    report = await a.audit()
+    [acct] = [x for x in report["accounts"] if x["account_id"] == account.id]
+    assert acct["balance_nano"] == -1_000 and report["ok"] is True, report
+    assert acct["warnings"] and acct["lowest_allowed_balance_nano"] <= -1_000
 
 
 async def test_after_a_shared_outage_the_first_instance_back_releases_no_live_holds(database, tmp_path):

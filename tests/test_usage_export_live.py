@@ -17,6 +17,7 @@ import zoneinfo
 import httpx
 import pytest
 
+from gatewayd.billing.breakdown import CSV_COLUMNS, TOKEN_DIMENSIONS
 from tests.live import BIN
 
 ZONE = "Pacific/Kiritimati"
@@ -62,9 +63,40 @@ def test_csv_export_of_a_day_in_the_accounts_zone(gateway, traffic):
     assert [r["request_id"] for r in rows] == [r["request_id"] for r in traffic["rows"]]  # newest first
     assert list(rows[0]) == ["request_id", "created_at", "key_id", "model", "endpoint", "stream", "status",
                              "http_status", "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens",
-                             "cost_nano", "duration_ms", "provider", "attempts", "cost_usd"]
+                             "cost_nano", "duration_ms", "provider", "attempts", "cost_usd", *CSV_COLUMNS]
     assert all(r["provider"] == "openai" and r["attempts"] == "1" for r in rows if r["model"].startswith("gpt"))
     assert sum(int(r["cost_nano"]) for r in rows) == sum(r["cost_nano"] for r in traffic["rows"])
+    # what each charge is made of: the dimension columns add up to it, and it stayed within its hold
+    for r in rows:
+        parts = sum(int(r[f"{d}_nano"]) for d in TOKEN_DIMENSIONS) + int(r["tools_nano"])
+        assert parts == int(r["cost_nano"]) and int(r["cost_nano"]) <= int(r["hold_nano"]), r
+        assert (r["tier"], r["long_context"]) == ("", "false")
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 5 and all(int(r["input_nano"]) > 0 and int(r["output_nano"]) > 0 for r in ok)
+
+
+def test_usage_rows_carry_the_hold_and_the_bill(gateway, traffic):
+    """``--json`` rows (as the admin API sends them): hold_nano, and the breakdown's lines priced
+    at the model's rates, adding up to cost_nano; the failed request held and charged nothing."""
+    done = gatewayctl(gateway, "usage", traffic["account"]["id"], "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    rates = {"gpt-4.1-mini": {"input": 400, "output": 1_600}, "claude-haiku-4-5": {"input": 1_000, "output": 5_000}}
+    for row in rows:
+        assert row["hold_nano"] > 0
+        lines = row["breakdown"]["lines"]
+        assert sum(line["nano"] for line in lines) == row["cost_nano"], row
+        assert row["breakdown"]["tier"] is None and row["breakdown"]["long_context"] is False
+        if row["status"] != "ok":
+            assert lines == [] and row["cost_nano"] == 0
+            continue
+        by_dimension = {line["dimension"]: line for line in lines}
+        assert by_dimension["input"]["quantity"] == row["input_tokens"] - row["cached_tokens"]
+        assert by_dimension["output"]["quantity"] == row["output_tokens"]
+        for dimension in ("input", "output"):
+            line = by_dimension[dimension]
+            assert line["unit_nano"] == rates[row["model"]][dimension]
+            assert line["nano"] == line["quantity"] * line["unit_nano"]
 
     before = gatewayctl(gateway, "usage", traffic["account"]["id"], "--until", traffic["yesterday"], "--csv")
     assert before.returncode == 0 and csv_rows(before.stdout) == []

@@ -85,10 +85,12 @@ class Ledger:
                                                  input_estimate=input_estimate, on_settled=on_settled))
 
     async def settle(self, hold: Hold, usage: Usage, bill: Bill, *, status: str, http_status: int) -> None:
-        """Charge ``bill``, release the hold and write the usage row, exactly once.
+        """Charge ``bill.total_nano``, release the hold and write the usage row, exactly once.
 
-        Callers (a :class:`~gatewayd.billing.tab.Tab`) run this shielded from cancellation:
-        a client that went away still pays for what was produced.
+        The row records the hold it settled and the bill's lines (``Bill.doc()``), so it says
+        what the charge was made of and the audit can compare it with the hold. Callers run
+        this shielded from cancellation: a client that went away still pays for what was
+        produced.
         """
         cost_nano = bill.total_nano
         if hold.settled:
@@ -98,5 +100,5 @@ class Ledger:
         await self.store.settle(hold, Settlement(
             status=status, http_status=http_status, input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens,
-            cache_write_tokens=usage.cache_write_tokens, cost_nano=cost_nano,
+            cache_write_tokens=usage.cache_write_tokens, cost_nano=bill.total_nano, breakdown=bill.doc(),
         ))

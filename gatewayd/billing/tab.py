@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from fractions import Fraction
 from typing import Awaitable, Callable
 
@@ -54,7 +55,7 @@ class Tab:
     """The money of one request (see the module docstring). Made by ``Ledger.open_tab``."""
 
     def __init__(self, ledger, hold: Hold, *, model: Model, price_ratio: Fraction, input_estimate: int,
-                 on_settled: Callable[[Usage, Outcome, Bill], None] | None = None) -> None:
+                 on_settled: Callable[[Usage, Outcome, Bill, float], None] | None = None) -> None:
         self.ledger = ledger
         self.hold = hold
         self.model = model
@@ -87,11 +88,12 @@ class Tab:
         if priced.unpriced:
             log.warning("charged at fallback rates: %s", ", ".join(priced.unpriced),
                         extra={"fields": {"request_id": self.hold.request_id, "model": self.model.id}})
+        started = time.perf_counter()
         with trio.CancelScope(shield=True):
             await self.ledger.settle(self.hold, usage, priced, status=outcome.value, http_status=http_status)
         self.outcome = outcome
         if self.on_settled is not None:
-            self.on_settled(usage, outcome, priced)
+            self.on_settled(usage, outcome, priced, time.perf_counter() - started)
 
     async def release(self, outcome: Outcome, http_status: int) -> None:
         """Settle with nothing charged (the provider billed nothing we know of, or the fault is ours)."""

@@ -11,6 +11,7 @@ import datetime as dt
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
+from gatewayd.billing import breakdown
 from gatewayd.money import format_usd
 
 
@@ -68,4 +69,16 @@ def tokens(count: int | None) -> str:
     return "" if count is None else f"{count:,}"
 
 
-FILTERS = {"usd": usd, "local_time": local_time, "tokens": tokens}
+def breakdown_title(row) -> str:
+    """A usage row's charge line by line, for the cost cell's tooltip: the lines add up to the
+    cost shown; then what was held. Rows settled before breakdowns were kept say so."""
+    if row["breakdown"] is None:
+        lines = ["no breakdown recorded (settled before gatewayd kept one)"]
+    else:
+        lines = breakdown.describe(row["breakdown"]) or ["nothing billed"]
+    if row["hold_nano"] is not None:
+        lines.append(f"held {usd(row['hold_nano'])}")
+    return "\n".join(lines)
+
+
+FILTERS = {"usd": usd, "local_time": local_time, "tokens": tokens, "breakdown_title": breakdown_title}

@@ -13,6 +13,7 @@ import io
 
 from quart import Blueprint, Response, request
 
+from gatewayd.billing import breakdown
 from gatewayd.console import queries
 from gatewayd.console.charts import daily_spend_svg
 from gatewayd.console.formatting import local_iso, local_today
@@ -24,7 +25,7 @@ from gatewayd.records import Account
 CSV_HEADER = (
     "time", "request_id", "key_id", "key_name", "model", "endpoint", "stream", "status", "http_status",
     "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "cost_usd", "cost_nano", "duration_ms",
-    "provider", "attempts",
+    "provider", "attempts", *breakdown.CSV_COLUMNS,
 )
 
 
@@ -114,6 +115,8 @@ def register(bp: Blueprint, console: Console) -> None:
                         r["output_tokens"], r["cached_tokens"], r["cache_write_tokens"],
                         nano_to_usd_str(r["cost_nano"]), r["cost_nano"], r["duration_ms"],
                         _safe_cell(r["provider"] or ""), r["attempts"],
+                        *(_safe_cell(c) if isinstance(c, str) else c
+                          for c in breakdown.csv_cells(r["hold_nano"], r["breakdown"])),
                     ))
                 yield out.getvalue().encode()
                 out.seek(0)

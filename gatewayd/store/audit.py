@@ -6,19 +6,51 @@ held == its open hold rows; and every request has one usage row. Each store gath
 facts in one consistent read (one snapshot), so the answer is right while traffic flows;
 a cache (the SQLite store's memory) is compared with the rows too, where the store has one.
 
-Two findings are reported as warnings, not failures, when they can be right:
+The hold rule (issue 19): a charge never exceeds its hold by more than the tokenizer
+tolerance, ``charge <= hold x (1 + HOLD_TOLERANCE)``. The audit fails, naming the
+request, on any usage row beyond it (rows written before the hold was recorded, with
+``hold_nano`` NULL, cannot be checked and are skipped). ``interrupted`` rows (a dead
+instance's holds, released by another) are checked like every row: they charge nothing,
+so they pass, unless the instance came back and settled the request after all, which
+turns that row into the real outcome, checked against the hold it had.
 
-- an account's balance below zero: a charge can exceed its hold's estimate (and an
-  instance cut off from the database is charged after its hold was released), and the
-  audit cannot see the estimates;
-- a key's spend over its limit by at most its largest single charge: the design allows
-  one request's estimate error, which is less than that request's charge. Over by more,
-  it is a failure.
+What the rule allows an account and a key, with ``t = HOLD_TOLERANCE`` (see docs/billing.md
+for the proof): a hold is only taken when the balance covers it, so every open hold
+together is at most the credit, at most what was paid; settling a hold can take the
+balance below zero by at most ``t`` x that hold. Hence, at every moment,
+
+    credit - (1 + t) x held >= -t x total paid - C          (account)
+    spent + (1 + t) x held <= (1 + t) x limit + C            (key with a limit)
+
+where ``C`` is the charges made after their hold had been released as ``interrupted``
+(only on PostgreSQL, by an instance that lost the database: the release gave the money
+back and it was taken again later, ``usage.charged_after_release``). Below that it is a
+failure. Within it, a balance below zero or a key over its limit is a warning.
 """
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import attrs
+
+from gatewayd.billing.estimate import HOLD_TOLERANCE
+
+NAMED_AT_MOST = 100  # usage rows over their hold named in one report
+
+
+def over_hold_condition(tolerance: Fraction | None = None) -> str:
+    """SQL (both stores): the usage row's charge is above ``hold x (1 + tolerance)``
+    (``HOLD_TOLERANCE`` unless given).
+
+    Exact in integers and free of overflow for any 64-bit charge: with ``t = p/q`` and
+    ``hold = a*q + r``, ``charge - hold > hold*p/q`` is ``charge - hold > a*p + (r*p) div q``."""
+    tolerance = HOLD_TOLERANCE if tolerance is None else tolerance
+    p, q = tolerance.numerator, tolerance.denominator
+    # (no % operator: psycopg would read it as a placeholder; r = hold - (hold div q) * q)
+    return (f"hold_nano IS NOT NULL AND cost_nano - hold_nano > (hold_nano / {q}) * {p}"
+            f" + ((hold_nano - (hold_nano / {q}) * {q}) * {p}) / {q}")
 
 
 @attrs.frozen
@@ -40,16 +72,42 @@ class AuditKey:
     cached_spent_nano: int | None = None
 
 
-def build_audit(sums: dict[str, dict[str, int]], accounts: list[AuditAccount], keys: list[AuditKey]) -> dict:
+def lowest_allowed_balance(total_paid_nano: int, held_nano: int, late_nano: int,
+                           tolerance: Fraction = HOLD_TOLERANCE) -> int:
+    """The lowest balance (credit - held) the hold rule allows: ``-t x paid - C + t x held``, rounded up."""
+    return math.ceil(-tolerance * total_paid_nano - late_nano + tolerance * held_nano)
+
+
+def highest_allowed_spend(limit_nano: int, held_nano: int, late_nano: int,
+                          tolerance: Fraction = HOLD_TOLERANCE) -> int:
+    """The most a key with a limit may have spent: ``(1 + t) x (limit - held) + C``, rounded down."""
+    return math.floor((1 + tolerance) * (limit_nano - held_nano) + late_nano)
+
+
+def build_audit(sums: dict, accounts: list[AuditAccount], keys: list[AuditKey],
+                tolerance: Fraction | None = None) -> dict:
+    """The report from the stores' sums (``SQLStore._audit_sums``) and their accounts and keys;
+    ``tolerance``: ``HOLD_TOLERANCE`` unless given (the stores' sums must use the same one)."""
+    tolerance = HOLD_TOLERANCE if tolerance is None else tolerance
     accounts_out, keys_out = [], []
     repeated = sums.get("repeated_requests", {})
     general = [f"request {rid} has {n} usage rows (one settlement, one row per request)"
                for rid, n in sorted(repeated.items())]
+    factor = 1 + tolerance
+    for rid, (cost, hold) in sorted(sums.get("over_hold", {}).items()):
+        general.append(f"request {rid} was charged {cost} nano-USD, over its hold of {hold} x {factor}"
+                       f" ({math.floor(hold * factor)}): the charge escaped its hold")
+    more = sums.get("over_hold_count", 0) - len(sums.get("over_hold", {}))
+    if more > 0:
+        general.append(f"... and {more} more usage rows charged over their hold x {factor}")
     ok = not general
+    late_accounts = sums.get("late_charged", {})
+    late_keys = sums.get("key_late_charged", {})
     for a in accounts:
         paid = sums["paid"].get(a.id, 0)
         charged = sums["charged"].get(a.id, 0)
         open_holds = sums["held"].get(a.id, 0)
+        late = late_accounts.get(a.id, 0)
         problems = []
         if a.credit_nano != paid - charged:
             problems.append(f"stored credit {a.credit_nano} != payments - charges {paid - charged}")
@@ -60,14 +118,22 @@ def build_audit(sums: dict[str, dict[str, int]], accounts: list[AuditAccount], k
         if a.held_nano != open_holds:
             problems.append(f"held {a.held_nano} != open hold rows {open_holds}")
         warnings = []
-        if a.credit_nano - a.held_nano < 0:
-            warnings.append(f"balance below zero by {a.held_nano - a.credit_nano} (charges exceeded their holds)")
+        balance = a.credit_nano - a.held_nano
+        lowest = lowest_allowed_balance(a.total_paid_nano, a.held_nano, late, tolerance)
+        if balance < lowest:
+            problems.append(f"balance {balance} is below the lowest the hold rule allows ({lowest} ="
+                            f" -{tolerance} x (total paid - held)" + (f" - {late} charged after release" if late else "")
+                            + "): charges escaped their holds")
+        elif balance < 0:
+            warnings.append(f"balance below zero by {-balance} (charges exceeded their holds, within the"
+                            f" tolerance: it may go down to {lowest})")
         ok = ok and not problems
         accounts_out.append({
             "account_id": a.id,
             "email": a.email,
-            "balance_nano": a.credit_nano - a.held_nano,
+            "balance_nano": balance,
             "expected_balance_nano": paid - charged - open_holds,
+            "lowest_allowed_balance_nano": lowest,
             "held_nano": a.held_nano,
             "open_holds_nano": open_holds,
             "ok": not problems,
@@ -85,22 +151,28 @@ def build_audit(sums: dict[str, dict[str, int]], accounts: list[AuditAccount], k
         if k.held_nano != open_holds:
             problems.append(f"held {k.held_nano} != open hold rows {open_holds}")
         warnings = []
-        over = k.spent_nano - k.spend_limit_nano if k.spend_limit_nano is not None else 0
-        if over > 0:
-            biggest = sums.get("key_biggest_charge", {}).get(k.id, 0)
-            if over > biggest:
-                problems.append(f"spent {over} over its limit, more than its largest charge ({biggest}):"
-                                " more than one request's estimate error")
-            else:
-                warnings.append(f"spent {over} over its limit (within one request's estimate error)")
+        highest = None
+        if k.spend_limit_nano is not None:
+            late = late_keys.get(k.id, 0)
+            highest = highest_allowed_spend(k.spend_limit_nano, k.held_nano, late, tolerance)
+            over = k.spent_nano - k.spend_limit_nano
+            if k.spent_nano > highest:
+                problems.append(f"spent {over} over its limit, beyond what the hold rule allows (at most"
+                                f" {highest - k.spend_limit_nano} over, {factor} x (limit - held)"
+                                + (f" + {late} charged after release" if late else "") + ")")
+            elif over > 0:
+                warnings.append(f"spent {over} over its limit (within the hold tolerance: at most"
+                                f" {highest - k.spend_limit_nano})")
         ok = ok and not problems
         keys_out.append({
             "key_id": k.id,
             "spent_nano": k.spent_nano,
             "spend_limit_nano": k.spend_limit_nano,
+            "highest_allowed_spent_nano": highest,
             "held_nano": k.held_nano,
             "ok": not problems,
             "problems": problems,
             "warnings": warnings,
         })
-    return {"ok": ok, "problems": general, "accounts": accounts_out, "keys": keys_out}
+    return {"ok": ok, "hold_tolerance": str(tolerance), "problems": general, "accounts": accounts_out,
+            "keys": keys_out}

@@ -11,6 +11,7 @@ import datetime as dt
 from typing import Any
 
 import attrs
+import orjson
 
 from gatewayd.records import Account, Key
 
@@ -73,7 +74,13 @@ class Refusal:
 
 @attrs.frozen
 class Settlement:
-    """What ``settle`` writes: the usage row's facts besides the hold's own."""
+    """What ``settle`` writes: the usage row's facts besides the hold's own (the store takes
+    ``hold_nano`` from the ``Hold``).
+
+    ``breakdown`` is what ``cost_nano`` is made of, as the usage row stores and shows it:
+    ``gatewayd.billing.pricing.Bill.doc()`` (``{"lines": [{dimension, quantity, unit_nano,
+    nano}], "tier", "long_context"}``, the lines adding up to ``cost_nano``); None records
+    no breakdown (callers that settle a bare cost, such as the store tests)."""
 
     status: str
     http_status: int
@@ -82,6 +89,11 @@ class Settlement:
     cached_tokens: int = 0
     cache_write_tokens: int = 0
     cost_nano: int = 0
+    breakdown: dict | None = attrs.field(default=None, hash=False)
+
+    def breakdown_json(self) -> str | None:
+        """The ``breakdown`` column's text."""
+        return None if self.breakdown is None else orjson.dumps(self.breakdown).decode()
 
 
 @attrs.frozen
@@ -99,8 +111,20 @@ class Payment:
 USAGE_FIELDS = (
     "id", "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status",
     "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms",
-    "provider", "attempts",
+    "provider", "attempts", "hold_nano", "breakdown",
 )
+
+
+def parse_breakdown(text: str | None) -> dict | None:
+    """A stored ``breakdown`` column (JSON text) as the document it holds; None when the row has
+    none (written before the column existed, or settled without one) or it cannot be read."""
+    if not text:
+        return None
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 @attrs.frozen
@@ -124,11 +148,14 @@ class UsageRow:
     duration_ms: int
     provider: str | None  # the provider that served it (the last one tried when none did)
     attempts: int  # routes tried
+    hold_nano: int | None  # what was held for it (None: settled before the column existed)
+    breakdown: dict | None = attrs.field(hash=False)  # Bill.doc(): what cost_nano is made of (None: not recorded)
 
     @classmethod
     def from_row(cls, row: Any) -> UsageRow:
         values = {name: row[name] for name in USAGE_FIELDS}
         values["stream"] = bool(values["stream"])
+        values["breakdown"] = parse_breakdown(values["breakdown"])
         return cls(**values)
 
     def doc(self) -> dict:

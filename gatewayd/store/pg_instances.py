@@ -144,8 +144,9 @@ class InstanceMaintenance:
                         " endpoint, amount_nano", (instance_id,))
         for h in sorted(holds, key=lambda h: h["request_id"]):
             tx.run("INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
-                   " http_status, cost_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0)",
-                   (h["request_id"], now, h["account_id"], h["key_id"], h["model"], h["endpoint"]))
+                   " http_status, cost_nano, hold_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0, ?)",
+                   (h["request_id"], now, h["account_id"], h["key_id"], h["model"], h["endpoint"],
+                    h["amount_nano"]))
             tx.run("UPDATE keys SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["key_id"]))
             tx.run("UPDATE accounts SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["account_id"]))
         tx.run("DELETE FROM instances WHERE id = ?", (instance_id,))

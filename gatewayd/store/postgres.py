@@ -81,7 +81,8 @@ UNAVAILABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.
 HOLD = ("SELECT * FROM gatewayd_hold(?::text, ?::text, ?::text, ?::text, ?::text, ?::bigint, ?::text, ?::text,"
         " ?::text, ?::integer, ?::text)")
 SETTLE = ("SELECT * FROM gatewayd_settle(?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::integer, ?::text,"
-          " ?::integer, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::text, ?::integer)")
+          " ?::integer, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::text, ?::integer,"
+          " ?::bigint, ?::text)")  # migrations/postgres/0006_usage_breakdown.sql: + the hold and the breakdown
 
 
 class _SentThenLost(Exception):
@@ -92,25 +93,28 @@ class OutcomeUnknown(StoreUnavailable):
     """The database stopped answering after the work was sent: it may or may not have committed."""
 
 
-def migrate(url: str) -> int:
-    """Apply ``migrations/postgres/NNNN_*.sql`` under an advisory lock: instances starting
-    together on an empty database take turns, and the second finds the work done."""
-    folder = resources.files("gatewayd.store").joinpath("migrations").joinpath("postgres")
+def migrate(url: str, folder=None) -> int:
+    """Apply every ``migrations/postgres/NNNN_*.sql`` not yet recorded, under an advisory lock:
+    instances starting together on an empty database take turns, and the second finds the
+    work done. A file runs when its own number is missing (not when it is above the
+    highest), as in the SQLite store: migrations merged out of number order run once each."""
+    if folder is None:
+        folder = resources.files("gatewayd.store").joinpath("migrations").joinpath("postgres")
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+            applied = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
             for f in files:
                 version = int(f.name.split("_", 1)[0])
-                if version <= current:
+                if version in applied:
                     continue
                 with conn.transaction():
                     conn.execute(f.read_text())  # one script (function bodies hold ';'), no parameters
                     conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
-                current = version
-            return current
+                applied.add(version)
+            return max(applied, default=0)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
 
@@ -337,7 +341,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         args = (hold.request_id, hold.account.id, hold.key.id, hold.model, hold.endpoint, utc_now_iso(),
                 int(hold.stream), result.status, result.http_status, result.input_tokens, result.output_tokens,
                 result.cached_tokens, result.cache_write_tokens, result.cost_nano, duration_ms, hold.provider,
-                hold.attempts)
+                hold.attempts, hold.amount_nano, result.breakdown_json())
         return lambda tx: tx.one(SETTLE, args)
 
     async def settle(self, hold: Hold, result: Settlement) -> None:

@@ -21,6 +21,7 @@ import orjson
 
 from gatewayd.money import MAX_PAID_NANO
 from gatewayd.records import Account, Key, expiry_instant, new_id, utc_now_iso
+from gatewayd.store.audit import NAMED_AT_MOST, over_hold_condition
 from gatewayd.store.base import (
     USAGE_FIELDS,
     EmailTaken,
@@ -405,24 +406,29 @@ class SQLStore:
 
     # -- audit ------------------------------------------------------------------------
 
-    def _audit_sums(self, tx: Tx) -> dict[str, dict[str, int]]:
+    def _audit_sums(self, tx: Tx) -> dict:
         def sums(sql: str) -> dict[str, int]:
             return {r["id"]: int(r["total"]) for r in tx.rows(sql)}
 
-        key_charged, key_biggest = {}, {}
-        for r in tx.rows("SELECT key_id AS id, sum(cost_nano) AS total, max(cost_nano) AS biggest FROM usage"
-                         " GROUP BY key_id"):
-            key_charged[r["id"]], key_biggest[r["id"]] = int(r["total"]), int(r["biggest"])
+        over = over_hold_condition()
         return {
             "paid": sums("SELECT account_id AS id, sum(amount_nano) AS total FROM payments GROUP BY account_id"),
             "charged": sums("SELECT account_id AS id, sum(cost_nano) AS total FROM usage GROUP BY account_id"),
             "held": sums("SELECT account_id AS id, sum(amount_nano) AS total FROM holds GROUP BY account_id"),
-            "key_charged": key_charged,
-            "key_biggest_charge": key_biggest,  # one request's charge bounds its estimate error
+            "key_charged": sums("SELECT key_id AS id, sum(cost_nano) AS total FROM usage GROUP BY key_id"),
             "key_held": sums("SELECT key_id AS id, sum(amount_nano) AS total FROM holds GROUP BY key_id"),
+            # charges made after their hold had been released as interrupted: the hold rule's allowance
+            "late_charged": sums("SELECT account_id AS id, sum(cost_nano) AS total FROM usage"
+                                 " WHERE charged_after_release = 1 GROUP BY account_id"),
+            "key_late_charged": sums("SELECT key_id AS id, sum(cost_nano) AS total FROM usage"
+                                     " WHERE charged_after_release = 1 GROUP BY key_id"),
             # one usage row per request, always (at most 100 named)
             "repeated_requests": sums("SELECT request_id AS id, count(*) AS total FROM usage GROUP BY request_id"
                                       " HAVING count(*) > 1 ORDER BY request_id LIMIT 100"),
+            # charge <= hold x (1 + HOLD_TOLERANCE) on every row that recorded its hold (some named)
+            "over_hold": {r["request_id"]: (int(r["cost_nano"]), int(r["hold_nano"])) for r in tx.rows(
+                f"SELECT request_id, cost_nano, hold_nano FROM usage WHERE {over} ORDER BY id LIMIT {NAMED_AT_MOST}")},
+            "over_hold_count": int(tx.one(f"SELECT count(*) AS n FROM usage WHERE {over}")["n"]),
         }
 
 

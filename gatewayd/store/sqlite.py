@@ -57,18 +57,21 @@ HOLD_FLUSH_INTERVAL_S = 0.2
 HEARTBEAT_INTERVAL_S = 5.0
 
 
-def migrate(conn: sqlite3.Connection) -> int:
-    """Apply ``migrations/NNNN_*.sql`` newer than the recorded version; returns the version."""
+def migrate(conn: sqlite3.Connection, folder=None) -> int:
+    """Apply every ``migrations/NNNN_*.sql`` not yet recorded, in order; returns the highest version.
+
+    Each applied version has its own row, and a file is applied when *its* number is
+    missing, not when it is above the highest: branches developed side by side add
+    migrations whose numbers interleave (a 0004 merged after a 0005 was applied), and
+    each still runs once."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-    current = row[0] or 0
-    files = sorted(
-        (f for f in resources.files("gatewayd.store").joinpath("migrations").iterdir() if f.name.endswith(".sql")),
-        key=lambda f: f.name,
-    )
+    applied = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
+    folder = folder if folder is not None else resources.files("gatewayd.store").joinpath("migrations")
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    current = max(applied, default=0)
     for f in files:
         version = int(f.name.split("_", 1)[0])
-        if version <= current:
+        if version in applied:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -79,7 +82,8 @@ def migrate(conn: sqlite3.Connection) -> int:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        current = version
+        applied.add(version)
+        current = max(current, version)
     return current
 
 
@@ -281,14 +285,15 @@ class SQLiteStore(SQLStore):
             hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream), result.status,
             result.http_status, result.input_tokens, result.output_tokens, result.cached_tokens,
             result.cache_write_tokens, cost, int((time.monotonic() - hold.started) * 1000), hold.provider,
-            hold.attempts,
+            hold.attempts, hold.amount_nano, result.breakdown_json(),
         )
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
                 " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
-                " duration_ms, provider, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " duration_ms, provider, attempts, hold_nano, breakdown)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
             if cost:
@@ -316,8 +321,9 @@ class SQLiteStore(SQLStore):
             for row in rows:
                 conn.execute(
                     "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
-                    " http_status, cost_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0)",
-                    (row["request_id"], now, row["account_id"], row["key_id"], row["model"], row["endpoint"]),
+                    " http_status, cost_nano, hold_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0, ?)",
+                    (row["request_id"], now, row["account_id"], row["key_id"], row["model"], row["endpoint"],
+                     row["amount_nano"]),
                 )
                 conn.execute("DELETE FROM holds WHERE request_id = ?", (row["request_id"],))
             conn.execute("DELETE FROM instances WHERE id != ?", (self.instance_id,))

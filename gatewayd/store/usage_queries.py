@@ -14,9 +14,12 @@ from typing import Any
 
 import attrs
 
+from gatewayd.store.base import parse_breakdown
+
 USAGE_COLUMNS = (
     "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status", "input_tokens",
     "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms", "provider", "attempts",
+    "hold_nano", "breakdown",
 )
 
 
@@ -48,6 +51,7 @@ class UsageFilter:
 def usage_row(row: Any) -> dict:
     doc = {name: row[name] for name in USAGE_COLUMNS}
     doc["stream"] = bool(doc["stream"])
+    doc["breakdown"] = parse_breakdown(doc["breakdown"])  # the document, not its text (None on older rows)
     return doc
 
 
