@@ -61,7 +61,7 @@ HOSTED_TOOLS = {
 ANTHROPIC_SERVER_TOOL_PREFIXES = {
     "web_search_": "web_search",
     "web_fetch_": "web_fetch",
-    "code_execution_": "code_execution",
+    "code_execution_": "code_interpreter",  # billed per container, like OpenAI's
 }
 # Anthropic tool types the client runs itself (no fee): the model only asks for them
 ANTHROPIC_CLIENT_TOOL_PREFIXES = ("custom", "bash_", "text_editor_", "computer_", "memory_", "tool_search_tool_")
@@ -341,7 +341,7 @@ def messages_asks(body: dict, model: Model) -> Asks:
             if name is None:
                 continue
             names.add(name)
-            calls += _positive(tool.get("max_uses")) or (1 if name == "code_execution" else DEFAULT_MAX_TOOL_USES)
+            calls += _positive(tool.get("max_uses")) or (1 if name == "code_interpreter" else DEFAULT_MAX_TOOL_USES)
     cache, one_hour = _cache_markers(body)
     tier = _tier(body.get("service_tier"))
     speed = body.get("speed")
