@@ -316,7 +316,12 @@ class MessagesTally:
 
     def delta(self, data) -> None:
         data = _dict(data)
-        self._report(data.get("usage"), _dict(data.get("delta")).get("container"))
+        usage = data.get("usage")
+        self._report(usage, _dict(data.get("delta")).get("container"))
+        # message_delta's output count is cumulative and final, and may be lower than
+        # message_start's placeholder (output_tokens 1 before anything was generated)
+        if self.reported is not None and "output_tokens" in _dict(usage):
+            self.reported = attrs.evolve(self.reported, output_tokens=_int(_dict(usage).get("output_tokens")))
 
     def _report(self, usage, container) -> None:
         container_id = _dict(container).get("id")

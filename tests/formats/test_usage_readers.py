@@ -326,3 +326,15 @@ def test_no_reader_raises_or_goes_negative_on_any_json(doc):
     _sound(messages.usage(complete=False))
     _sound(gemini.usage)
     assert all(c > 0 for _, c in u.response_tool_calls(doc))
+
+
+def test_messages_final_delta_lowers_the_placeholder_output():
+    """message_start says output_tokens 1 before anything is generated; an empty answer's
+    message_delta says 0, and that final count is what Anthropic bills (found by
+    tests/test_money_property_live.py)."""
+    tally = u.MessagesTally()
+    tally.feed("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 6, "output_tokens": 1}}})
+    tally.feed("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                 "usage": {"output_tokens": 0}})
+    usage = tally.usage(True)
+    assert (usage.input_tokens, usage.output_tokens) == (6, 0)
