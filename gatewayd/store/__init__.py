@@ -50,8 +50,11 @@ Rate limits
     (PostgreSQL: the sliding log shared by every instance; SQLite keeps it in memory).
 Instances
     ``heartbeat()``, ``instances()`` (PostgreSQL), ``release_dead_holds() -> int``
-    (holds of instances whose heartbeat stopped are released and recorded as
-    ``interrupted``; never a live instance's).
+    (holds of instances whose heartbeat stopped are released: ``interrupted`` when the
+    instance is known dead, else charged provisionally as ``unsettled``; never a live
+    instance's); ``fenced`` (PostgreSQL: True while this instance's lease may be running
+    out, it must start no upstream work; ``reserve`` then raises ``Fenced``, a
+    ``StoreUnavailable``).
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ a cache (the SQLite store's memory) is compared with the rows too, where the sto
 
 Two findings are reported as warnings, not failures, when they can be right:
 
-- an account's balance below zero: a charge can exceed its hold's estimate (and an
-  instance cut off from the database is charged after its hold was released), and the
+- an account's balance below zero: a charge can exceed its hold's estimate, and the
   audit cannot see the estimates;
 - a key's spend over its limit by at most its largest single charge: the design allows
   one request's estimate error, which is less than that request's charge. Over by more,
