@@ -25,10 +25,12 @@ run: $(STAMP)
 	$(BIN)/gatewayd serve --demo
 
 # The keys, billing, faults and console tests again with every daemon on PostgreSQL
-# (a fresh database per daemon on 127.0.0.1:5432, dropped after the run; see tests/pg.py).
+# (a fresh database per daemon on 127.0.0.1:5432, dropped after the run; see tests/pg.py),
+# and the partition tests (issue 25: the database black-holed, an instance fenced; about 90 s).
 PG_TESTS := tests/test_keys_live.py tests/test_keys_limits_live.py tests/test_chat_live.py \
 	tests/test_faults_crash.py tests/test_faults_streams.py tests/test_faults_upstream.py tests/test_faults_concurrency.py \
-	tests/test_faults_bodies.py tests/test_console_http.py
+	tests/test_faults_bodies.py tests/test_console_http.py \
+	tests/test_store_partition.py tests/test_partitions_live.py
 
 # Test files run in TEST_JOBS processes (pytest-xdist, a file's tests stay together in one):
 # most live tests wait on processes and sockets, so two share two cores well.

@@ -9,6 +9,12 @@ closing them (a NAT or load balancer that dropped an idle connection: no FIN, no
 nothing ever answers), while new connections work; ``lose_reply_to(marker)`` lets the
 next message containing ``marker`` (e.g. ``b"COMMIT"``) reach the database, then drops
 the answer and closes that client connection (the commit happened; the client cannot know).
+
+And a partition: ``partition()`` black-holes everything, the connections open now and every
+new one (accepted, never forwarded, never closed: a network that drops packets, or a frozen
+primary, as a client sees it); ``heal()`` forwards new connections again. The connections
+silenced meanwhile stay silent (their state is lost, as in a NAT that forgot them): the
+client has to notice and replace them.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class Proxy:
         self._conns: list[socket.socket] = []
         self._pairs: list[_Pair] = []
         self._lose_marker: bytes | None = None
+        self._partitioned = False
         self._listener: socket.socket | None = None
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
@@ -79,6 +86,17 @@ class Proxy:
             pair.blackholed = True
         return len(pairs)
 
+    def partition(self) -> int:
+        """Black-hole every connection, open now or accepted from now on, until ``heal()``."""
+        with self._lock:
+            self._partitioned = True
+        return self.blackhole()
+
+    def heal(self) -> None:
+        """New connections are forwarded again (the ones silenced stay silent)."""
+        with self._lock:
+            self._partitioned = False
+
     def lose_reply_to(self, marker: bytes) -> None:
         """Arm: the next client message containing ``marker`` is delivered, its answer is not."""
         with self._lock:
@@ -90,6 +108,13 @@ class Proxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # cut
+            with self._lock:
+                if self._partitioned:
+                    pair = _Pair(client, client)
+                    pair.blackholed = True
+                    self._conns.append(client)
+                    threading.Thread(target=self._pump, args=(pair, client, client), daemon=True).start()
+                    continue  # accepted, read, never answered (and nothing reaches the database)
             try:
                 upstream = socket.create_connection(TARGET, timeout=5)
                 upstream.settimeout(None)

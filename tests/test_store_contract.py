@@ -201,7 +201,8 @@ async def test_interrupted_holds_of_a_dead_instance_are_released_once(store):
 
 
 async def test_holds_released_as_interrupted_record_what_was_held(store):
-    """A dead instance's holds become interrupted rows with their hold and no charge (they pass the audit)."""
+    """A dead instance's holds become rows that record their hold (interrupted, no charge; on
+    PostgreSQL a provisional charge of the hold): they pass the audit."""
     _, account, key = await _account_and_key(store)
     hold = await _reserve(store, account, key, 300_000, "orphan", stream=True)
     await store.flush()
@@ -211,6 +212,12 @@ async def test_holds_released_as_interrupted_record_what_was_held(store):
         store.may_judge = lambda: True  # this test's instance has not lived DEAD_AFTER_S yet
     assert await store.release_dead_holds() == 1
     [row] = await store.usage_rows(UsageQuery(account.id), 10)
+    if store.kind == "postgres":
+        # silence is no proof of death on a shared database: a provisional charge of the hold,
+        # until the instance reports or is known dead (issue 25, docs/operations.md)
+        assert (row.request_id, row.status, row.cost_nano, row.hold_nano, row.breakdown) == (
+            "orphan", "unsettled", 300_000, 300_000, None)
+        return
     assert (row.request_id, row.status, row.cost_nano, row.hold_nano, row.breakdown) == (
         "orphan", "interrupted", 0, 300_000, None)
     account.held_nano = key.held_nano = 0  # (SQLite: the released hold was this process's memory)

@@ -14,7 +14,7 @@ import trio
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
 from gatewayd.store import pg_instances
-from gatewayd.store.base import Hold, Settlement, StoreUnavailable, UsageQuery
+from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable, UsageQuery
 from tests import pg
 from tests.pgproxy import Proxy
 
@@ -95,6 +95,16 @@ async def pools_back(*stores) -> None:
                     await trio.sleep(0.2)
 
 
+async def _after(call):
+    """``call()`` once it works (a link still holding a connection from before the cut fails once)."""
+    with trio.fail_after(10):
+        while True:
+            try:
+                return await call()
+            except StoreUnavailable:
+                await trio.sleep(0.1)
+
+
 def _age_heartbeat(url: str, instance_id: str, seconds: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE instances SET heartbeat_at = clock_timestamp() - make_interval(secs => %s)"
@@ -127,15 +137,17 @@ async def test_holds_of_a_silent_instance_are_released_once_and_live_ones_never(
         nursery.start_soon(release, a)
     assert sorted(results) == [0, 1]
     rows = await _rows(a, account)
-    assert rows["on-b"].status == "interrupted" and rows["on-b"].cost_nano == 0
-    assert rows["on-b"].hold_nano == 400_000  # what was held, released without a charge
+    # b may be alive behind a partition: its hold is charged provisionally, not handed out again
+    assert rows["on-b"].status == "unsettled" and rows["on-b"].cost_nano == 400_000
+    assert rows["on-b"].hold_nano == 400_000  # the provisional charge is the hold
     assert "on-a" not in rows  # the live instance's hold is untouched
     await a.refresh_balance(account)
-    assert account.held_nano == 100_000
+    assert (account.credit_nano, account.held_nano) == (1_000_000 - 400_000, 100_000)
     assert (await a.audit())["ok"] is True
 
-    # b was alive after all (its database link was cut): it settles. Its interrupted row becomes
-    # the real outcome (one row for the request) and it is charged once; nothing released twice
+    # b was alive after all (its database link was cut): it settles. Its unsettled row becomes
+    # the real outcome (one row for the request), the provisional charge corrected to it;
+    # nothing released twice
     await b.settle(held, Settlement(status="ok", http_status=200, input_tokens=3, output_tokens=4, cost_nano=7))
     await b.heartbeat()  # and registers again
     await a.settle(mine, Settlement(status="ok", http_status=200, cost_nano=5))
@@ -153,27 +165,26 @@ async def test_holds_of_a_silent_instance_are_released_once_and_live_ones_never(
     assert account.credit_nano == 1_000_000 - 12 and len(await _rows(a, account)) == 2
 
 
-async def test_a_charge_after_its_hold_was_released_is_allowed_for_by_the_audit(two_instances):
-    """b looked dead and its hold was released; a took the freed money; b settles after all.
-    The balance goes further below zero than the hold tolerance alone allows, and that is
-    the database outage, not an escaped hold: the row is marked and the audit allows its charge."""
+async def test_a_silent_instances_hold_cannot_be_spent_again_and_its_late_charge_corrects_it(two_instances):
+    """b looked dead: its hold became a provisional charge of the held amount, so the money
+    cannot be held again through a (issue 25: no overdraft); b settles after all, and its
+    row becomes the real outcome, the provisional charge corrected to the real cost."""
     url, a, b = two_instances
     account, key = await _funded(a, "late@example.com", paid=1_000)
     held = await _hold(b, account, key, 1_000, "on-b")
     await beat(DEAD_AFTER_S + 0.3, a, b)
     _age_heartbeat(url, b.instance_id, 60)
     assert await a.release_dead_holds() == 1
-    mine = await _hold(a, account, key, 1_000, "on-a")  # the released money is held again
-    await a.settle(mine, Settlement(status="ok", http_status=200, cost_nano=1_000))
-    await b.settle(held, Settlement(status="ok", http_status=200, output_tokens=4, cost_nano=1_000))
+    refused = await a.reserve(account, key, 1_000, request_id="on-a", model="m", endpoint="chat", stream=False)
+    assert isinstance(refused, Refusal), "the silent instance's money was handed out again"
+    await b.settle(held, Settlement(status="ok", http_status=200, output_tokens=4, cost_nano=600))
     rows = await _rows(a, account)
-    assert (rows["on-b"].status, rows["on-b"].cost_nano, rows["on-b"].hold_nano) == ("ok", 1_000, 1_000)
+    assert (rows["on-b"].status, rows["on-b"].cost_nano, rows["on-b"].hold_nano) == ("ok", 600, 1_000)
     late = await a._read(lambda tx: tx.rows("SELECT request_id FROM usage WHERE charged_after_release = 1"))
-    assert [r["request_id"] for r in late] == ["on-b"]
+    assert late == []
     report = await a.audit()
     [acct] = [x for x in report["accounts"] if x["account_id"] == account.id]
-    assert acct["balance_nano"] == -1_000 and report["ok"] is True, report
-    assert acct["warnings"] and acct["lowest_allowed_balance_nano"] <= -1_000
+    assert acct["balance_nano"] == 400 and report["ok"] is True, report
 
 
 async def test_after_a_shared_outage_the_first_instance_back_releases_no_live_holds(database, tmp_path):
@@ -212,7 +223,12 @@ async def test_after_a_shared_outage_the_first_instance_back_releases_no_live_ho
         proxy.close()
 
 
-async def test_an_instance_cut_off_alone_is_released_and_its_late_settlement_becomes_the_row(database, tmp_path):
+async def test_an_instance_cut_off_alone_is_fenced_charged_provisionally_and_corrected(database, tmp_path):
+    """a is cut off alone with a stream holding 600,000 of 1,000,000. It fences itself before b
+    may judge it dead; b then charges the hold provisionally (the money is not handed out
+    again: b cannot hold 900,000); a, back, must heartbeat before it holds again, and its
+    stream's settlement corrects the provisional charge to the real cost."""
+    from gatewayd.store.pg_instances import Fenced
     from gatewayd.store.postgres import PostgresStore
 
     proxy = Proxy()
@@ -221,22 +237,37 @@ async def test_an_instance_cut_off_alone_is_released_and_its_late_settlement_bec
     try:
         account, key = await _funded(b, "alone@example.com", paid=1_000_000)
         stream = await _hold(a, account, key, 600_000, "a-stream")
+        await a.heartbeat()
         proxy.cut()  # a alone loses the database; b beats all along
         async with trio.open_nursery() as nursery:
             nursery.start_soon(beat, 3600, b)
-            await trio.sleep(DEAD_AFTER_S + 0.5)
-            assert b.may_judge()
-            assert await b.release_dead_holds() == 1  # a has been silent: its hold is released
-            more = await _hold(b, account, key, 900_000, "b-after")  # and the money is b's to hold
+            fenced_at = released_at = None
+            with trio.fail_after(DEAD_AFTER_S * 5 + 5):
+                while released_at is None:
+                    if fenced_at is None and a.fenced:
+                        fenced_at = trio.current_time()
+                    if b.may_judge() and await b.release_dead_holds():
+                        released_at = trio.current_time()
+                    await trio.sleep(0.02)
+            assert fenced_at is not None and fenced_at < released_at  # fenced before anyone could release
+            with pytest.raises(Fenced):
+                await a.reserve(account, key, 1, request_id="a-fenced", model="m", endpoint="chat", stream=False)
+            rows = await _rows(b, account)
+            assert (rows["a-stream"].status, rows["a-stream"].cost_nano) == ("unsettled", 600_000)
+            refused = await b.reserve(account, key, 900_000, request_id="b-too-much", model="m", endpoint="chat",
+                                      stream=False)
+            assert isinstance(refused, Refusal) and refused.what == "account"
+            more = await _hold(b, account, key, 350_000, "b-after")
             proxy.restore()
             await pools_back(a)
-            # a takes a hold before its heartbeat has run: its instance row comes back with it,
-            # so the hold is a live instance's and b (still judging) leaves it alone
-            late = await _hold(a, account, key, 50_000, "a-late")
+            with pytest.raises(Fenced):  # reachable again, but its lease is not renewed yet
+                await a.reserve(account, key, 1, request_id="a-early", model="m", endpoint="chat", stream=False)
+            await _after(a.heartbeat)  # registers again: a live instance, whose holds b leaves alone
+            late = await _hold(a, account, key, 40_000, "a-late")
             assert b.may_judge() and await b.release_dead_holds() == 0
             assert "a-late" not in await _rows(b, account)
             nursery.cancel_scope.cancel()
-        # a's stream ends: the interrupted row becomes the real outcome, charged once
+        # a's stream ends: the unsettled row becomes the real outcome, the charge corrected to it
         await a.settle(stream, Settlement(status="ok", http_status=200, output_tokens=9, cost_nano=400_000))
         await b.settle(more, Settlement(status="ok", http_status=200, cost_nano=1_000))
         await a.settle(late, Settlement(status="ok", http_status=200, cost_nano=10))
@@ -245,11 +276,40 @@ async def test_an_instance_cut_off_alone_is_released_and_its_late_settlement_bec
             "a-stream": ("ok", 400_000), "b-after": ("ok", 1_000), "a-late": ("ok", 10)}
         await b.refresh_balance(account)
         assert (account.credit_nano, account.held_nano) == (1_000_000 - 401_010, 0)
+        await b.refresh_key(key)
+        assert key.spent_nano == 401_010
         assert (await b.audit())["ok"] is True
     finally:
         for s in (a, b):
             await s.close()
         proxy.close()
+
+
+async def test_a_restart_refunds_the_provisional_charges_of_its_previous_life(two_instances, tmp_path):
+    """b, judged dead by its silence, had its hold charged provisionally; then it is known dead
+    (its next start reclaims its slot): the charge is refunded and the row is interrupted."""
+    from gatewayd.store.postgres import PostgresStore
+
+    url, a, b = two_instances
+    account, key = await _funded(a, "refund@example.com")
+    await _hold(b, account, key, 300_000, "lost")
+    await beat(DEAD_AFTER_S + 0.3, a)
+    _age_heartbeat(url, b.instance_id, 60)
+    assert await a.release_dead_holds() == 1
+    await a.refresh_balance(account)
+    assert account.credit_nano == 1_000_000 - 300_000
+    b.slot.release()  # b was really dead: the kernel drops its lock
+    again = await PostgresStore.open(url, pool_size=2, data_dir=tmp_path / "b")
+    try:
+        rows = await _rows(again, account)
+        assert {rid: (r.status, r.cost_nano) for rid, r in rows.items()} == {"lost": ("interrupted", 0)}
+        await again.refresh_balance(account)
+        assert (account.credit_nano, account.held_nano) == (1_000_000, 0)
+        await again.refresh_key(key)
+        assert key.spent_nano == 0
+        assert (await again.audit())["ok"] is True
+    finally:
+        await again.close()
 
 
 async def test_a_newcomer_never_releases_a_live_instances_holds(two_instances, tmp_path):

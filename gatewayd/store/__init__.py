@@ -54,8 +54,11 @@ Received response ids (``gatewayd.received_ids``: who may name which stored resp
     ``forget_received_ids(now) -> int`` (delete expired rows).
 Instances
     ``heartbeat()``, ``instances()`` (PostgreSQL), ``release_dead_holds() -> int``
-    (holds of instances whose heartbeat stopped are released and recorded as
-    ``interrupted``; never a live instance's).
+    (holds of instances whose heartbeat stopped are released: ``interrupted`` when the
+    instance is known dead, else charged provisionally as ``unsettled``; never a live
+    instance's); ``fenced`` (PostgreSQL: True while this instance's lease may be running
+    out, it must start no upstream work; ``reserve`` then raises ``Fenced``, a
+    ``StoreUnavailable``).
 """
 
 from __future__ import annotations

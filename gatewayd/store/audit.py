@@ -26,6 +26,9 @@ where ``C`` is the charges made after their hold had been released as ``interrup
 (only on PostgreSQL, by an instance that lost the database: the release gave the money
 back and it was taken again later, ``usage.charged_after_release``). Below that it is a
 failure. Within it, a balance below zero or a key over its limit is a warning.
+A silent PostgreSQL instance's holds become provisional charges of the held amount
+(``unsettled`` rows, cost = hold) until it reports the real outcome: they pass the row rule,
+and, the money having never been handed out again, they need no allowance in ``C``.
 """
 
 from __future__ import annotations

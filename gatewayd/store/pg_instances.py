@@ -6,17 +6,35 @@ could make a busy live instance look dead.
 
 Judging others dead. Every instance writes ``heartbeat_at`` (the database's clock) every
 ``HEARTBEAT_S``. An instance silent for ``DEAD_AFTER_S`` is dead and any live instance
-releases its holds (``interrupted``, nothing charged). But silence is only evidence when
+releases its holds (as provisional charges: see Fencing below). But silence is only evidence when
 the judge could have heard: while the database is away every heartbeat stops, and the
 first instance back must not declare the others dead before they had a chance to beat
 again. So an instance judges only after it has itself heartbeated continuously (every
 beat answered, no gap over ``MAX_BEAT_GAP_S``) for more than ``DEAD_AFTER_S``; by then
 every live instance that can reach the database has beaten too.
 
-An instance that was really cut off alone for longer has its holds released by the others;
-when it reaches the database again its heartbeat (or its next hold) registers it again, and
-each of its settlements turns the ``interrupted`` row into the real outcome: one usage row
-per request, charged once (``PostgresStore._settle_job``).
+Fencing. Silence is also no proof of death: an instance cut off alone (a partition, a
+frozen link) may be alive, with streams running upstream. So
+
+- its lease runs from the moment it *sent* its last answered heartbeat (its own monotonic
+  clock); the database stamped that beat later, so others, judging by the database's clock,
+  can find it dead at the earliest ``DEAD_AFTER_S`` after that moment. At
+  ``FENCE_FRACTION`` of that (12 of 15 s) the instance is ``fenced``: ``reserve`` raises
+  ``Fenced`` (a 503 ``store_unavailable``, nothing held) before and after taking a hold, so
+  it starts no upstream work that others may already count as abandoned; the next answered
+  heartbeat lifts the fence. The 3 s margin covers the step from a hold to the upstream
+  send and any drift between the two clocks;
+- the holds of an instance judged dead by its silence are not freed but *charged
+  provisionally*: each becomes an ``unsettled`` usage row charged the held amount (and a row
+  in ``unsettled``). The money stays out of everyone's reach exactly as the hold kept it.
+  If the instance was alive, it registers again when it reaches the database and each of
+  its settlements turns its row into the real outcome, charged the difference (one usage row
+  per request, charged once: ``gatewayd_settle``). If it is known dead (its slot reclaimed
+  by its next start, ``instance_slot``), the provisional charges are refunded and the rows
+  become ``interrupted`` (nothing charged), as for any process that died holding.
+
+So an account reaches below zero only by a settlement exceeding its own hold's estimate,
+whichever instance settles it and whenever: the bound every other path keeps.
 
 Unfinished business, retried each round while the database answers (bounded):
 
@@ -49,8 +67,13 @@ from gatewayd.store.sql import instance_host
 
 log = logging.getLogger("gatewayd.store")
 
+
+class Fenced(StoreUnavailable):
+    """This instance could not renew its lease in time: it starts no upstream work until it does."""
+
 HEARTBEAT_S = 2.0
 DEAD_AFTER_S = 15.0  # an instance silent this long is dead: its holds are released
+FENCE_FRACTION = 0.8  # an instance whose lease is this far gone starts no upstream work (12 of 15 s)
 MAX_BEAT_GAP_S = 3 * HEARTBEAT_S  # a longer gap between answered beats restarts this instance's own count
 MAINTENANCE_TIMEOUT_S = 5.0  # one heartbeat (or background job) answered within this, or the link is dropped
 SETTLE_GIVE_UP_S = 900.0  # background settlement retries stop after this (15 minutes)
@@ -68,6 +91,9 @@ class InstanceMaintenance:
         self._maintenance = Link(url, autocommit=True, row_factory=dict_row)
         self._beating_since: float | None = None  # when the current run of answered heartbeats began
         self._last_beat: float | None = None
+        # the lease: when the last answered heartbeat was sent (registration counts as one)
+        self._lease_from = time.monotonic()
+        self._fence_reported = False
         self._pending: list[tuple[Any, Any, int, float]] = []  # (hold, settle job, cost, when it went to the background)
         self._unknown: dict[str, float | None] = {}  # request id -> when the database first answered after
 
@@ -96,15 +122,34 @@ class InstanceMaintenance:
                 # declared dead while we could not reach the database (our holds were released): register again
                 self._register(tx)
 
+        sent = time.monotonic()  # before the database stamps the beat: the lease is reckoned from here
         try:
             await self._maint(beat)
         except StoreUnavailable:
             self._beating_since = None
+            if self.fenced and not self._fence_reported:
+                self._fence_reported = True
+                log.error("%s; requests get 503 store_unavailable until a heartbeat is answered",
+                          self.fenced_message())
             raise
+        if self._fence_reported and self.fenced:
+            log.warning("heartbeat answered again: this instance starts upstream work again")
+        self._fence_reported = False
+        self._lease_from = max(self._lease_from, sent)
         now = time.monotonic()
         if self._beating_since is None or self._last_beat is None or now - self._last_beat > MAX_BEAT_GAP_S:
             self._beating_since = now
         self._last_beat = now
+
+    @property
+    def fenced(self) -> bool:
+        """True while this instance's lease may be running out: it must start no upstream work
+        (cheap: a clock read, for the request path)."""
+        return time.monotonic() - self._lease_from > DEAD_AFTER_S * FENCE_FRACTION
+
+    def fenced_message(self) -> str:
+        return (f"PostgreSQL: no heartbeat answered for {time.monotonic() - self._lease_from:.1f} s;"
+                f" this instance is fenced (others may release its holds after {DEAD_AFTER_S:g} s)")
 
     def may_judge(self) -> bool:
         """True once this instance has heartbeated without a break for more than ``DEAD_AFTER_S``."""
@@ -131,7 +176,12 @@ class InstanceMaintenance:
             released += await self._maint(functools.partial(self._release_instance, row["id"], DEAD_AFTER_S))
         return released
 
-    def _release_instance(self, instance_id: str, silent_for: float, tx) -> int:
+    def _release_instance(self, instance_id: str, silent_for: float, tx, *, certain: bool = False) -> int:
+        """Release the holds of an instance silent for ``silent_for`` s (the database's clock).
+
+        ``certain``: it is known dead (its slot was reclaimed): its holds are released for
+        nothing (``interrupted``) and its earlier provisional charges refunded. Otherwise it may
+        be alive behind a partition: its holds become provisional charges (``unsettled``)."""
         # SKIP LOCKED: when two live instances clean up the same dead one, one does it; and an
         # instance taking a hold right now (FOR KEY SHARE on its row, see reserve) is alive
         claimed = tx.one("SELECT id FROM instances WHERE id = ? AND heartbeat_at < clock_timestamp()"
@@ -143,15 +193,39 @@ class InstanceMaintenance:
         holds = tx.rows("DELETE FROM holds WHERE instance_id = ? RETURNING request_id, account_id, key_id, model,"
                         " endpoint, amount_nano", (instance_id,))
         for h in sorted(holds, key=lambda h: h["request_id"]):
+            charge = 0 if certain else h["amount_nano"]
             tx.run("INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
-                   " http_status, cost_nano, hold_nano) VALUES (?, ?, ?, ?, ?, ?, 0, 'interrupted', 0, 0, ?)",
+                   " http_status, cost_nano, hold_nano) VALUES (?, ?, ?, ?, ?, ?, 0, ?, 0, ?, ?)",
                    (h["request_id"], now, h["account_id"], h["key_id"], h["model"], h["endpoint"],
-                    h["amount_nano"]))
-            tx.run("UPDATE keys SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["key_id"]))
-            tx.run("UPDATE accounts SET held_nano = held_nano - ? WHERE id = ?", (h["amount_nano"], h["account_id"]))
+                    "interrupted" if certain else "unsettled", charge, h["amount_nano"]))
+            if not certain:
+                tx.run("INSERT INTO unsettled (request_id, instance_id, account_id, key_id, amount_nano, created_at)"
+                       " VALUES (?, ?, ?, ?, ?, ?)",
+                       (h["request_id"], instance_id, h["account_id"], h["key_id"], charge, now))
+            # keys before accounts, as in the money statements: one lock order
+            tx.run("UPDATE keys SET held_nano = held_nano - ?, spent_nano = spent_nano + ? WHERE id = ?",
+                   (h["amount_nano"], charge, h["key_id"]))
+            tx.run("UPDATE accounts SET held_nano = held_nano - ?, credit_nano = credit_nano - ? WHERE id = ?",
+                   (h["amount_nano"], charge, h["account_id"]))
+        refunded = []
+        if certain:
+            refunded = tx.rows("DELETE FROM unsettled WHERE instance_id = ? RETURNING request_id, account_id, key_id,"
+                               " amount_nano", (instance_id,))
+            for r in sorted(refunded, key=lambda r: r["request_id"]):
+                tx.run("UPDATE usage SET status = 'interrupted', cost_nano = cost_nano - ? WHERE request_id = ?"
+                       " AND status = 'unsettled'", (r["amount_nano"], r["request_id"]))
+                tx.run("UPDATE keys SET spent_nano = spent_nano - ? WHERE id = ?", (r["amount_nano"], r["key_id"]))
+                tx.run("UPDATE accounts SET credit_nano = credit_nano + ? WHERE id = ?",
+                       (r["amount_nano"], r["account_id"]))
         tx.run("DELETE FROM instances WHERE id = ?", (instance_id,))
-        if holds:
+        if holds and certain:
             log.warning("released %d holds of stopped instance %s (recorded as interrupted)", len(holds), instance_id)
+        elif holds:
+            log.warning("instance %s silent for %g s: its %d holds are charged provisionally (unsettled) until it"
+                        " reports their outcome", instance_id, silent_for, len(holds))
+        if refunded:
+            log.warning("refunded %d provisional charges of stopped instance %s (recorded as interrupted)",
+                        len(refunded), instance_id)
         return len(holds)
 
     # -- unfinished business ------------------------------------------------------------------

@@ -15,14 +15,20 @@ connection, used by one worker thread at a time, with
 
 After any failure the connection is closed and the next call connects again
 (``connect_timeout`` bounds that too). Failures raise ``LinkDown``.
+
+The request pool's connections get the same watchdog (``WATCHDOG``, one thread for the
+whole process rather than a timer thread per query: a hold must stay cheap).
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import math
 import socket
 import threading
+import time
 from typing import Any, Callable
 
 import psycopg
@@ -127,6 +133,70 @@ class Link:
             conn, self.conn = self.conn, None
             if conn is not None and not conn.closed:
                 await trio.to_thread.run_sync(conn.close, limiter=self._limiter)
+
+
+class Armed:
+    """One armed deadline: ``fired`` says whether the watchdog shut the connection's socket."""
+
+    __slots__ = ("conn", "deadline", "fired", "done")
+
+    def __init__(self, conn: psycopg.Connection, deadline: float) -> None:
+        self.conn = conn
+        self.deadline = deadline
+        self.fired = threading.Event()
+        self.done = False
+
+
+class Watchdog:
+    """Shuts the socket of a connection whose call outlived its deadline (``time.monotonic``).
+
+    One daemon thread serves every armed call: arming is a heap push under a lock, not a
+    thread. A disarmed entry is dropped when it comes up. ``disarm`` and the firing take
+    the same lock, so a connection is never shut after its caller disarmed it (by then it
+    may be back in the pool and someone else's)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Armed]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, conn: psycopg.Connection, deadline: float) -> Armed:
+        armed = Armed(conn, deadline)
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():  # (a fork leaves no thread behind)
+                self._thread = threading.Thread(target=self._watch, name="gatewayd-pg-watchdog", daemon=True)
+                self._thread.start()
+            first = not self._heap or deadline < self._heap[0][0]
+            heapq.heappush(self._heap, (deadline, next(self._order), armed))
+            if first:
+                self._cond.notify()
+        return armed
+
+    def disarm(self, armed: Armed) -> bool:
+        """Stop watching; True if the deadline had passed and the socket was shut."""
+        with self._cond:
+            armed.done = True
+        return armed.fired.is_set()
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][2].done:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                wait = self._heap[0][0] - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                _, _, armed = heapq.heappop(self._heap)
+                armed.done = True
+                _shut_socket(armed.conn, armed.fired)
+
+
+WATCHDOG = Watchdog()
 
 
 def _shut_socket(conn: psycopg.Connection, fired: threading.Event) -> None:

@@ -4,8 +4,14 @@ psycopg's async API does not run under trio, so the sync ``psycopg_pool.Connecti
 runs in worker threads (``trio.to_thread.run_sync``). Two queues lead to the pool, each a
 ``CapacityLimiter`` of the pool's size: one for request work (holds, reads, admin writes)
 and one for settlements, so a settlement never waits behind a backlog of new requests,
-only for a connection. A request's whole wait, queue and pool together, is bounded by
-``POOL_WAIT_S``: then it gets ``StoreUnavailable`` (a 503), however many wait with it.
+only for a connection. A request's whole call, queue, pool, the connection's check and
+the statement together, is bounded by ``POOL_WAIT_S``: then it gets ``StoreUnavailable``
+(a 503), however many wait with it, even if the database went silent (a black hole): the
+watchdog (``pg_link.WATCHDOG``) shuts the socket of a connection whose call outlived its
+deadline, so the thread wakes and the connection is discarded, never lent again; a thread
+that still does not come back is abandoned, never waited for. Every other call has its own
+deadline (settlement attempts, admin writes, reads), and the server bounds each statement
+(``statement_timeout``) and each silent client's transaction.
 
 Money: a hold is taken by the database. ``reserve`` is one transaction of two
 conditional UPDATEs (the key: limit - spent - held >= amount; the account: credit -
@@ -23,15 +29,18 @@ hold, if it exists, is released in the background as soon as the database answer
 
 Instances: each registers a row and heartbeats with the database's clock; hold rows carry
 their instance; the holds of an instance that stopped beating are released by the live
-ones, and a live instance's never (``pg_instances`` says how "dead" is judged, and what
-an instance's slot file in its data dir has to do with it: ``instance_slot``). A database
-that cannot be reached makes ``reserve`` raise ``StoreUnavailable`` (a 503, nothing held).
+ones, and a live instance's never (``pg_instances`` says how "dead" is judged, how an
+instance that cannot renew its lease fences itself, why the holds of a silent instance
+become provisional charges, and what an instance's slot file in its data dir has to do
+with it: ``instance_slot``). A database that cannot be reached, or a fenced instance, makes
+``reserve`` raise ``StoreUnavailable`` (a 503, nothing held).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import time
 from importlib import resources
@@ -41,14 +50,15 @@ from typing import Any, Iterable
 import psycopg
 import psycopg_pool
 import trio
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
 from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
 from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
-from gatewayd.store.pg_instances import InstanceMaintenance
-from gatewayd.store.pg_link import Link, LinkDown, PgTx, keepalives
+from gatewayd.store.pg_instances import Fenced, InstanceMaintenance
+from gatewayd.store.pg_link import WATCHDOG, Link, LinkDown, PgTx, keepalives
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -63,7 +73,19 @@ from gatewayd.store.sql import (
 log = logging.getLogger("gatewayd.store")
 
 MIGRATION_LOCK = 0x6761_7465  # pg_advisory_lock key: one migrating instance at a time
-POOL_WAIT_S = 3.0  # a request waits at most this long, queue and pool together, then gets a 503
+# Deadlines (client side: past one the connection's socket is shut and the call gives up)
+POOL_WAIT_S = 2.0  # a request's store call in all (queue, pool, connection check, statement), then a 503
+SETTLE_CALL_S = 5.0  # one attempt of a settlement (retried, it is idempotent)
+WRITE_DEADLINE_S = 10.0  # an admin or console write
+READ_DEADLINE_S = 60.0  # a read (usage exports and the audit can be long)
+ROLLBACK_S = 1.0  # the rollback of a job that failed
+ABANDON_GRACE_S = 0.25  # past its deadline (plus this) a call's thread is abandoned, never waited for
+CHECK_S = 1.0  # the pool's connection check (an empty query) at most, whatever the caller's deadline
+# Server side: every pool connection's statements stop after STATEMENT_TIMEOUT_S (a job with a
+# longer deadline raises its own with SET LOCAL), and a transaction whose client went silent is
+# ended after IDLE_IN_TRANSACTION_S, so it cannot keep an account's row locked
+STATEMENT_TIMEOUT_S = 3.0
+IDLE_IN_TRANSACTION_S = 15.0
 SETTLE_WAIT_S = 30.0  # a settling request retries this long (backoff 0.25 s .. 4 s) before going on
 FEED_WAIT_S = 0.5  # the change feed waits this long for a notification, then looks again
 FEED_PING_S = 5.0  # the change feed's connection is pinged this often ...
@@ -158,7 +180,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         pool = psycopg_pool.ConnectionPool(
             url, min_size=min(2, pool_size), max_size=pool_size, open=False, timeout=POOL_WAIT_S,
             kwargs={"row_factory": dict_row, "connect_timeout": 3, **keepalives(url)},
-            check=psycopg_pool.ConnectionPool.check_connection,
+            configure=_configure,  # (and each connection lent is checked: _check_connection)
             reconnect_timeout=RECONNECT_WINDOW_S, name="gatewayd",
         )
         store = cls(url, pool, pool_size, slot)
@@ -167,7 +189,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             await store._write(store._register)
             if slot is not None:
                 if slot.previous is not None and slot.previous != store.instance_id:
-                    await store._write(functools.partial(store._release_instance, slot.previous, 0.0))
+                    await store._write(functools.partial(store._release_instance, slot.previous, 0.0, certain=True))
                 slot.record(store.instance_id)
         except BaseException:
             with trio.CancelScope(shield=True):
@@ -179,51 +201,97 @@ class PostgresStore(InstanceMaintenance, SQLStore):
 
     # -- primitives ---------------------------------------------------------------------
 
-    def _run(self, job: Job, wait_s: float, one_statement: bool) -> Any:
-        sent = False
+    def _run(self, job: Job, deadline: float, one_statement: bool, statement_timeout_ms: int | None) -> Any:
+        """``job`` on a pool connection, in a worker thread; everything by ``deadline`` (``time.monotonic``).
+
+        The pool's connection check and the job (its commit included) run under the
+        watchdog: past the deadline the socket is shut, which wakes this thread with an
+        error, and the connection is closed, so the pool discards it instead of lending
+        it again. ``statement_timeout_ms``: the job's own server-side bound, when longer
+        than the connection's ``STATEMENT_TIMEOUT_S``."""
+        while True:  # (psycopg_pool's own check loop can sleep past the caller's timeout: not used)
+            conn = self.pool.getconn(timeout=max(deadline - time.monotonic(), 0.01))
+            if _check_connection(conn, deadline):
+                break
+            self.pool.putconn(conn)  # closed: the pool replaces it
+            if time.monotonic() >= deadline:
+                raise psycopg_pool.PoolTimeout("no working connection before the deadline")
+        armed = WATCHDOG.arm(conn, deadline)
+        done = False
         try:
-            with self.pool.connection(timeout=wait_s) as conn:  # commits when the job returns, rolls back if it raises
-                sent = True
-                if not one_statement:
-                    return job(PgTx(conn))
+            if one_statement:
                 # a job of one statement is its own transaction: no BEGIN and COMMIT round trips
                 conn.autocommit = True
-                try:
-                    return job(PgTx(conn))
-                finally:
-                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                        conn.autocommit = False  # (a broken connection is thrown away by the pool)
+                result = job(PgTx(conn))
+                conn.autocommit = False
+            else:
+                if statement_timeout_ms is not None:
+                    conn.execute(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}")
+                result = job(PgTx(conn))
+                conn.commit()
+            done = True
+            return result
         except psycopg.OperationalError as e:
-            if sent:
-                raise _SentThenLost(_first_line(e)) from None
-            raise
-
-    async def _call(self, job: Job, queue: trio.CapacityLimiter, *, one_statement: bool = False) -> Any:
-        """Run ``job`` on a pool connection; the wait for it (queue, then pool) is at most ``POOL_WAIT_S``.
-
-        ``one_statement``: the job runs exactly one statement, in autocommit mode."""
-        deadline = trio.current_time() + POOL_WAIT_S
-        queued = False
-        with trio.move_on_at(deadline):
-            await queue.acquire()
-            queued = True
-        if not queued:
-            raise StoreUnavailable(f"PostgreSQL: no connection free within {POOL_WAIT_S:g} s")
-        try:
-            wait_s = max(deadline - trio.current_time(), 0.01)
-            return await trio.to_thread.run_sync(self._run, job, wait_s, one_statement, limiter=self._threads)
-        except _SentThenLost as e:
-            raise OutcomeUnknown(f"PostgreSQL: {e}") from None
-        except UNAVAILABLE as e:
-            raise StoreUnavailable(f"PostgreSQL: {_first_line(e)}") from None
+            raise _SentThenLost("no answer in time" if armed.fired.is_set() else _first_line(e)) from None
         finally:
-            queue.release()
+            fired = WATCHDOG.disarm(armed)
+            if not done and not fired and not conn.closed:
+                if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                    armed = WATCHDOG.arm(conn, time.monotonic() + ROLLBACK_S)
+                    try:
+                        conn.rollback()
+                    except psycopg.Error:
+                        pass
+                    fired = WATCHDOG.disarm(armed)
+            if fired or conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.close()  # shut, broken or stuck: the pool replaces it
+            elif conn.autocommit:
+                conn.autocommit = False
+            self.pool.putconn(conn)
 
-    async def _write(self, job: Job) -> Any:
-        return await self._call(job, self._requests)
+    async def _call(self, job: Job, queue: trio.CapacityLimiter, *, one_statement: bool = False,
+                    deadline_s: float | None = None, cancellable: bool = True) -> Any:
+        """Run ``job`` on a pool connection, all of it (queue, pool, connection check, the
+        statements) within ``deadline_s`` (``POOL_WAIT_S`` by default), or ``StoreUnavailable``.
 
-    async def _read(self, job: Job) -> Any:
-        return await self._call(job, self._requests)
+        ``one_statement``: the job runs exactly one statement, in autocommit mode.
+        ``cancellable``: the caller's cancellation abandons the call (its thread finishes by
+        the deadline on its own; whether a write landed is then unknown), else only the
+        deadline ends it. Past the deadline the call raises ``OutcomeUnknown``."""
+        deadline_s = POOL_WAIT_S if deadline_s is None else deadline_s
+        deadline = time.monotonic() + deadline_s
+        trio_deadline = trio.current_time() + deadline_s
+        statement_ms = None if one_statement or deadline_s <= STATEMENT_TIMEOUT_S else int(deadline_s * 1000)
+        with trio.CancelScope(shield=not cancellable):
+            queued = False
+            with trio.move_on_at(trio_deadline):
+                await queue.acquire()
+                queued = True
+            if not queued:
+                raise StoreUnavailable(f"PostgreSQL: no connection free within {deadline_s:g} s")
+            try:
+                # the watchdog ends the thread's work at the deadline; this is the backstop
+                # should the thread still not come back (it is then abandoned, never waited for)
+                with trio.move_on_at(trio_deadline + ABANDON_GRACE_S):
+                    return await trio.to_thread.run_sync(self._run, job, deadline, one_statement, statement_ms,
+                                                         limiter=self._threads, abandon_on_cancel=True)
+                raise OutcomeUnknown(f"PostgreSQL: no answer within {deadline_s:g} s")
+            except _SentThenLost as e:
+                raise OutcomeUnknown(f"PostgreSQL: {e}") from None
+            except UNAVAILABLE as e:
+                raise StoreUnavailable(f"PostgreSQL: {_first_line(e)}") from None
+            finally:
+                queue.release()
+
+    async def _write(self, job: Job, *, deadline_s: float = WRITE_DEADLINE_S) -> Any:
+        return await self._call(job, self._requests, deadline_s=deadline_s, cancellable=False)
+
+    async def _read(self, job: Job, *, deadline_s: float = READ_DEADLINE_S) -> Any:
+        return await self._call(job, self._requests, deadline_s=deadline_s)
+
+    async def ping(self) -> None:
+        """One round trip (readiness), bounded like a request's."""
+        await self._read(lambda tx: tx.one("SELECT 1 AS one"), deadline_s=POOL_WAIT_S)
 
     def _is_unique_violation(self, error: Exception) -> bool:
         return isinstance(error, psycopg.errors.UniqueViolation)
@@ -315,15 +383,21 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: str, endpoint: str,
         stream: bool,
     ) -> Hold | Refusal:
+        if self.fenced:
+            raise Fenced(self.fenced_message())
         args = (request_id, account.id, key.id, model, endpoint, amount_nano, utc_now_iso(), self.instance_id,
                 instance_host(), os.getpid(), self.slot_name)
         try:
             row = await self._call(lambda tx: tx.one(HOLD, args), self._requests, one_statement=True)
-        except OutcomeUnknown:
-            # the commit may have happened: the caller answers 503 "nothing was charged", so
-            # the hold (if it exists) is released as soon as the database answers again
+        except (OutcomeUnknown, trio.Cancelled):
+            # the commit may have happened: the caller answers 503 "nothing was charged" (or
+            # has gone), so the hold (if it exists) is released as soon as the database answers
             self._unknown.setdefault(request_id, None)
             raise
+        if self.fenced and row["refused"] is None:
+            # the lease ran out while the hold was being taken: no upstream work starts on it
+            self._unknown.setdefault(request_id, None)
+            raise Fenced(self.fenced_message())
         if row["refused"] == "key":
             if row["key_spent"] is not None:
                 # charges made through other instances do not notify: this cache learns the
@@ -360,7 +434,8 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         delay = 0.25
         while True:
             try:
-                self._apply_settled(hold, await self._call(job, self._settlements, one_statement=True))
+                self._apply_settled(hold, await self._call(job, self._settlements, one_statement=True,
+                                                           deadline_s=SETTLE_CALL_S, cancellable=False))
                 return
             except StoreUnavailable as e:
                 if time.monotonic() + delay > deadline:
@@ -443,7 +518,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
                    (times + [now], account_id, model_id))
             return None
 
-        return await self._write(take)
+        return await self._write(take, deadline_s=POOL_WAIT_S)  # on a request's path: bounded like a hold
 
     # -- audit --------------------------------------------------------------------------
 
@@ -462,6 +537,33 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             return build_audit(sums, stored, stored_keys)
 
         return await self._read(read)
+
+
+def _check_connection(conn: psycopg.Connection, deadline: float) -> bool:
+    """Whether a pooled connection answers an empty query, within ``CHECK_S`` and the call's
+    deadline; one that does not is closed (a silent peer would block the thread for good)."""
+    armed = WATCHDOG.arm(conn, min(deadline, time.monotonic() + CHECK_S))
+    try:
+        psycopg_pool.ConnectionPool.check_connection(conn)
+        ok = True
+    except psycopg.Error:
+        ok = False
+    if WATCHDOG.disarm(armed) or not ok:
+        conn.close()
+        return False
+    return True
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    """A new pool connection's server-side bounds (SET, not startup options: PgBouncer refuses those)."""
+    armed = WATCHDOG.arm(conn, time.monotonic() + CHECK_S * 3)
+    try:
+        conn.execute(f"SET statement_timeout = {int(STATEMENT_TIMEOUT_S * 1000)}")
+        conn.execute(f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION_S * 1000)}")
+        conn.commit()
+    finally:
+        if WATCHDOG.disarm(armed):
+            conn.close()
 
 
 def _listen(conn: psycopg.Connection) -> None:

@@ -129,6 +129,9 @@ class SQLStore:
 
     kind = "sql"
     instance_id: str
+    # True while this instance must start no upstream work (PostgreSQL: its lease may have run
+    # out, see pg_instances); one process alone on its database is never fenced
+    fenced = False
 
     async def _write(self, job: Job) -> Any:  # pragma: no cover - provided by each store
         raise NotImplementedError
