@@ -7,8 +7,10 @@
 Endpoint handlers (``gatewayd.endpoints``, which parse the body and check the few fields the
 gateway reads) call ``Relay.admit`` and ``authorize``, then ``run`` a ``Call``; the
 adapter table (``gatewayd.providers``) builds the ``Route`` for it: the upstream request
-and the pipe that turns the upstream answer into the client's format. Settlement happens exactly once per hold, shielded from cancellation, before
-the client receives the last byte.
+and the pipe that turns the upstream answer into the client's format. The request's money
+has one owner, its :class:`~gatewayd.billing.tab.Tab`: settled exactly once, shielded from
+cancellation, before the client receives the last byte; a stream's life is
+:class:`gatewayd.pump.StreamPump`'s.
 """
 
 from __future__ import annotations
@@ -189,11 +191,11 @@ class Relay:
         plan = self.router.plan(model, call.client_format, key)
         if not plan:
             raise model_not_found(model.id)  # authorize() checked some route serves this format
-        plan = plan[:self.config.routing.max_attempts]
-        route = self._build(call, plan[0])  # a body the translation refuses is a 400 before any hold
-        if len(call.raw) > LARGE_BODY_BYTES:
-            await trio.lowlevel.checkpoint()  # the build walked the whole body
-        estimate = route_hold(grant.model, route, grant.price_ratio)  # all the provider can bill for it
+        attempts = await self._build_plan(call, plan[:self.config.routing.max_attempts])
+        # all that any route of the plan can bill for the body it sends: the charge never
+        # escapes the hold, whichever route serves
+        estimate = max(route_hold(grant.model, route, grant.price_ratio) for _, route in attempts)
+        route = attempts[0][1]
         t = trace.get()
         if t is not None:
             t.stream = route.stream
@@ -203,27 +205,36 @@ class Relay:
             input_estimate=route.input_tokens_estimate, on_settled=self._settled,
         ) as tab:
             try:
-                return await self._attempts(tab, call, plan, route, key)
+                return await self._attempts(tab, call, attempts, key)
             except GatewayError:
                 raise
             except Exception as e:  # a route callback or the store failed: ours, not the provider's
                 await tab.release(Outcome.INTERNAL_ERROR, 500)
                 raise our_fault(ctx.request_id, "while relaying the request", e) from None
 
-    async def _attempts(self, tab: Tab, call: Call, plan: list[ModelRoute], route: Route, key: str | None):
+    async def _build_plan(self, call: Call, plan: list[ModelRoute]) -> list[tuple[ModelRoute, Route]]:
+        """Each route of the plan with its upstream request. A body the first route's
+        translation refuses is the client's 400 before any hold; a later route that cannot
+        carry it is left out (another route may serve the request)."""
+        built = [(plan[0], self._build(call, plan[0]))]
+        for target in plan[1:]:
+            try:
+                built.append((target, self._build(call, target)))
+            except BodyError:
+                continue
+        if len(call.raw) > LARGE_BODY_BYTES:
+            await trio.lowlevel.checkpoint()  # each build walked the whole body
+        return built
+
+    async def _attempts(self, tab: Tab, call: Call, attempts: list[tuple[ModelRoute, Route]], key: str | None):
         model = call.model
         t = trace.get()
         deadline = time.monotonic() + self.config.routing.deadline_s
         tab.hidden_possible = hidden_output_possible(model, call.body)
         failures: list[tuple[AttemptFailed, Route]] = []
-        for n, target in enumerate(plan):
-            if n:
-                if time.monotonic() >= deadline:
-                    break
-                try:
-                    route = self._build(call, target)
-                except BodyError:  # this route's translation cannot carry the request
-                    continue
+        for n, (target, route) in enumerate(attempts):
+            if n and time.monotonic() >= deadline:
+                break
             tab.input_estimate = route.input_tokens_estimate
             tab.output_allowance = route.output_tokens
             tab.hold.provider = target.provider.name
@@ -231,7 +242,7 @@ class Relay:
             if t is not None:
                 t.provider = target.provider.name
                 t.route = target.name
-            last = n == len(plan) - 1
+            last = n == len(attempts) - 1
             self.router.started(target)
             began = time.monotonic()
             try:

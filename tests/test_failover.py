@@ -81,6 +81,28 @@ priority = 1
 [[models.routes]]
 provider = "h"
 upstream_id = "gm-at-h"
+[[providers]]
+name = "i"
+protocol = "openai"
+base_url = "http://i.test/v1"
+api_key = "ki"
+[[providers]]
+name = "k"
+protocol = "anthropic"
+base_url = "http://k.test"
+api_key = "kk"
+[[models]]
+id = "im"
+input_price = 1.0
+output_price = 2.0
+max_output_tokens = 4096
+[[models.routes]]
+provider = "i"
+upstream_id = "im-at-i"
+priority = 1
+[[models.routes]]
+provider = "k"
+upstream_id = "im-at-k"
 [[models]]
 id = "g1"
 provider = "g"
@@ -140,6 +162,11 @@ class Providers:
             headers = {"retry-after": "30"} if mode == "429" else {}
             return httpx.Response(int(mode), headers=headers, json={
                 "error": {"message": f"{host} says {mode}", "type": "server_error", "code": None}})
+        if host == "k":  # an Anthropic messages provider
+            message = {"id": "msg_k", "type": "message", "role": "assistant", "model": "im-at-k",
+                       "content": [{"type": "text", "text": "from k"}], "stop_reason": "end_turn",
+                       "usage": {"input_tokens": 10, "output_tokens": 5}}
+            return httpx.Response(200, content=_body(orjson.dumps(message)), headers={"content-type": "application/json"})
         if stream:
             return httpx.Response(200, content=_body(stream_body(host)), headers={"content-type": "text/event-stream"})
         return httpx.Response(200, content=_body(completion(host)), headers={"content-type": "application/json"})
@@ -433,3 +460,25 @@ async def test_route_latency_is_the_time_to_the_status_line_for_a_non_streaming_
     assert status == 200
     report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
     assert report["a"]["latency_ms"] < 250
+
+
+async def test_the_hold_covers_every_route_of_the_plan_not_only_the_first(world):
+    """An image costs an Anthropic route more tokens than an OpenAI one: the request is held
+    for the dearer route of its plan, so the charge stays within the hold whichever serves."""
+    from gatewayd.billing.estimate import route_hold
+    from gatewayd.providers.base import Call
+
+    w = await world()
+    w.providers.mode["i"] = "503"
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    content = [{"type": "text", "text": "what is this?"}, image]
+    status, _, out = await w.chat(model="im", messages=[{"role": "user", "content": content}])
+    assert status == 200, out
+    assert w.providers.hosts() == ["i", "k"]
+    [row] = await w.store.usage_rows(UsageQuery(account_id=w.account.id), 10)
+    body = {"model": "im", "messages": [{"role": "user", "content": content}], "stream": False}
+    model = w.relay.config.models["im"]
+    call = Call(client_format="chat", model=model, body=body, raw=orjson.dumps(body), stream=False)
+    holds = {target.provider.name: route_hold(model, w.relay._build(call, target), 1) for target in model.routes}
+    assert holds["k"] > holds["i"], holds
+    assert row.hold_nano == holds["k"] and row.cost_nano <= row.hold_nano

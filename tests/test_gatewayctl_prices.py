@@ -18,13 +18,15 @@ from gatewayd.billing.price_list import with_prices
 from gatewayd.config import load_config
 from tests.test_gatewayctl_cli import StandInAdmin, admin, gatewayctl, one_json, short_dir  # noqa: F401
 
+PINNED_CATALOGUE = Path(__file__).parent / "data" / "catalogue_before_tool_prices.toml"
+
 FIXTURE = Path(__file__).parent / "data" / "litellm_prices.json"
 PRICES_FILE = "/srv/gatewayd/var/prices.json"
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return load_config(None, overrides={"data_dir": str(tmp_path_factory.mktemp("none"))}).models
+    return load_config(PINNED_CATALOGUE, overrides={"data_dir": str(tmp_path_factory.mktemp("none"))}).models
 
 
 @pytest.fixture

@@ -24,6 +24,8 @@ from gatewayd.billing.pricing import bill
 from gatewayd.config import ConfigError, load_config
 from gatewayd.formats.usage import Usage
 
+PINNED_CATALOGUE = Path(__file__).parent / "data" / "catalogue_before_tool_prices.toml"
+
 FIXTURE = Path(__file__).parent / "data" / "litellm_prices.json"
 
 
@@ -34,7 +36,7 @@ def price_list() -> dict:
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory):
-    return load_config(None, overrides={"data_dir": str(tmp_path_factory.mktemp("no-prices"))})
+    return load_config(PINNED_CATALOGUE, overrides={"data_dir": str(tmp_path_factory.mktemp("no-prices"))})
 
 
 def catalogue(config):
@@ -249,7 +251,7 @@ def test_the_config_loader_merges_the_prices_file_over_the_catalogue(tmp_path):
     cfg = load_config(None, overrides={"data_dir": str(tmp_path)})
     assert cfg.models["gpt-4.1"].input_price == 2100
     assert cfg.models["gpt-4.1"].output_price == 8000  # not in the file: the catalogue's
-    assert cfg.models["gpt-4.1"].tool_prices == {"web_search": 1}
+    assert cfg.models["gpt-4.1"].tool_prices["web_search"] == 1  # the other tools keep the catalogue's
     assert cfg.price_overlay == {"gpt-4.1": {"input_price": 2100, "tool_prices.web_search": 1}}
     assert "retired-model" not in cfg.models
 
@@ -272,6 +274,6 @@ def test_a_bad_prices_file_fails_the_load_with_one_line_naming_it(tmp_path, cont
 
 
 def test_no_prices_file_changes_nothing(tmp_path, config):
-    cfg = load_config(None, overrides={"data_dir": str(tmp_path)})
+    cfg = load_config(PINNED_CATALOGUE, overrides={"data_dir": str(tmp_path)})
     assert cfg.price_overlay == {}
     assert {m: attrs.asdict(v) for m, v in cfg.models.items()} == {m: attrs.asdict(v) for m, v in config.models.items()}
