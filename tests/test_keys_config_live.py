@@ -301,14 +301,16 @@ def test_price_is_checked_before_the_rate_limit(custom):
 
 
 def test_rate_limit_is_checked_before_holds(custom):
-    """Requests refused for the balance still count against the rate: the third one is 429, not 403."""
-    account, key = fresh(custom, paid_usd="3")
-    too_big = dict(max_tokens=10**7)  # 10M output tokens x 1600 nano = $16 > $3
+    """Requests refused for their hold still count against the rate: the third one is 429, not
+    403. (A key with a tiny spend limit: limited-mini's whole output allowance, 1,000 tokens,
+    cannot be made to cost more than the $3 balance now that caps are lowered to it.)"""
+    account, _ = fresh(custom, paid_usd="3")
+    key = custom.admin.key(account["id"], name="tight", spend_limit_nano=1_000)
     with nothing_charged(custom.admin, account["id"]):
         for _ in range(2):
-            refused(post(custom, key["secret"], "limited-mini", **too_big), 403, "insufficient_user_quota",
-                    "user quota is not enough")
-        refused(post(custom, key["secret"], "limited-mini", **too_big), 429, "rate_limit_exceeded", LIMIT_MESSAGE)
+            refused(post(custom, key["secret"], "limited-mini"), 403, "pre_consume_token_quota_failed",
+                    "token quota is not enough")
+        refused(post(custom, key["secret"], "limited-mini"), 429, "rate_limit_exceeded", LIMIT_MESSAGE)
 
 
 def test_model_list_and_group_are_checked_before_the_rate_limit(custom):

@@ -219,7 +219,7 @@ def test_refusals_leave_no_hold_and_no_usage_row(gateway):
             post(gateway, keys["listed"]["secret"], "gpt-4o")
             post(gateway, keys["limited"]["secret"])
             post(gateway, keys["walled"]["secret"])
-            post(gateway, keys["plain"]["secret"], "gpt-4.1", max_tokens=10**6)
+            post(gateway, keys["plain"]["secret"], "gpt-4.1", max_tokens=32768, n=128)  # $33 held: 403
             post(gateway, keys["plain"]["secret"], "o3-pro")
             post(gateway, keys["plain"]["secret"], body=b"[]")
             httpx.post(gateway.url + CHAT, headers={"authorization": "Bearer sk-nope"}, json={})

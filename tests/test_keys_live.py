@@ -299,8 +299,9 @@ def test_account_balance_applies_on_top_of_the_key_limit(gateway):
     account = admin.account(unique_email("balance"), paid_usd="3")
     key = admin.key(account["id"], spend_limit_nano=usd_to_nano("100"))
     with nothing_charged(admin, account["id"]):
-        # gpt-4.1 output is $8/M: 1,000,000 tokens hold $8, more than the $3 the account holds
-        refused(post(gateway, key["secret"], "gpt-4.1", max_tokens=1_000_000), 403, "insufficient_user_quota",
+        # gpt-4.1 output is $8/M: 8 choices of 32,768 tokens (its maximum) hold $2.10, plus the
+        # input; 16 choices hold $4.19, more than the $3 the account holds
+        refused(post(gateway, key["secret"], "gpt-4.1", max_tokens=32768, n=16), 403, "insufficient_user_quota",
                 "user quota is not enough")
     assert key_state(admin, key["id"]) == "enabled"
     ok(post(gateway, key["secret"], "gpt-4.1", max_tokens=20))
