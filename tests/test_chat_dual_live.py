@@ -340,7 +340,7 @@ def test_reply_without_usage_is_charged_for_what_it_carries(gateway, sim, funded
     [row] = gateway.admin.usage(account["id"])
     upstream = sim.last_request(marker)["json"]
     assert (row["input_tokens"], row["output_tokens"]) == (estimate_input_tokens(upstream, "messages"),
-                                                           tokens.count("w1 w2 w3 w4 w5 w6 w7 w8 w9"))
+                                                           tokens.count("w1 w2 w3 w4 w5 w6 w7 w8 w9", "claude"))
     assert row["cost_nano"] == row_cost(row)
 
 

@@ -105,8 +105,10 @@ def test_models_not_visible_before_3_dollars_paid(gateway):
 def test_balance_too_low_403_nothing_charged(gateway):
     account = gateway.admin.account(unique_email(), paid_usd="3.00")
     secret = gateway.admin.key(account["id"])["secret"]
-    # 1M output tokens at $15/M would need $15 held
-    r = post(gateway.url, request(max_tokens=1_000_000), {"x-api-key": secret})
+    # a cap above the model's maximum is lowered to it (64,000 tokens, $0.96): 20 web searches,
+    # each a model pass over the prompt, the results and the answer so far, need $16 held
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 20}
+    r = post(gateway.url, request(max_tokens=1_000_000, tools=[search]), {"x-api-key": secret})
     assert_chat_envelope(r, 403, "insufficient_user_quota")
     assert gateway.admin.balance(account["id"]) == {"balance_nano": 3_000_000_000, "held_nano": 0,
                                                      "total_paid_nano": 3_000_000_000}
@@ -206,7 +208,7 @@ def test_upstream_error_event_mid_stream_reaches_the_client(gateway, funded):
     assert (row["status"], row["stream"]) == ("upstream_error", True)
     # billed for the input and what it produced (counted offline: the provider never said), nothing more
     input_tokens = events[0][1]["message"]["usage"]["input_tokens"]
-    produced = tokens.count("".join(d["delta"]["text"] for d in deltas))
+    produced = tokens.count("".join(d["delta"]["text"] for d in deltas), "claude")
     assert (row["input_tokens"], row["output_tokens"]) == (input_tokens, produced)
     assert row["cost_nano"] == input_tokens * 3000 + produced * 15000
 
@@ -229,7 +231,7 @@ def test_provider_dropping_the_stream_gives_an_error_event(gateway, funded):
     assert name == "error" and data["type"] == "error" and data["error"]["type"] == "api_error"
     assert "incomplete" in data["error"]["message"]
     [row] = gateway.admin.usage(account["id"])
-    assert row["status"] == "upstream_broken" and row["output_tokens"] == tokens.count("w1 w2 ")
+    assert row["status"] == "upstream_broken" and row["output_tokens"] == tokens.count("w1 w2 ", "claude")
 
 
 def test_idle_provider_stream_is_cut_with_a_timeout_error_event(sim, tmp_path):
@@ -243,6 +245,6 @@ def test_idle_provider_stream_is_cut_with_a_timeout_error_event(sim, tmp_path):
         name, data = _events(r.content)[-1]
         assert (name, data["type"], data["error"]["type"]) == ("error", "error", "timeout_error")
         [row] = daemon.admin.usage(account["id"])
-        assert row["status"] == "idle_timeout" and row["output_tokens"] == tokens.count("w1 w2 ")
+        assert row["status"] == "idle_timeout" and row["output_tokens"] == tokens.count("w1 w2 ", "claude")
     finally:
         daemon.stop()
