@@ -262,7 +262,7 @@ async def test_a_charge_over_its_hold_fails_the_audit_naming_the_request(store, 
     await store.flush()
     report = await store.audit([account], [key])
     assert report["ok"] is False
-    assert report["problems"] == ["request req_over_its_hold was charged 1501 nano-USD, over its hold of 1000"
+    assert report["problems"] == ["request req_over_its_hold (m chat ok) was charged 1501 nano-USD, over its hold of 1000"
                                   " x 3/2 (1500): the charge escaped its hold"]
     # a row from before the hold was recorded (NULL) is not checked
     await store._write(lambda tx: tx.run("UPDATE usage SET hold_nano = NULL, breakdown = NULL"

@@ -97,8 +97,9 @@ def build_audit(sums: dict, accounts: list[AuditAccount], keys: list[AuditKey],
     general = [f"request {rid} has {n} usage rows (one settlement, one row per request)"
                for rid, n in sorted(repeated.items())]
     factor = 1 + tolerance
-    for rid, (cost, hold) in sorted(sums.get("over_hold", {}).items()):
-        general.append(f"request {rid} was charged {cost} nano-USD, over its hold of {hold} x {factor}"
+    for rid, (cost, hold, *what) in sorted(sums.get("over_hold", {}).items()):
+        about = f" ({what[0]})" if what else ""
+        general.append(f"request {rid}{about} was charged {cost} nano-USD, over its hold of {hold} x {factor}"
                        f" ({math.floor(hold * factor)}): the charge escaped its hold")
     more = sums.get("over_hold_count", 0) - len(sums.get("over_hold", {}))
     if more > 0:

@@ -429,8 +429,10 @@ class SQLStore:
             "repeated_requests": sums("SELECT request_id AS id, count(*) AS total FROM usage GROUP BY request_id"
                                       " HAVING count(*) > 1 ORDER BY request_id LIMIT 100"),
             # charge <= hold x (1 + HOLD_TOLERANCE) on every row that recorded its hold (some named)
-            "over_hold": {r["request_id"]: (int(r["cost_nano"]), int(r["hold_nano"])) for r in tx.rows(
-                f"SELECT request_id, cost_nano, hold_nano FROM usage WHERE {over} ORDER BY id LIMIT {NAMED_AT_MOST}")},
+            "over_hold": {r["request_id"]: (int(r["cost_nano"]), int(r["hold_nano"]),
+                                            f'{r["model"]} {r["endpoint"]}{" stream" if r["stream"] else ""} {r["status"]}')
+                          for r in tx.rows(f"SELECT request_id, cost_nano, hold_nano, model, endpoint, stream, status"
+                                           f" FROM usage WHERE {over} ORDER BY id LIMIT {NAMED_AT_MOST}")},
             "over_hold_count": int(tx.one(f"SELECT count(*) AS n FROM usage WHERE {over}")["n"]),
         }
 
