@@ -27,6 +27,7 @@ import trio
 
 from gatewayd import tokens
 from gatewayd.billing.cut import cut_usage
+from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.tab import Outcome, Tab
 from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import GatewayError, UpstreamError, our_fault
@@ -196,6 +197,13 @@ class StreamPump:
                     await tab.release(status, 503 if status is Outcome.SHUTDOWN else 500)
                 # otherwise nothing reached the client: the relay settles (or tries another route)
 
+    async def _count_prompt(self, body: dict, fmt: str) -> int:
+        """The prompt counted with the model family's tokenizer (in a worker thread when long),
+        plus the flat allowances for what is not text: a cut stream's input is counted, not
+        estimated."""
+        text, flat = prompt_transcript(body, fmt)
+        return await tokens.count_off_loop(text, self.tab.model.family) + flat
+
     async def _read_to_usage(self) -> None:
         """The client left: read the provider's stream on (output discarded) until its terminal
         event, its end, the idle timeout, a shutdown or the byte budget, so that the charge is
@@ -228,11 +236,13 @@ class StreamPump:
             if usage is None or not pipe.complete or not (usage.input_tokens or usage.output_tokens):
                 try:
                     produced = await tokens.count_off_loop(pipe.produced_text(), tab.model.family)
+                    prompt = route.input_tokens_estimate
+                    if not (usage and usage.input_tokens) and tab.prompt is not None:
+                        prompt = await self._count_prompt(*tab.prompt)
                 except Exception as e:
                     our_fault(tab.hold.request_id, "while counting what the stream produced", e)  # logs it
-                    produced = 0
-                usage = cut_usage(usage, produced=produced, input_estimate=route.input_tokens_estimate,
-                                  output_allowance=route.output_tokens,
+                    produced, prompt = 0, route.input_tokens_estimate
+                usage = cut_usage(usage, produced=produced, prompt=prompt, output_allowance=route.output_tokens,
                                   hidden_possible=tab.hidden_possible)
             await tab.settle(usage, status, 200)
 

@@ -231,6 +231,8 @@ class Relay:
         t = trace.get()
         deadline = time.monotonic() + self.config.routing.deadline_s
         tab.hidden_possible = hidden_output_possible(model, call.body)
+        if call.client_format in ("chat", "messages", "responses"):
+            tab.prompt = (call.body, call.client_format)
         failures: list[tuple[AttemptFailed, Route]] = []
         for n, (target, route) in enumerate(attempts):
             if n and time.monotonic() >= deadline:

@@ -19,6 +19,8 @@ from tests.faults import (
     stream_all, wait_until,
 )
 from tests.live import Daemon
+from gatewayd import tokens
+from gatewayd.billing.estimate import estimate_input_tokens, prompt_transcript
 
 # per-token prices in nano-dollars (catalogue: USD per 1M tokens x 1000)
 MINI = (400, 1600)  # gpt-4.1-mini
@@ -214,15 +216,19 @@ def test_upstream_error_mid_stream_translated_chat_to_messages(gateway):
     ("/v1/chat/completions", chat_body), ("/v1/messages", messages_body)], ids=["chat", "messages"])
 def test_upstream_drops_connection_mid_stream(gateway, path, make_body):
     account, _, secret = new_account(gateway)
-    status, hdrs, raw = stream_all(gateway.url, path, secret,
-                                   make_body(f"{nonce()} [[sim:words=30]] [[sim:fault=drop_after:4]]"))
+    body = make_body(f"{nonce()} [[sim:words=30]] [[sim:fault=drop_after:4]]")
+    status, hdrs, raw = stream_all(gateway.url, path, secret, body)
     assert status == 200
     name, data = sse_events(raw)[-1]
     assert "incomplete" in data
-    if path == "/v1/messages":
-        assert name == "error"
     row = settled_row(gateway, account["id"], hdrs["x-request-id"])
     assert row["status"] == "upstream_broken" and row["output_tokens"] >= 4
+    if path == "/v1/messages":
+        assert name == "error"
+    else:
+        # OpenAI reports usage only at the end: the input is the prompt counted, not the estimate
+        text, flat = prompt_transcript(body, "chat")
+        assert row["input_tokens"] == tokens.count(text) + flat != estimate_input_tokens(body, "chat")
     assert_money_consistent(gateway, account["id"])
 
 

@@ -6,7 +6,8 @@ broke off, went silent past the idle timeout, or a shutdown cut it. The rule can
 gamed by hanging up at the right moment:
 
 - input: what the provider reported (Anthropic and Gemini report it first), else the
-  hold's estimate of the prompt;
+  prompt counted offline with the model family's tokenizer (``gatewayd.tokens``), not the
+  hold's estimate;
 - output: the larger of what was reported and what was streamed, counted offline
   (``gatewayd.tokens``) -- and, when the model may have produced hidden reasoning that
   the stream never shows (:func:`hidden_output_possible`), the hold's whole output
@@ -51,12 +52,13 @@ def _gemini_thinks(config: Any) -> bool:
     return budget != 0
 
 
-def cut_usage(reported: Usage | None, *, produced: int, input_estimate: int, output_allowance: int,
+def cut_usage(reported: Usage | None, *, produced: int, prompt: int, output_allowance: int,
               hidden_possible: bool) -> Usage:
-    """The usage a stream without final usage is charged (see the module docstring)."""
+    """The usage a stream without final usage is charged (see the module docstring);
+    ``prompt`` is the prompt counted offline, charged when the provider reported no input."""
     base = reported or Usage()
     if not base.input_tokens:
-        base = attrs.evolve(base, input_tokens=input_estimate)
+        base = attrs.evolve(base, input_tokens=prompt)
     output = max(base.output_tokens, produced)
     if hidden_possible:
         output = max(output, output_allowance)

@@ -186,6 +186,33 @@ class _Tally:
         return -(-self.bytes // BYTES_PER_TOKEN) + math.ceil(self.dense * DENSE_TOKENS_PER_BYTE) + self.tokens
 
 
+class _Transcript(_Tally):
+    """The prompt's text itself, read at the same places (for counting it with a tokenizer when
+    a cut stream never got the provider's usage), and the flat allowances as in ``_Tally``."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, media: "Media | None" = None) -> None:
+        super().__init__(media)
+        self.parts: list[str] = []
+
+    def text(self, value: Any) -> None:
+        if isinstance(value, str):
+            self.parts.append(value)
+        elif value is not None:
+            self.json(value)
+
+    def sealed(self, value: Any) -> None:
+        self.text(value)
+
+    def json(self, value: Any) -> None:
+        if value is not None:
+            try:
+                self.parts.append(orjson.dumps(value).decode())
+            except orjson.JSONEncodeError:
+                raise BodyError("the request nests JSON more than 254 levels deep") from None
+
+
 # -- chat -------------------------------------------------------------------------------
 
 
@@ -403,6 +430,15 @@ def estimate_input_tokens(body: dict, fmt: str, media: Media | None = None) -> i
     tally = _Tally(media)
     _READERS[fmt](body, tally)
     return tally.total()
+
+
+def prompt_transcript(body: dict, fmt: str) -> tuple[str, int]:
+    """The text of a ``fmt`` request body's prompt (read as :func:`estimate_input_tokens`
+    reads it) and the tokens allowed flat for what is not text (media, per-message overhead):
+    a cut stream's input is counted from it, not estimated (docs/billing.md)."""
+    transcript = _Transcript()
+    _READERS[fmt](body, transcript)
+    return "\n".join(transcript.parts), transcript.tokens
 
 
 def estimate_text_tokens(texts: list[str]) -> int:

@@ -63,6 +63,7 @@ class Tab:
         self.input_estimate = input_estimate  # the prompt as estimated for the hold (tokens)
         self.output_allowance = 0  # the output the hold covers (tokens): set by the relay per route
         self.hidden_possible = False  # the model may bill reasoning it never shows (billing/cut.py)
+        self.prompt: tuple[dict, str] | None = None  # (client body, its format): counted if a cut stream needs it
         self.on_settled = on_settled
         self.sent = False  # some attempt's request bytes were handed to a provider connection
         self.handed_off = False  # a stream owns the settlement now
