@@ -173,7 +173,8 @@ def routes(address: Addresser) -> dict[str, Builder]:
             request=address(upstream, target, "embeddings", with_changes(call.raw, body, model_change(call, target)),
                             stream=False),
             stream=False,
-            input_tokens_estimate=text_estimate + token_arrays,
+            # at least a token an input: an empty or blank string measures 0 bytes, and is billed
+            input_tokens_estimate=text_estimate + token_arrays + len(inputs),
             output_tokens=0,
             make_pipe=lambda: pipes.ChatPassthrough(False),  # never used: embeddings do not stream
             finish=finish,

@@ -84,7 +84,7 @@ def extract(body: dict) -> Prompt:
                     break
         last = value[-1]
         ends_with_user = _is_user_message(last)
-        if last.get("type") in _OUTPUT_TYPES:
+        if isinstance(last.get("type"), str) and last["type"] in _OUTPUT_TYPES:
             output = last.get("output")
             tool_result = text_of(output) if output is not None else ""
     tools = tuple(
@@ -100,7 +100,7 @@ def extract(body: dict) -> Prompt:
     reasoning = body.get("reasoning")
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     server = tuple((_BUILT_IN[t["type"]], None) for t in body.get("tools") or ()
-                   if isinstance(t, dict) and t.get("type") in _BUILT_IN)
+                   if isinstance(t, dict) and isinstance(t.get("type"), str) and t["type"] in _BUILT_IN)
     return Prompt(
         user_text=user_text,
         tool_result=tool_result,
