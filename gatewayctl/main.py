@@ -37,6 +37,7 @@ from rich.console import Console
 from gatewayctl import render
 from gatewayctl.client import AdminClient, AdminError, resolve_socket, segment
 from gatewayd.billing import breakdown
+from gatewayd.control_chars import escape_control_characters
 from gatewayd.money import MoneyError, format_usd, usd_to_nano
 
 # --- Parsing the command line ------------------------------------------------------------
@@ -222,7 +223,7 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except AdminError as exc:
-            typer.echo(f"gatewayctl: {exc}", err=True)
+            typer.echo(f"gatewayctl: {escape_control_characters(str(exc))}", err=True)
             raise typer.Exit(1) from None
 
 
@@ -336,8 +337,8 @@ def account_password(account: AccountArg, socket: SocketOpt = None,
     """Set the console password: read from stdin, or prompted twice (hidden) on a terminal."""
     s = session(socket, json_output)
     updated = s.api.put(account_path(account, "password"), {"password": read_password("stdin")})
-    s.emit(updated, lambda c: c.print(f"Password set for {updated.get('email', account)}.",
-                                      markup=False))
+    done = escape_control_characters(f"Password set for {updated.get('email', account)}.")
+    s.emit(updated, lambda c: c.print(done, markup=False))
 
 
 @account_app.command("pay")
@@ -362,8 +363,9 @@ def account_pay(
     def human(c: Console) -> None:
         paid = answer.get("account") or {}
         render.show_object(c, answer.get("payment") or {}, render.PAYMENT, "Payment recorded")
-        c.print(f"{paid.get('email', account)}: balance {format_usd(paid.get('balance_nano'))}, "
-                f"total paid {format_usd(paid.get('total_paid_nano'))}", markup=False)
+        c.print(escape_control_characters(f"{paid.get('email', account)}: balance "
+                                          f"{format_usd(paid.get('balance_nano'))}, "
+                                          f"total paid {format_usd(paid.get('total_paid_nano'))}"), markup=False)
 
     s.emit(answer, human)
 
@@ -730,7 +732,7 @@ def reload(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
     try:
         answer = s.api.post("/admin/v1/reload")
     except AdminError as exc:
-        message = str(exc)
+        message = escape_control_characters(str(exc))
         typer.echo(message if message.startswith("gatewayd: ") else f"gatewayctl: {message}", err=True)
         raise typer.Exit(1) from None
 

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gatewayd.billing import breakdown
+from gatewayd.control_chars import escape_control_characters
 from gatewayd.money import format_usd
 
 
@@ -188,12 +189,13 @@ def _cell(field: Field, obj: dict[str, Any]) -> Text:
     style = _STATE_STYLE.get(value, "") if field.key == "state" else ""
     if field.key == "ok" and value is False:
         style = "bold red"
-    return Text(field.fmt(value), style=style)
+    # names come from the database: a terminal escape stored in one prints as its escape
+    return Text(escape_control_characters(field.fmt(value)), style=style)
 
 
 def _plain(title: str | None) -> Text | None:
     """Titles carry names from the database: never let rich read them as markup."""
-    return None if title is None else Text(title, style="bold")
+    return None if title is None else Text(escape_control_characters(title), style="bold")
 
 
 def _extra_fields(obj: dict[str, Any], known: Sequence[Field]) -> list[Field]:
@@ -299,7 +301,7 @@ def show_audit(console: Console, report: dict[str, Any], *, show_all: bool) -> N
         if listed:
             show_list(console, listed, columns, empty="", title=what)
     for line in general:
-        console.print(f"[bold red]problem[/]: {escape(str(line))}")
+        console.print(f"[bold red]problem[/]: {escape(escape_control_characters(str(line)))}")
     checked = f"{_count(len(accounts), 'account')} and {_count(len(keys), 'key')} checked"
     if report.get("ok"):
         note = f" {_count(len(warned), 'warning')} (listed above)." if warned else ""
@@ -325,7 +327,7 @@ def show_breakdowns(console: Console, rows: Sequence[dict[str, Any]], *, empty: 
         if row.get("breakdown") is None:
             described = ["(no breakdown recorded: settled before gatewayd kept one)"]
         for line in described or ["(nothing billed)"]:
-            console.print(Text(f"    {line}"))
+            console.print(Text(f"    {escape_control_characters(str(line))}"))
 
 
 def _count(n: int, noun: str) -> str:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 import trio
-from quart import Response, request
+from quart import Response, has_request_context, request
 from quart_trio import QuartTrio
 
 from gatewayd import logs, trace
@@ -26,6 +26,7 @@ from gatewayd.errors import GatewayError, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
 from gatewayd.relay import Relay
 from gatewayd.trace import Trace
+from gatewayd.upgrades import refuse_websocket, websocket_refusal
 
 JSON = "application/json"
 
@@ -70,15 +71,21 @@ class Listener:
         self.api = api  # the /v1 API routes, served without Quart (gatewayd.api_routes)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)  # lifespan
         request_id = new_request_id()
         scope["gateway.request_id"] = request_id
         client = scope.get("client")
-        t = Trace(request_id, scope.get("method", ""), scope.get("path", ""), client[0] if client else None)
+        t = Trace(request_id, scope.get("method", "GET"), scope.get("path", ""), client[0] if client else None)
         t.endpoint = endpoint_of(t.path)
         token = trace.current.set(t)
         try:
+            if scope["type"] == "websocket":  # no path serves WebSockets (gatewayd.upgrades)
+                path = t.path
+                error = websocket_refusal(path, endpoint_of(path) != "other", not_offered(path))
+                t.status = error.status
+                await refuse_websocket(scope, send, error, request_id)
+                return
             await self._serve(scope, receive, send, t)
         finally:
             trace.current.reset(token)
@@ -239,8 +246,10 @@ def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
         )
 
     def log_exception(exc_info) -> None:
-        """Quart's own log line for an exception no handler caught, with the request id added."""
-        fields = {"request_id": request.scope.get("gateway.request_id"), "path": request.path}
+        """Quart's own log line for an exception no handler caught, with the request id added
+        (when there is a request: Quart calls this for WebSocket and background errors too)."""
+        fields = {"request_id": request.scope.get("gateway.request_id"), "path": request.path} \
+            if has_request_context() else {}
         logging.getLogger("gatewayd.app").error("internal error while handling the request", exc_info=exc_info,
                                                 extra={"fields": fields})
 

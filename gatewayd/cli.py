@@ -53,6 +53,12 @@ def serve(
         import attrs
 
         cfg = attrs.evolve(cfg, demo=True)
+    from gatewayd.server import admin_socket_refusal
+
+    refusal = admin_socket_refusal(cfg.server.admin_socket)
+    if refusal is not None:
+        print(f"gatewayd: {refusal}", file=sys.stderr)
+        raise typer.Exit(2)
     from gatewayd.workers import WorkersRefused, check_workers, run_workers
 
     try:

@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import attrs
 
 from gatewayd.config import Config
+from gatewayd.control_chars import CONTROL_CHARACTERS
 from gatewayd.money import MAX_PAID_NANO, format_usd
 from gatewayd.records import (
     Account,
@@ -66,6 +67,15 @@ def check_password(password: str, stored: str | None) -> bool:
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(candidate.hex(), digest)
+
+
+def refuse_control_characters(value: str, field: str) -> str:
+    """``value``, or the 400 naming ``field`` and the first control character it holds."""
+    found = CONTROL_CHARACTERS.search(value)  # see gatewayd.control_chars
+    if found is not None:
+        raise DirectoryError(f"{field} must not contain control characters (found U+{ord(found.group()):04X} at "
+                             f"position {found.start()})")
+    return value
 
 
 def parse_ip_list(entries: Any) -> tuple:
@@ -188,11 +198,12 @@ class Directory:
     ) -> Account:
         if not isinstance(email, str) or not _EMAIL.match(email.strip()):
             raise DirectoryError(f"not an email address: {email!r}")
-        email = email.strip()
+        email = refuse_control_characters(email.strip(), "email")
         if email.lower() in self.accounts_by_email:
             raise DirectoryError(f"an account with email {email} exists already", status=409, code="conflict")
         if not isinstance(name, str) or len(name) > 100:
             raise DirectoryError("name must be a string of at most 100 characters")
+        refuse_control_characters(name, "name")
         timezone = _validate_timezone(timezone)
         if password is not None:
             self._check_password_rules(password)
@@ -231,6 +242,8 @@ class Directory:
         new_name = account.name if name is _UNSET else name
         if not isinstance(new_name, str) or len(new_name) > 100:
             raise DirectoryError("name must be a string of at most 100 characters")
+        if name is not _UNSET:
+            refuse_control_characters(new_name, "name")
         new_tz = account.timezone if timezone is _UNSET else _validate_timezone(timezone)
         await self.store.update_account(account.id, name=new_name, timezone=new_tz)
         account.name = new_name
@@ -252,6 +265,7 @@ class Directory:
             raise DirectoryError("amount_nano must be a positive integer number of nano-dollars")
         if not isinstance(note, str) or len(note) > 500:
             raise DirectoryError("note must be a string of at most 500 characters")
+        refuse_control_characters(note, "note")
         try:
             if amount_nano > MAX_PAID_NANO:
                 raise PaymentTooLarge(0)
@@ -294,7 +308,7 @@ class Directory:
             raise DirectoryError("key name must not be empty")
         if len(name) > MAX_KEY_NAME:
             raise DirectoryError(f"key name is {len(name)} characters; at most {MAX_KEY_NAME} are allowed")
-        return name
+        return refuse_control_characters(name, "key name")
 
     def _check_models(self, models: Any) -> frozenset[str] | None:
         if models is None:

@@ -17,6 +17,7 @@ from gatewayd.access import visible_models
 from gatewayd.billing.features import check_cap_fields, check_n
 from gatewayd.errors import BodyError, GatewayError
 from gatewayd.formats.embeddings import embedding_inputs
+from gatewayd.formats.raw_json import duplicate_top_level_key
 from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
 from gatewayd.providers.base import Call, translate
 from gatewayd.relay import LARGE_BODY_BYTES, Ctx, Relay
@@ -32,6 +33,9 @@ def parse_body(raw: bytes) -> dict:
         raise BodyError(f"the request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise BodyError("the request body must be a JSON object")
+    twice = duplicate_top_level_key(raw, body)
+    if twice is not None:  # the gateway would read the last one, a provider perhaps the first
+        raise BodyError(f"the request body has the key {twice!r} more than once; send each field once", param=twice)
     return body
 
 

@@ -14,6 +14,8 @@ from email.utils import parsedate_to_datetime
 
 import orjson
 
+from gatewayd.provider_identifiers import scrub_provider_identifiers
+
 log = logging.getLogger("gatewayd.errors")
 
 _CHAT_TYPE_BY_STATUS = {429: "rate_limit_error"}
@@ -100,19 +102,25 @@ def model_not_found(model: str) -> GatewayError:
 
 
 class UpstreamError(Exception):
-    """The provider answered with an error: its status, headers and body go back to the client."""
+    """The provider answered with an error: its status, headers and body go back to the client,
+    with the operator's identifiers (organization, project, key fragment) removed from the body
+    here, the one place every provider error passes (``gatewayd.provider_identifiers``).
+    ``provider_body`` keeps the bytes as received, for the operator's log."""
 
     def __init__(self, status: int, body: bytes, headers: dict[str, str]) -> None:
         super().__init__(f"upstream status {status}")
         self.status = status
-        self.body = body
+        self.provider_body = body
+        self.body = scrub_provider_identifiers(body)
         self.headers = headers
 
-    def message(self) -> str:
+    def message(self, *, for_operator: bool = False) -> str:
+        """The provider's message as a client may see it; ``for_operator``: as the provider wrote it."""
+        body = self.provider_body if for_operator else self.body
         try:
-            doc = orjson.loads(self.body)
+            doc = orjson.loads(body)
         except orjson.JSONDecodeError:
-            text = self.body.decode("utf-8", "replace").strip()
+            text = body.decode("utf-8", "replace").strip()
             return text[:500] or f"upstream answered {self.status}"
         err = doc.get("error") if isinstance(doc, dict) else None
         if isinstance(err, dict) and isinstance(err.get("message"), str):

@@ -6,7 +6,7 @@ exact whole number of nano-dollars per token ($0.24/M -> 240 nano a token).
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 from fractions import Fraction
 
 NANO_PER_USD = 1_000_000_000
@@ -85,7 +85,9 @@ def format_usd(nano: int | None, places: int = 6) -> str:
     if nano is None:
         return "-"
     sign = "-" if nano < 0 else ""
-    amount = (Decimal(abs(nano)) / NANO_PER_USD).quantize(Decimal(1).scaleb(-places))
+    with localcontext() as exact:  # the default 28 digits fail (InvalidOperation) on amounts past 1e19
+        exact.prec = len(str(abs(nano))) + places + 2
+        amount = (Decimal(abs(nano)) / NANO_PER_USD).quantize(Decimal(1).scaleb(-places))
     return f"{sign}${amount}"
 
 

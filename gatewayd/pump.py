@@ -143,7 +143,7 @@ class StreamPump:
                 # any byte reached the client: answered as the provider's error, nothing charged
                 status = Outcome.UPSTREAM_ERROR
                 raise AttemptFailed(None, status.value, upstream=e, retryable=False,
-                                    reason=f"refused: {e.message()[:200]}") from None
+                                    reason=f"refused: {e.message(for_operator=True)[:200]}") from None
             except httpx.ReadTimeout:
                 status = Outcome.IDLE_TIMEOUT
                 idle = f"the provider sent nothing for {self.relay.upstream.stream_idle_timeout_s:g} seconds"

@@ -414,7 +414,7 @@ class Relay:
             retryable = error.status == 429 or error.status >= 500
             raise AttemptFailed(
                 None, "upstream_error", upstream=error, retryable=retryable,
-                reason=f"{error.status}: {error.message()[:200]}",
+                reason=f"{error.status}: {error.message(for_operator=True)[:200]}",
                 retry_after_s=route.retry_after(error) if retryable else None,  # the adapter knows where
             ) from None
         return response
@@ -436,7 +436,7 @@ class Relay:
             body, usage = route.finish(raw)
         except UpstreamError as e:  # the provider refused inside a 200 (a blocked prompt): nothing charged
             raise AttemptFailed(None, "upstream_error", upstream=e, retryable=False,
-                                reason=f"refused: {e.message()[:200]}") from None
+                                reason=f"refused: {e.message(for_operator=True)[:200]}") from None
         except PROVIDER_FAULTS as e:
             raise AttemptFailed(
                 GatewayError(502, "the provider returned an invalid response", "bad_gateway", model_step=True),

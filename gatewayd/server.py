@@ -77,6 +77,23 @@ def _public_config(config: Config, worker: WorkerSockets | None = None) -> Hyper
     return hc
 
 
+def admin_socket_refusal(path: str) -> str | None:
+    """Why the admin socket cannot be made at ``path``, in one line, or None. A path held by
+    something that is not a socket (a file, a directory) is the operator's to clear: left to
+    hypercorn, the bind failed deep in the nursery as a 258-line ``TrioInternalError``."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"admin socket {path}: {e.strerror}"
+    if stat.S_ISSOCK(mode):
+        return None  # a stale socket from a previous run: replaced
+    kind = "a directory" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode) else "a file"
+    return (f"admin socket {path} is taken by {kind}, not a socket; remove it or set another "
+            "[server] admin_socket / --admin-socket")
+
+
 def _admin_config(path: str, worker: WorkerSockets | None = None) -> HypercornConfig:
     if worker is not None:  # shared by every worker; the supervisor made it (mode 0600)
         return _hypercorn_config(bind=[f"fd://{worker.admin_fd}"], graceful_timeout=5)

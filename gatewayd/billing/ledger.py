@@ -17,7 +17,7 @@ from gatewayd.billing.tab import OpenTab, Tab
 from gatewayd.catalogue import Model
 from gatewayd.errors import GatewayError, invalid_token
 from gatewayd.formats.usage import Usage
-from gatewayd.money import format_usd
+from gatewayd.money import MAX_PAID_NANO, format_usd
 from gatewayd.records import Account, Key
 from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable
 
@@ -40,6 +40,16 @@ def refusal_error(refusal: Refusal, amount_nano: int) -> GatewayError:
     )
 
 
+def beyond_any_balance() -> GatewayError:
+    """A hold larger than any account can be paid (a huge ``n``, ``max_uses`` or ``max_tool_calls``):
+    no top-up could make it affordable, and the number may not even fit the store's 64-bit
+    columns (PostgreSQL refused it with ``NumericValueOutOfRange``), so it is the client's 400,
+    answered before the store is asked."""
+    return GatewayError(400, f"this request could cost more than any balance can hold (over "
+                        f"{format_usd(MAX_PAID_NANO, 2)} at its most expensive): lower n, max_tokens, "
+                        "max_tool_calls or the tools' max_uses", "request_too_expensive", model_step=True)
+
+
 def store_unavailable() -> GatewayError:
     return GatewayError(503, "the gateway's database is unavailable right now; nothing was charged, retry shortly",
                         "store_unavailable", headers={"Retry-After": "2"})
@@ -55,7 +65,10 @@ class Ledger:
         self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: str, endpoint: str,
         stream: bool,
     ) -> Hold:
-        """Hold ``amount_nano`` on the key and the account, or raise the spec's 403 (or a 503)."""
+        """Hold ``amount_nano`` on the key and the account, or raise the spec's 403 (or a 503, or
+        the 400 of :func:`beyond_any_balance`)."""
+        if amount_nano > MAX_PAID_NANO:
+            raise beyond_any_balance()
         try:
             held = await self.store.reserve(account, key, amount_nano, request_id=request_id, model=model,
                                             endpoint=endpoint, stream=stream)

@@ -26,6 +26,8 @@ at all: the parse already says the key is absent).
 
 from __future__ import annotations
 
+import json
+
 import orjson
 
 _WHITESPACE = b" \t\r\n"
@@ -188,3 +190,37 @@ def set_top_level_fields(raw: bytes, parsed: dict, changes: dict[str, object]) -
             return None
         raw = edited
     return _insert_first(raw, inserts) if inserts else raw
+
+
+def duplicate_top_level_key(raw: bytes, parsed: dict) -> str | None:
+    """A key that occurs more than once at the top level of ``raw`` (``parsed`` is its orjson
+    parse), else None.
+
+    orjson keeps the last of duplicate keys silently, while a provider handed the same bytes
+    may read the first: the gateway would check and bill one ``model`` or ``n`` and the
+    provider act on another. So such a body is refused.
+
+    Two steps, the first settling the usual case at C speed: when ``raw`` is byte for byte
+    the compact re-encoding of ``parsed`` (what the OpenAI and Anthropic SDKs, httpx and
+    JSON.stringify send: no spaces, no needless escapes) it cannot hold a duplicate, since
+    the re-encoding of a dict has none (about a sixth of the parse's time on a 450 KB body).
+    Otherwise the standard library's C parser counts the top-level pairs, duplicates
+    included (``object_pairs_hook=len`` turns every object into its number of pairs, so the
+    top level comes back as a count): about 1.5 times orjson's parse, paid only by bodies
+    written with spaces or escapes. The scanner above would take 100 times longer.
+    """
+    if orjson.dumps(parsed) == raw:
+        return None
+    try:
+        pairs = json.loads(raw, object_pairs_hook=len)
+    except (ValueError, RecursionError):  # orjson read it; the standard parser's limits are not ours to add
+        return None
+    if pairs == len(parsed):
+        return None
+    names = json.loads(raw, object_pairs_hook=lambda found: found)  # only for the error's message
+    seen: set[str] = set()
+    for name, _ in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None

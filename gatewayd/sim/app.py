@@ -28,6 +28,7 @@ from quart_trio import QuartTrio
 
 from . import anthropic, embeddings, gemini, openai_chat, openai_responses
 from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, parse_markers, plan
+from .operator_ids import operator_id_message
 from .prompt_cache import PromptCache
 
 LOG_LIMIT = 1000
@@ -303,7 +304,11 @@ async def _before_reply(faults: Faults, entry: Recorded, error: Callable[..., Re
         entry.cancelled = not entry.dropped
         raise
     if faults.status:
-        return error(faults.status, f"simulated error {faults.status}",
+        message = f"simulated error {faults.status}"
+        if faults.operator_ids:
+            vendor = "anthropic" if error is anthropic_error else "google" if error is google_error else "openai"
+            message = operator_id_message(vendor, faults.status)
+        return error(faults.status, message,
                      retry_after_s=SIMULATED_RETRY_AFTER_S if faults.status == 429 else None)
     return None
 

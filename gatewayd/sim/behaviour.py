@@ -55,6 +55,7 @@ class Faults:
     invalid_json: bool = False  #: 200 with a body (or first stream event) that is not JSON
     no_usage: bool = False  #: leave usage out (non-stream body, usage chunk, message usage)
     disconnect: bool = False  #: close the connection before sending any byte
+    operator_ids: bool = False  #: with ``status``: the vendor's real wording, naming its organization and key
 
     @property
     def paced(self) -> bool:
@@ -79,7 +80,7 @@ class Faults:
 NO_FAULTS = Faults()
 
 _INT_FAULTS = {"status", "delay_ms", "chunk_delay_ms", "stall_after", "error_after", "drop_after"}
-_FLAG_FAULTS = {"invalid_json", "no_usage", "disconnect"}
+_FLAG_FAULTS = {"invalid_json", "no_usage", "disconnect", "operator_ids"}
 
 
 @attrs.frozen
