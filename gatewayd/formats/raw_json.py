@@ -209,8 +209,11 @@ def duplicate_top_level_key(raw: bytes, parsed: dict) -> str | None:
     top level comes back as a count): about 1.5 times orjson's parse, paid only by bodies
     written with spaces or escapes. The scanner above would take 100 times longer.
     """
-    if orjson.dumps(parsed) == raw:
-        return None
+    try:
+        if orjson.dumps(parsed) == raw:
+            return None
+    except orjson.JSONEncodeError:
+        pass  # nested deeper than orjson encodes (254): the slow path; the estimate refuses it later
     try:
         pairs = json.loads(raw, object_pairs_hook=len)
     except (ValueError, RecursionError):  # orjson read it; the standard parser's limits are not ours to add

@@ -87,3 +87,17 @@ def test_fast_path_gives_the_same_document(doc, model, new, ascii_only, indent):
     out = replace_top_level_string(raw, "model", new, json.loads(raw))
     assert json.loads(out) == {**doc, "model": new}
     assert out.startswith(raw[: raw.index(b'"model"')])
+
+
+def test_a_body_nested_deeper_than_orjson_encodes_is_no_crash_of_the_duplicate_check():
+    """orjson parses 1,024 levels but encodes 254: the check takes its slow path (the fuzz test
+    of tests/test_fuzz_bodies.py found the TypeError)."""
+    import json
+
+    from gatewayd.formats.raw_json import duplicate_top_level_key
+
+    deep: object = 1
+    for _ in range(300):
+        deep = [deep]
+    raw = json.dumps({"model": "m", "tools": deep}).encode()
+    assert duplicate_top_level_key(raw, orjson.loads(raw)) is None
