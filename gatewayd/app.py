@@ -29,6 +29,9 @@ from gatewayd.trace import Trace
 from gatewayd.upgrades import refuse_websocket, websocket_refusal
 
 JSON = "application/json"
+# Served over TLS (``[server] tls_cert``): browsers keep to HTTPS for a year. Behind a proxy that
+# ends TLS, the proxy sends it (docs/deploy/nginx.conf).
+HSTS = (b"strict-transport-security", b"max-age=31536000")
 
 
 def new_request_id() -> str:
@@ -60,8 +63,8 @@ def endpoint_of(path: str) -> str:
 
 
 class Listener:
-    """ASGI middleware: request id on every response, the request body cap, and, once the
-    last byte is sent, the request's log line and metrics (``gatewayd.trace``)."""
+    """ASGI middleware: request id (and HSTS under TLS) on every response, the request body
+    cap, and, once the last byte is sent, the request's log line and metrics (``gatewayd.trace``)."""
 
     def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None,
                  api: ApiRoutes | None = None) -> None:
@@ -102,6 +105,7 @@ class Listener:
     async def _serve(self, scope, receive, send, t: Trace):
         request_id = t.request_id
         id_header = (b"x-request-id", request_id.encode())
+        own_headers = [id_header, HSTS] if scope.get("scheme") == "https" else [id_header]
         started = False
         streaming = False
         metrics = self.metrics
@@ -121,7 +125,7 @@ class Listener:
                     # recycling it, so say so, or a keep-alive client sends its next request
                     # into a socket that is closing and gets no answer.
                     headers = [*headers, (b"connection", b"close")]
-                message = {**message, "headers": [*headers, id_header]}
+                message = {**message, "headers": [*headers, *own_headers]}
             elif t.first_byte_s is None and message.get("body"):
                 t.first_byte_s = time.perf_counter() - t.started
             if message["type"] == "http.response.body" and not message.get("more_body", False):

@@ -11,10 +11,7 @@ emails) are decided by the store inside its transaction, not by this cache.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 import ipaddress
-import os
 import re
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -24,6 +21,7 @@ import attrs
 from gatewayd.config import Config
 from gatewayd.control_chars import CONTROL_CHARACTERS
 from gatewayd.money import MAX_PAID_NANO, format_usd
+from gatewayd.passwords import hashed
 from gatewayd.records import (
     Account,
     Key,
@@ -50,23 +48,6 @@ class DirectoryError(Exception):
         self.message = message
         self.status = status
         self.code = code
-
-
-def hash_password(password: str) -> str:
-    salt = os.urandom(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=2**14, r=8, p=1, dklen=32)
-    return f"scrypt$16384$8$1${salt.hex()}${digest.hex()}"
-
-
-def check_password(password: str, stored: str | None) -> bool:
-    if not stored:
-        return False
-    try:
-        _, n, r, p, salt, digest = stored.split("$")
-        candidate = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p), dklen=32)
-    except (ValueError, TypeError):
-        return False
-    return hmac.compare_digest(candidate.hex(), digest)
 
 
 def refuse_control_characters(value: str, field: str) -> str:
@@ -207,12 +188,13 @@ class Directory:
         timezone = _validate_timezone(timezone)
         if password is not None:
             self._check_password_rules(password)
+        password_hash = await hashed(password) if password else None  # slow: a worker thread
         account = Account(
             id=new_id("acct_"),
             email=email,
             name=name,
             timezone=timezone,
-            password_hash=hash_password(password) if password else None,
+            password_hash=password_hash,
             credit_nano=0,
             total_paid_nano=0,
             groups=("default",),
@@ -255,10 +237,17 @@ class Directory:
 
     async def set_password(self, account: Account, password: Any) -> Account:
         self._check_password_rules(password)
-        hashed = hash_password(password)
-        await self.store.set_password_hash(account.id, hashed)
-        account.password_hash = hashed
+        password_hash = await hashed(password)
+        await self.store.set_password_hash(account.id, password_hash)
+        account.password_hash = password_hash
         return account
+
+    async def upgrade_password_hash(self, account: Account, old_hash: str, new_hash: str) -> None:
+        """The same password hashed with today's parameters (at sign-in): stored only if the
+        hash is still ``old_hash``, so a password changed meanwhile is never put back."""
+        if await self.store.replace_password_hash(account.id, old_hash, new_hash):
+            if account.password_hash == old_hash:
+                account.password_hash = new_hash
 
     async def pay(self, account: Account, amount_nano: Any, note: Any = "") -> dict:
         if isinstance(amount_nano, bool) or not isinstance(amount_nano, int) or amount_nano <= 0:

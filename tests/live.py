@@ -221,19 +221,23 @@ class Nginx:
     (``host:port`` each) and its ``listen`` by a free loopback port. Only the wrapping main config
     (pid file, logs, temp paths in ``workdir``) is the test's own."""
 
-    def __init__(self, workdir: Path, upstreams: list[str]) -> None:
+    def __init__(self, workdir: Path, upstreams: list[str], *, tls: tuple[str, str] | None = None) -> None:
+        """``tls``: (certificate chain file, key file): the example's production form, `listen ... ssl`."""
         binary = nginx_binary()
         if binary is None:
             raise RuntimeError("nginx is not installed")
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         snippet = NGINX_SNIPPET.read_text()
         servers = "".join(f"    server {u} max_fails=1 fail_timeout=5s;\n" for u in upstreams)
         snippet, n = re.subn(r"(?m)^    server \d+\.\d+\.\d+\.\d+:\d+ [^\n]*\n", "", snippet)
         assert n == 2, "docs/deploy/nginx.conf: expected two example upstream servers"
         snippet = snippet.replace("upstream gatewayd {\n", "upstream gatewayd {\n" + servers, 1)
-        snippet, n = re.subn(r"(?m)^    listen 80;", f"    listen 127.0.0.1:{self.port};", snippet)
+        listen = f"listen 127.0.0.1:{self.port};"
+        if tls:
+            listen = f"listen 127.0.0.1:{self.port} ssl;\n    ssl_certificate {tls[0]};\n    ssl_certificate_key {tls[1]};"
+        snippet, n = re.subn(r"(?m)^    listen 80;", f"    {listen}", snippet)
         assert n == 1, "docs/deploy/nginx.conf: expected one `listen 80;`"
         (workdir / "gatewayd.conf").write_text(snippet)
         temp = workdir / "temp"
@@ -254,7 +258,7 @@ class Nginx:
                 raise RuntimeError(f"nginx exited {self.proc.returncode}:\n{self.output.text}"
                                    f"{(workdir / 'error.log').read_text() if (workdir / 'error.log').exists() else ''}")
             try:
-                httpx.get(self.url + "/v1/models", timeout=1)
+                httpx.get(self.url + "/v1/models", timeout=1, verify=False)  # up yet? (any certificate)
                 break
             except httpx.TransportError:
                 if time.monotonic() > deadline:

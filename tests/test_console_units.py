@@ -86,37 +86,57 @@ async def test_a_new_keys_secret_rides_in_the_cookie_encrypted_and_is_taken_once
     assert late.account_id == "acct_1" and sessions.take_reveal(late, "key_1") is None
 
 
-async def test_throttle_counts_per_email_and_address_within_the_window(store):
+async def test_throttle_takes_attempts_before_the_check_with_doubling_lockouts(store):
     clock = Clock(1_000_000)
-    throttle = SignInThrottle(store, limit=5, window_s=900, clock=clock)
-    for i in range(5):
-        assert await throttle.retry_after("A@example.com", "10.0.0.1") is None
-        await throttle.failed("a@example.com ", "10.0.0.1")
+    throttle = SignInThrottle(store, limit=5, window_s=900, lockout_s=900, clock=clock)
+    for _ in range(5):  # the fifth attempt is still checked; it locks the email at this address
+        assert await throttle.reserve("A@example.com", "10.0.0.1") is None
         clock.now += 10
-    assert await throttle.retry_after("a@example.com", "10.0.0.1") == 900 - 50 + 1
-    # another instance sharing the store counts the same failures
-    assert await SignInThrottle(store, limit=5, window_s=900, clock=clock).retry_after(
-        "a@example.com", "10.0.0.1") == 900 - 50 + 1
-    assert await throttle.retry_after("a@example.com", "10.0.0.2") is None
-    assert await throttle.retry_after("b@example.com", "10.0.0.1") is None
-    clock.now = 1_000_901  # the first failure aged out: one more attempt allowed
-    assert await throttle.retry_after("a@example.com", "10.0.0.1") is None
-    await throttle.failed("a@example.com", "10.0.0.1")
-    assert await throttle.retry_after("a@example.com", "10.0.0.1") is not None
-    await throttle.succeeded("a@example.com", "10.0.0.1")
-    assert await throttle.retry_after("a@example.com", "10.0.0.1") is None
+    assert await throttle.reserve("a@example.com ", "10.0.0.1") == 900 - 10
+    # another instance sharing the store sees the same lockout
+    assert await SignInThrottle(store, clock=clock).reserve("a@example.com", "10.0.0.1") == 900 - 10
+    assert await throttle.reserve("a@example.com", "10.0.0.2") is None  # the email elsewhere: its own count
+    assert await throttle.reserve("b@example.com", "10.0.0.1") is None
+    clock.now += 900  # the lockout ran out: five more, then twice as long
+    for _ in range(5):
+        assert await throttle.reserve("a@example.com", "10.0.0.1") is None
+    assert await throttle.reserve("a@example.com", "10.0.0.1") == 1800
+    clock.now += 1800
+    await throttle.succeeded("a@example.com", "10.0.0.1")  # a success forgives the email's lockouts
+    for _ in range(5):
+        assert await throttle.reserve("a@example.com", "10.0.0.1") is None
+    assert await throttle.reserve("a@example.com", "10.0.0.1") == 900
 
 
-async def test_throttle_caps_one_address_trying_many_emails(store):
+async def test_throttle_caps_one_address_trying_many_emails_and_one_email_from_many_addresses(store):
     clock = Clock(1_000_000)
-    throttle = SignInThrottle(store, limit=5, window_s=900, address_limit=20, clock=clock)
+    throttle = SignInThrottle(store, limit=5, account_limit=8, address_limit=20, lockout_s=900, clock=clock)
     for i in range(20):
-        assert await throttle.retry_after(f"user{i}@example.com", "10.0.0.9") is None
-        await throttle.failed(f"user{i}@example.com", "10.0.0.9")
-    assert await throttle.retry_after("someone-else@example.com", "10.0.0.9") == 901
-    assert await throttle.retry_after("someone-else@example.com", "10.0.0.10") is None
-    clock.now = 1_000_900.5
-    assert await throttle.retry_after("someone-else@example.com", "10.0.0.9") is None
+        assert await throttle.reserve(f"user{i}@example.com", "10.0.0.9") is None
+    assert await throttle.reserve("someone-else@example.com", "10.0.0.9") == 900
+    assert await throttle.reserve("someone-else@example.com", "10.0.0.10") is None
+    for i in range(8):  # one email guessed at from many addresses
+        assert await throttle.reserve("victim@example.com", f"10.1.0.{i}") is None
+    assert await throttle.reserve("victim@example.com", "10.1.0.99") == 900
+    clock.now += 900
+    assert await throttle.reserve("someone-else@example.com", "10.0.0.9") is None
+
+
+async def test_concurrent_attempts_for_one_email_get_five_between_them(store):
+    """The race of counting after the check: 20 at once, on a real SQLite file or PostgreSQL
+    (four pool connections, real concurrent transactions); five are let through."""
+    import trio
+
+    throttle = SignInThrottle(store)
+    outcomes = []
+
+    async def attempt(i: int) -> None:
+        outcomes.append(await throttle.reserve("race@example.com", "10.2.0.1"))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(20):
+            nursery.start_soon(attempt, i)
+    assert outcomes.count(None) == 5 and all(w >= 1 for w in outcomes if w is not None), outcomes
 
 
 class FakeForm(dict):

@@ -14,6 +14,7 @@ import signal
 import httpx
 import openai
 import pytest
+import trustme
 
 from tests.live import Daemon, Nginx, free_port, nginx_binary, postgres_ready, unique_email
 
@@ -135,3 +136,29 @@ def test_metrics_and_readyz_are_not_public_but_healthz_is(behind_nginx):
             assert http.get(path).status_code == 404, path
         assert http.get("/healthz").json() == {"ok": True}
     assert "gateway_requests_total" in httpx.get(f"{daemon.url}/metrics").text  # scraped on the instance itself
+
+
+def test_console_cookie_is_secure_behind_tls_and_a_client_cannot_claim_tls(behind_nginx, instances, tmp_path):
+    """nginx sets X-Forwarded-Proto to its own scheme: the console marks its cookie Secure behind
+    `listen 443 ssl` (and HSTS is sent), and a client's own X-Forwarded-Proto is replaced."""
+    nginx, _ = behind_nginx
+    with httpx.Client(base_url=nginx.url, timeout=30, headers={"x-forwarded-proto": "https"}) as http:
+        assert "Secure" not in http.get("/console/signin").headers["set-cookie"]
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_pem, key_pem, ca_pem = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_pem))
+    for extra in cert.cert_chain_pems[1:]:
+        extra.write_to_path(str(cert_pem), append=True)
+    cert.private_key_pem.write_to_path(str(key_pem))
+    ca.cert_pem.write_to_path(str(ca_pem))
+    tls = Nginx(tmp_path / "nginx-tls", [d.url.removeprefix("http://") for d in instances],
+                tls=(str(cert_pem), str(key_pem)))
+    try:
+        with httpx.Client(base_url=tls.url, verify=str(ca_pem), timeout=30) as http:
+            response = http.get("/console/signin")
+            assert response.status_code == 200
+            assert "Secure" in response.headers["set-cookie"]
+            assert response.headers["strict-transport-security"] == "max-age=31536000"
+    finally:
+        tls.stop()

@@ -181,12 +181,24 @@ async def test_console_state_is_in_the_store(store):
     assert not await store.session_ended("sid1", now)
     await store.end_session("sid1", now + 100, now)
     assert await store.session_ended("sid1", now) and not await store.session_ended("sid1", now + 101)
-    await store.add_signin_failure(["e:a|1", "a:1"], now - 10, now - 900)
-    await store.add_signin_failure(["e:a|1", "a:1"], now - 5, now - 900)
-    seen = await store.signin_failures(["e:a|1", "a:1", "a:2"], now - 900)
-    assert seen == {"e:a|1": [now - 10, now - 5], "a:1": [now - 10, now - 5], "a:2": []}
-    await store.clear_signin_failures("e:a|1")
-    assert (await store.signin_failures(["e:a|1"], now - 900)) == {"e:a|1": []}
+
+    def count(states):  # a decide() that takes one attempt from each bucket
+        return {b: {**st, "attempts": st["attempts"] + 1, "last_at": now} for b, st in states.items()}, sorted(states)
+
+    assert await store.take_signin_attempt(["e:a|1", "a:1"], now, count) == ["a:1", "e:a|1"]
+    seen = {}
+    await store.take_signin_attempt(["e:a|1", "a:1", "a:2"], now, lambda st: (seen.update(st), ({}, None))[1])
+    assert {b: st["attempts"] for b, st in seen.items()} == {"e:a|1": 1, "a:1": 1, "a:2": 0}
+    await store.signin_succeeded(cleared=["e:a|1"], refunded=["a:1"])
+    await store.take_signin_attempt(["e:a|1", "a:1"], now, lambda st: (seen.update(st), ({}, None))[1])
+    assert (seen["e:a|1"]["attempts"], seen["a:1"]["attempts"]) == (0, 0)
+    assert await store.forget_signin_attempts(now + 1, now + 1) == 3  # quiet and not locked: forgotten
+    # a password hash is replaced only if it is still the one it replaces (compare and set)
+    _, account, _ = await _account_and_key(store)
+    await store.set_password_hash(account.id, "old-hash")
+    assert await store.replace_password_hash(account.id, "old-hash", "new-hash")
+    assert not await store.replace_password_hash(account.id, "old-hash", "newer-hash")
+    assert (await store.load_account(account.id)).password_hash == "new-hash"
 
 
 async def test_interrupted_holds_of_a_dead_instance_are_released_once(store):

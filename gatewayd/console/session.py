@@ -5,7 +5,7 @@ session id, the account id and a fingerprint of the account's password hash. Cha
 the password therefore ends every session of that account. What must be shared by
 every instance is in the store: the signing secret (from the config, or generated once
 by whichever instance starts first), the signed-out session ids, and the sign-in
-failures the throttle counts. So a session opened on one instance is valid on the
+attempts the throttle counts. So a session opened on one instance is valid on the
 others, and a sign-out or a throttle on one applies on all. Every visitor, signed in
 or not, gets a session id, so the sign-in form carries a CSRF token too.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 import time
 
@@ -166,38 +167,71 @@ def _b64(data: bytes) -> str:
 
 
 class SignInThrottle:
-    """At most ``limit`` failed sign-ins per (email, client address) in any ``window_s``, and at
-    most ``address_limit`` per client address whatever the emails (one address trying many
-    accounts, each attempt costing a slow password hash). The failures are kept in the store,
-    so the limits hold across instances."""
+    """Sign-in attempts are taken before the password is checked, from three buckets kept in
+    the store (so every instance on one database shares them): the email at this client
+    address (``limit``, 5), the email from anywhere (``account_limit``, 20: guesses spread over
+    many addresses), and the address whatever the emails (``address_limit``, 50: one address
+    trying many accounts, each attempt costing a slow password hash). An attempt is refused
+    when any bucket is locked; taking a bucket's last attempt locks it for ``lockout_s``,
+    twice as long at each lockout in a row (at most ``max_lockout_s``), and a bucket left
+    quiet for ``forget_s`` starts over. A successful sign-in clears the email's buckets and
+    gives its attempt back to the address's.
 
-    def __init__(self, store, limit: int = 5, window_s: float = 15 * 60, address_limit: int = 50,
-                 clock=time.time) -> None:
+    The count is taken in the store's transaction (``gatewayd.store.signin_attempts``), so
+    of twenty concurrent wrong passwords for one email, five are checked and fifteen refused.
+    """
+
+    def __init__(self, store, limit: int = 5, account_limit: int = 20, address_limit: int = 50,
+                 window_s: float = 15 * 60, lockout_s: float = 15 * 60, max_lockout_s: float = 24 * 3600,
+                 forget_s: float = 24 * 3600, clock=time.time) -> None:
         self.limit = limit
+        self.account_limit = account_limit
         self.address_limit = address_limit
         self.window_s = window_s
+        self.lockout_s = lockout_s
+        self.max_lockout_s = max_lockout_s
+        self.forget_s = forget_s
         self._clock = clock
         self._store = store
+        self._forgotten_at = 0.0
 
-    @staticmethod
-    def _buckets(email: str, address: str) -> tuple[str, str]:
-        return f"e:{email.strip().lower()}|{address}", f"a:{address}"
+    def _buckets(self, email: str, address: str) -> dict[str, int]:
+        """Bucket name -> its limit."""
+        email = email.strip().lower()
+        return {f"e:{email}|{address}": self.limit, f"e:{email}": self.account_limit,
+                f"a:{address}": self.address_limit}
 
-    async def retry_after(self, email: str, address: str) -> int | None:
-        """Seconds until another attempt is allowed, or None when it is allowed now."""
+    async def reserve(self, email: str, address: str) -> int | None:
+        """Take one attempt: None when the password may be checked now, else the seconds to
+        wait (and nothing was taken)."""
         now = self._clock()
-        by_email, by_address = self._buckets(email, address)
-        seen = await self._store.signin_failures((by_email, by_address), now - self.window_s)
-        waits = []
-        for bucket, limit in ((by_email, self.limit), (by_address, self.address_limit)):
-            times = seen[bucket]
-            if len(times) >= limit:
-                waits.append(max(1, int(times[-limit] + self.window_s - now) + 1))
-        return max(waits) if waits else None
+        if now - self._forgotten_at > 60:  # quiet buckets are deleted now and then, not at every attempt
+            self._forgotten_at = now
+            await self._store.forget_signin_attempts(now - self.forget_s, now)
+        limits = self._buckets(email, address)
+        return await self._store.take_signin_attempt(limits, now, lambda states: self._decide(states, limits, now))
 
-    async def failed(self, email: str, address: str) -> None:
-        now = self._clock()
-        await self._store.add_signin_failure(self._buckets(email, address), now, now - self.window_s)
+    def _decide(self, states: dict[str, dict], limits: dict[str, int], now: float) -> tuple[dict, int | None]:
+        """The policy, on the buckets' locked rows: (the rows to write, None or the wait)."""
+        waits = [s["locked_until"] - now for s in states.values() if s["locked_until"] > now]
+        if waits:
+            return {}, max(1, math.ceil(max(waits)))
+        writes = {}
+        for bucket, state in states.items():
+            state = dict(state)
+            if now - state["last_at"] >= self.forget_s:  # quiet long enough: lockouts forgiven
+                state["lockouts"] = 0
+            if now - state["window_start"] >= self.window_s or state["attempts"] == 0:
+                state["attempts"], state["window_start"] = 0, now
+            state["attempts"] += 1
+            state["last_at"] = now
+            if state["attempts"] >= limits[bucket]:  # the last attempt of this window: lock out
+                state["locked_until"] = now + min(self.lockout_s * 2 ** min(state["lockouts"], 20), self.max_lockout_s)
+                state["lockouts"] += 1
+                state["attempts"], state["window_start"] = 0, now
+            writes[bucket] = state
+        return writes, None
 
     async def succeeded(self, email: str, address: str) -> None:
-        await self._store.clear_signin_failures(self._buckets(email, address)[0])
+        buckets = list(self._buckets(email, address))
+        await self._store.signin_succeeded(cleared=buckets[:2], refunded=buckets[2:])

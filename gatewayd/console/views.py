@@ -1,17 +1,19 @@
 """The console blueprint: sign-in and sign-out, the balance page, errors; keys and usage
 pages come from ``views_keys`` and ``views_usage``.
 
-Sign-in compares the password with the slow scrypt hash in a worker thread (an
-unknown email costs the same work, so timing does not tell which emails exist),
-counts failures per email and client address, and starts a new session id on
-success.
+Sign-in takes an attempt from the throttle first (in the store, shared by every
+instance: ``SignInThrottle``), then compares the password with the slow scrypt hash in a
+worker thread (an unknown email costs the same work, so timing does not tell which
+emails exist; ``gatewayd.passwords``), replaces a hash made with older parameters, and
+starts a new session id on success. Signing out records the session's end only for a
+signed-in session: an anonymous visitor's sign-out writes nothing.
 """
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 
-import trio
 from quart import Blueprint, Response, g, redirect, url_for
 
 from gatewayd.console import queries, views_keys, views_usage
@@ -29,12 +31,12 @@ from gatewayd.console.web import (
     signed_in,
     to_signin,
 )
-from gatewayd.directory import DirectoryError, check_password, hash_password
+from gatewayd import passwords
+from gatewayd.directory import DirectoryError
 
 # Templates and static files are package data (pyproject's package-data ships them in the wheel).
 PACKAGE_FILES = resources.files(__package__)
-_DECOY_HASH = hash_password("a password nobody has")  # compared against when the email is unknown
-_HASHING = trio.CapacityLimiter(2)  # scrypt is CPU-bound: a burst of sign-ins waits, the API does not
+log = logging.getLogger("gatewayd.console")
 
 
 def create_blueprint(console: Console) -> Blueprint:
@@ -86,7 +88,7 @@ def create_blueprint(console: Console) -> Blueprint:
         email = form.get("email", "").strip()
         password = form.get("password", "")
         address = caller_address(console)
-        wait = await console.throttle.retry_after(email, address)
+        wait = await console.throttle.reserve(email, address)  # taken before the password is checked
         if wait is not None:
             minutes = -(-wait // 60)
             raise ConsoleError(
@@ -95,20 +97,23 @@ def create_blueprint(console: Console) -> Blueprint:
                 {"Retry-After": str(wait)},
             )
         account = console.directory.accounts_by_email.get(email.lower()) if email else None
-        stored = account.password_hash if account is not None and account.password_hash else _DECOY_HASH
-        ok = await trio.to_thread.run_sync(check_password, password, stored, limiter=_HASHING)
-        if not ok or account is None or not account.password_hash:
-            await console.throttle.failed(email, address)
+        stored = account.password_hash if account is not None else None
+        if not await passwords.matches(password, stored) or account is None or not stored:
             return await page(console, "signin.html", 400, email=email,
                               error="Wrong email or password.")
         await console.throttle.succeeded(email, address)
+        if passwords.needs_rehash(stored):
+            await console.directory.upgrade_password_hash(account, stored, await passwords.hashed(password))
+            log.info("console: password hash upgraded", extra={"fields": {"account_id": account.id,
+                                                                        "scrypt_n": passwords.N}})
         g.session = console.sessions.signed_in(account.id, account.password_hash)
         return redirect(url_for("console.keys"))
 
     @bp.post("/signout")
     async def signout():
         await checked_form(console)
-        g.session = await console.sessions.end(g.session)
+        if g.account is not None:  # only a signed-in session has an end worth recording
+            g.session = await console.sessions.end(g.session)
         g.account = None
         return redirect(url_for("console.signin"))
 

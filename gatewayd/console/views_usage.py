@@ -33,14 +33,22 @@ class FilterError(ValueError):
     pass
 
 
+# Dates a filter may name: the day after the last one and the zone's offset must still be a
+# date Python can hold (9999-12-31 + 1 day is not), and no usage is older than 1970.
+FIRST_DATE, LAST_DATE = dt.date(1970, 1, 1), dt.date(9998, 12, 31)
+
+
 def _date(name: str, label: str) -> dt.date | None:
     text = request.args.get(name, "").strip()
     if not text:
         return None
     try:
-        return dt.date.fromisoformat(text)
+        day = dt.date.fromisoformat(text)
     except ValueError:
         raise FilterError(f"{label} must be a date YYYY-MM-DD (got {text!r})") from None
+    if not FIRST_DATE <= day <= LAST_DATE:
+        raise FilterError(f"{label} must be a date between {FIRST_DATE} and {LAST_DATE} (got {text})")
+    return day
 
 
 def read_filter(console: Console, account: Account) -> UsageFilter:

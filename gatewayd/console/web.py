@@ -107,9 +107,12 @@ def _from_trusted_proxy(console: Console) -> bool:
 
 
 def caller_address(console: Console) -> str:
+    """The API's rule (``access.client_address``): several X-Forwarded-For lines are one list
+    (RFC 9110 5.3), so a line the client sent before the proxy's own cannot pick the address."""
     client = request.scope.get("client")
     peer = client[0] if client else None
-    return client_address(peer, request.headers.get("x-forwarded-for"), console.config.server.trusted_proxies) or ""
+    forwarded = ", ".join(request.headers.getlist("x-forwarded-for")) or None
+    return client_address(peer, forwarded, console.config.server.trusted_proxies) or ""
 
 
 def signed_in() -> Account:

@@ -18,6 +18,7 @@ Directory (accounts, keys)
     ``refresh_balance(account)`` / ``refresh_key(key)`` / ``refresh_keys(keys)`` (re-read money
     fields from the truth; a no-op where the process is the truth), ``insert_account(account)``
     (``EmailTaken``), ``update_account(id, name=, timezone=)``, ``set_password_hash``,
+    ``replace_password_hash(id, old, new) -> bool`` (compare and set),
     ``set_groups``, ``set_embedding_models``, ``add_payment(account, amount, note) -> Payment``,
     ``payments(id)``, ``insert_key(key, max_keys)`` (``TooManyKeys``: count and insert
     in one transaction, serialised per account), ``update_key(key)`` (``KeyRevoked``),
@@ -39,8 +40,9 @@ Usage
 Console state (shared by every instance)
     ``console_secret(candidate) -> secret`` (first one stored wins),
     ``end_session(sid, until, now)``, ``session_ended(sid, now)``,
-    ``signin_failures(buckets, since)``, ``add_signin_failure(buckets, at, forget_before)``,
-    ``clear_signin_failures(bucket)``.
+    ``take_signin_attempt(buckets, now, decide)`` (before the password is checked),
+    ``signin_succeeded(cleared, refunded)``, ``forget_signin_attempts(quiet_since, now)``
+    (``gatewayd.store.signin_attempts``).
 Changes (the key cache of every instance)
     ``follow_changes(apply)`` (run in the nursery): ``await apply(Change)`` for each account
     or key changed by any instance, ``Change("all")`` after the feed (re)connects; SQLite:

@@ -175,6 +175,12 @@ class SQLStore:
         await self._write(lambda tx: tx.run("UPDATE accounts SET password_hash = ? WHERE id = ?",
                                             (password_hash, account_id)))
 
+    async def replace_password_hash(self, account_id: str, old_hash: str, new_hash: str) -> bool:
+        """Compare and set: the hash becomes ``new_hash`` only if it is still ``old_hash``."""
+        return await self._write(lambda tx: tx.run(
+            "UPDATE accounts SET password_hash = ? WHERE id = ? AND password_hash = ?",
+            (new_hash, account_id, old_hash))) == 1
+
     async def set_groups(self, account_id: str, groups: tuple[str, ...]) -> None:
         text = orjson.dumps(list(groups)).decode()
         await self._write(lambda tx: tx.run("UPDATE accounts SET groups = ? WHERE id = ?", (text, account_id)))
@@ -353,28 +359,23 @@ class SQLStore:
             "SELECT 1 AS ended FROM ended_sessions WHERE session_id = ? AND until_epoch > ?", (session_id, now)))
         return row is not None
 
-    async def signin_failures(self, buckets: Iterable[str], since: float) -> dict[str, list[float]]:
-        """Failure times (epoch s, oldest first) per throttle bucket after ``since``."""
-        wanted = list(buckets)
-        marks = ", ".join("?" for _ in wanted)
-        rows = await self._read(lambda tx: tx.rows(
-            f"SELECT bucket, at_epoch FROM signin_failures WHERE bucket IN ({marks}) AND at_epoch > ?"
-            " ORDER BY at_epoch", (*wanted, since)))
-        out: dict[str, list[float]] = {b: [] for b in wanted}
-        for r in rows:
-            out[r["bucket"]].append(r["at_epoch"])
-        return out
+    async def take_signin_attempt(self, buckets: Iterable[str], now: float, decide) -> Any:
+        """``signin_attempts.take``: an attempt counted in every bucket before its password is
+        checked, in one transaction (``decide`` is the throttle's policy)."""
+        from gatewayd.store import signin_attempts
 
-    async def add_signin_failure(self, buckets: Iterable[str], at: float, forget_before: float) -> None:
-        def add(tx: Tx) -> None:
-            tx.run("DELETE FROM signin_failures WHERE at_epoch <= ?", (forget_before,))
-            for bucket in buckets:
-                tx.run("INSERT INTO signin_failures (bucket, at_epoch) VALUES (?, ?)", (bucket, at))
+        return await self._write(lambda tx: signin_attempts.take(tx, buckets, now, decide))
 
-        await self._write(add)
+    async def signin_succeeded(self, cleared: Iterable[str], refunded: Iterable[str]) -> None:
+        from gatewayd.store import signin_attempts
 
-    async def clear_signin_failures(self, bucket: str) -> None:
-        await self._write(lambda tx: tx.run("DELETE FROM signin_failures WHERE bucket = ?", (bucket,)))
+        await self._write(lambda tx: signin_attempts.settle_success(tx, cleared, refunded))
+
+    async def forget_signin_attempts(self, quiet_since: float, now: float) -> int:
+        from gatewayd.store import signin_attempts
+
+        skip_locked = self.kind == "postgres"
+        return await self._write(lambda tx: signin_attempts.forget(tx, quiet_since, now, skip_locked=skip_locked))
 
     # -- received response ids (gatewayd.received_ids) ---------------------------------
 
