@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -28,9 +29,11 @@ def serve(
     workers: int = typer.Option(1, "--workers", help="Processes sharing the listen address (N > 1 needs PostgreSQL)."),
 ) -> None:
     """Run the gateway. SIGHUP re-reads the config file's catalogue; SIGTERM drains and stops."""
+    from gatewayd.local_files import DAEMON_UMASK, LocalFileRefused, prepare_data_dir
     from gatewayd.server import run
     from gatewayd.store.base import StoreError
 
+    os.umask(DAEMON_UMASK)  # every file and socket the daemon makes is its own user's only
     overrides = {
         "listen": listen or None,
         "admin_socket": admin_socket,
@@ -53,6 +56,11 @@ def serve(
         import attrs
 
         cfg = attrs.evolve(cfg, demo=True)
+    try:
+        prepare_data_dir(cfg.server.data_dir, tighten=False)
+    except LocalFileRefused as e:
+        print(f"gatewayd: {e}", file=sys.stderr)
+        raise typer.Exit(2)
     from gatewayd.workers import WorkersRefused, check_workers, run_workers
 
     try:
@@ -66,6 +74,9 @@ def serve(
         run(cfg, load)
     except KeyboardInterrupt:
         pass
+    except LocalFileRefused as e:  # a link where the database or a slot file goes
+        print(f"gatewayd: {e}", file=sys.stderr)
+        raise typer.Exit(2)
     except StoreError as e:  # the database is in use by another process, unreachable, or refused us
         print(f"gatewayd: {e}", file=sys.stderr)
         raise typer.Exit(1)
