@@ -18,7 +18,8 @@ def serve(
     config: Optional[str] = typer.Option(None, "--config", help="TOML config file (env GATEWAY_CONFIG)."),
     listen: Optional[list[str]] = typer.Option(None, "--listen", help="HOST:PORT for the public API (repeatable)."),
     admin_socket: Optional[str] = typer.Option(None, "--admin-socket", help="Unix socket for gatewayctl."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Where the SQLite database lives."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Where the SQLite database lives "
+                                           "(default var, var/demo with --demo)."),
     tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="PEM certificate: serve HTTPS."),
     tls_key: Optional[str] = typer.Option(None, "--tls-key", help="PEM private key for --tls-cert."),
     demo: bool = typer.Option(False, "--demo", help="Route every model to the built-in simulator; make a demo key."),
@@ -42,6 +43,7 @@ def serve(
         "tls_key": tls_key,
         "log_format": log_format,
         "log_level": log_level,
+        "demo": demo,  # the default data dir: var/demo, so a demo never shares a real daemon's database
     }
 
     def load():

@@ -30,6 +30,7 @@ from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
 from gatewayd import hangups, local_files, logs, loopwatch, protocol_errors
+from gatewayd.demo import DEMO_EMAIL, DEMO_PASSWORD, restore_demo_key, retire_demo_account
 from gatewayd.money import usd_to_nano
 from gatewayd.ops import readiness_of
 from gatewayd.providers.upstream import Upstream
@@ -41,9 +42,6 @@ from gatewayd.workers import WorkerSockets
 from gatewayd.store import open_store
 
 log = logging.getLogger("gatewayd")
-
-DEMO_EMAIL = "demo@example.com"
-DEMO_PASSWORD = "demo-password"  # the demo account's console password (--demo only)
 
 
 def _hypercorn_config(**kwargs) -> HypercornConfig:
@@ -101,6 +99,7 @@ async def _ensure_demo_account(directory: Directory, data_dir: str) -> str:
         except FileNotFoundError:
             pass
         else:
+            await restore_demo_key(directory, account, secret)  # a non-demo start disabled it
             return secret
     else:
         account = await directory.create_account(DEMO_EMAIL, "Demo", "UTC", DEMO_PASSWORD)
@@ -167,6 +166,8 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 adapt = lambda c: c.with_simulator(sim)  # noqa: E731
             directory = Directory(config, store)
             await directory.load()
+            if not config.demo:
+                await retire_demo_account(directory)
             await nursery.start(ChangeFollower(store, directory).run)  # changes made on other instances
             upstream = Upstream(
                 connect_timeout_s=config.server.upstream_connect_timeout_s,

@@ -153,3 +153,77 @@ def test_a_link_where_the_instance_slot_file_goes_is_refused_and_its_target_unto
     assert status == 2, err
     line = _one_line(err)
     assert "instance-0.id.tmp" in line and "symbolic link" in line
+
+
+# --------------------------------------------------------------------------- the demo account
+
+
+class _Demo:
+    """``gatewayd serve --demo`` started from ``cwd`` with the environment an operator has."""
+
+    def __init__(self, cwd: Path, *args: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+        self.proc = subprocess.Popen([str(BIN / "gatewayd"), "serve", "--demo", "--listen", "127.0.0.1:0", *args],
+                                     cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.output = _Reader(self.proc.stdout)
+        self.output.start()
+        self.url = self.output.wait_for(r"demo is running at (http://\S+)", 60, self.proc).group(1)
+        self.secret = self.output.wait_for(r"demo key: (sk-\S+)", 10, self.proc).group(1)
+
+    def chat(self, url: str | None = None) -> httpx.Response:
+        return httpx.post(f"{url or self.url}/v1/chat/completions", headers={"Authorization": f"Bearer {self.secret}"},
+                          json={"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_demo_uses_its_own_data_dir(tmp_path):
+    demo = _Demo(tmp_path)
+    try:
+        assert demo.chat().status_code == 200
+        assert (tmp_path / "var" / "demo" / "gateway.db").is_file()
+        assert (tmp_path / "var" / "demo" / "admin.sock").exists()
+        assert not (tmp_path / "var" / "gateway.db").exists()  # where a plain `serve` keeps its database
+        assert _mode(tmp_path / "var" / "demo") == 0o700
+    finally:
+        demo.stop()
+
+
+def test_a_real_start_on_a_demo_database_retires_the_demo_account(sim, tmp_path):
+    workdir = tmp_path / "gw"
+    data = workdir / "data"
+    workdir.mkdir()
+    demo = _Demo(tmp_path, "--data-dir", str(data), "--admin-socket", str(tmp_path / "demo.sock"))
+    try:
+        assert demo.chat().status_code == 200
+    finally:
+        demo.stop()
+
+    daemon = Daemon(workdir, sim.url)  # a real daemon pointed at the demo's data dir
+    try:
+        answer = demo.chat(daemon.url)
+        assert answer.status_code == 401, answer.text
+        warning = re.search(r"the demo account demo@example\.com \(acct_\w+\) is in this database.*", daemon.output.text)
+        assert warning, daemon.output.text
+        account = daemon.admin.call("GET", "/accounts/demo@example.com")
+        assert account["has_password"] is False  # the published demo password signs no one in
+        keys = daemon.admin.call("GET", f"/accounts/{account['id']}/keys")["data"]
+        assert keys and all(k["state"] != "enabled" for k in keys), keys
+        signin = httpx.get(f"{daemon.url}/console/signin", timeout=30)
+        assert signin.status_code == 200
+    finally:
+        daemon.stop()
+
+    again = _Demo(tmp_path, "--data-dir", str(data), "--admin-socket", str(tmp_path / "demo.sock"))
+    try:  # the demo itself gets its account back
+        assert again.secret == demo.secret
+        assert again.chat().status_code == 200
+    finally:
+        again.stop()
