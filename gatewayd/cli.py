@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -17,7 +18,8 @@ def serve(
     config: Optional[str] = typer.Option(None, "--config", help="TOML config file (env GATEWAY_CONFIG)."),
     listen: Optional[list[str]] = typer.Option(None, "--listen", help="HOST:PORT for the public API (repeatable)."),
     admin_socket: Optional[str] = typer.Option(None, "--admin-socket", help="Unix socket for gatewayctl."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Where the SQLite database lives."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Where the SQLite database lives "
+                                           "(default var, var/demo with --demo)."),
     tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="PEM certificate: serve HTTPS."),
     tls_key: Optional[str] = typer.Option(None, "--tls-key", help="PEM private key for --tls-cert."),
     demo: bool = typer.Option(False, "--demo", help="Route every model to the built-in simulator; make a demo key."),
@@ -28,9 +30,11 @@ def serve(
     workers: int = typer.Option(1, "--workers", help="Processes sharing the listen address (N > 1 needs PostgreSQL)."),
 ) -> None:
     """Run the gateway. SIGHUP re-reads the config file's catalogue; SIGTERM drains and stops."""
+    from gatewayd.local_files import DAEMON_UMASK, LocalFileRefused, prepare_data_dir
     from gatewayd.server import run
     from gatewayd.store.base import StoreError
 
+    os.umask(DAEMON_UMASK)  # every file and socket the daemon makes is its own user's only
     overrides = {
         "listen": listen or None,
         "admin_socket": admin_socket,
@@ -39,6 +43,7 @@ def serve(
         "tls_key": tls_key,
         "log_format": log_format,
         "log_level": log_level,
+        "demo": demo,  # the default data dir: var/demo, so a demo never shares a real daemon's database
     }
 
     def load():
@@ -53,6 +58,11 @@ def serve(
         import attrs
 
         cfg = attrs.evolve(cfg, demo=True)
+    try:
+        prepare_data_dir(cfg.server.data_dir, tighten=False)
+    except LocalFileRefused as e:
+        print(f"gatewayd: {e}", file=sys.stderr)
+        raise typer.Exit(2)
     from gatewayd.server import admin_socket_refusal
 
     refusal = admin_socket_refusal(cfg.server.admin_socket)
@@ -72,6 +82,9 @@ def serve(
         run(cfg, load)
     except KeyboardInterrupt:
         pass
+    except LocalFileRefused as e:  # a link where the database or a slot file goes
+        print(f"gatewayd: {e}", file=sys.stderr)
+        raise typer.Exit(2)
     except StoreError as e:  # the database is in use by another process, unreachable, or refused us
         print(f"gatewayd: {e}", file=sys.stderr)
         raise typer.Exit(1)

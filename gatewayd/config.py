@@ -33,6 +33,7 @@ __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads th
 DEFAULT_CATALOGUE: Traversable = resources.files("gatewayd") / "data" / "catalogue.toml"
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_DATA_DIR = "var"
+DEMO_DATA_DIR = "var/demo"  # serve --demo: never the database a real daemon uses by default (gatewayd.demo)
 # Every number in the file: far above any sensible setting, and small enough that sums and
 # products of them stay exact and within the store's 64-bit integers.
 MAX_NUMBER = 10**12
@@ -253,7 +254,8 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         threshold_nano = usd_to_nano(str(threshold))
     except MoneyError as e:
         raise ConfigError(f"server.models_visible_after_paid: {e}") from None
-    data_dir = overrides.get("data_dir") or s.str("data_dir", DEFAULT_DATA_DIR)
+    default_data_dir = DEMO_DATA_DIR if overrides.get("demo") else DEFAULT_DATA_DIR  # "demo": serve --demo
+    data_dir = overrides.get("data_dir") or s.str("data_dir", default_data_dir)
     listen = overrides.get("listen") or s.table.get("listen", DEFAULT_LISTEN)
     tls_cert = overrides.get("tls_cert") or s.str("tls_cert", None)
     tls_key = overrides.get("tls_key") or s.str("tls_key", None)

@@ -29,7 +29,8 @@ from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
-from gatewayd import hangups, logs, loopwatch, protocol_errors
+from gatewayd import hangups, local_files, logs, loopwatch, protocol_errors
+from gatewayd.demo import DEMO_EMAIL, DEMO_PASSWORD, restore_demo_key, retire_demo_account
 from gatewayd.money import usd_to_nano
 from gatewayd.ops import readiness_of
 from gatewayd.providers.upstream import Upstream
@@ -41,9 +42,6 @@ from gatewayd.workers import WorkerSockets
 from gatewayd.store import open_store
 
 log = logging.getLogger("gatewayd")
-
-DEMO_EMAIL = "demo@example.com"
-DEMO_PASSWORD = "demo-password"  # the demo account's console password (--demo only)
 
 
 def _hypercorn_config(**kwargs) -> HypercornConfig:
@@ -113,17 +111,18 @@ async def _ensure_demo_account(directory: Directory, data_dir: str) -> str:
         account = directory.account(DEMO_EMAIL)
         if account.password_hash is None:  # a demo data dir from before the console
             await directory.set_password(account, DEMO_PASSWORD)
-        if secret_file.exists():
-            return secret_file.read_text().strip()
+        try:
+            secret = local_files.read_text_nofollow(secret_file).strip()
+        except FileNotFoundError:
+            pass
+        else:
+            await restore_demo_key(directory, account, secret)  # a non-demo start disabled it
+            return secret
     else:
         account = await directory.create_account(DEMO_EMAIL, "Demo", "UTC", DEMO_PASSWORD)
         await directory.pay(account, usd_to_nano("10"), "demo credit")
     _, secret = await directory.create_key(account, name="demo")
-    old = os.umask(0o177)
-    try:
-        secret_file.write_text(secret + "\n")
-    finally:
-        os.umask(old)
+    local_files.write_private(secret_file, (secret + "\n").encode())
     return secret
 
 
@@ -163,7 +162,8 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
 async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, task_status) -> None:
     protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
     hangups.install()  # a connection whose client left closes now, not keep_alive_timeout later
-    Path(config.server.data_dir).mkdir(parents=True, exist_ok=True)
+    for note in local_files.prepare_data_dir(config.server.data_dir, tighten=True):
+        logs.event(f"gatewayd: {note}", logging.WARNING)
     store = await open_store(config, worker_index=worker.index if worker is not None else 0)
     try:
         recovered = await store.release_dead_holds()
@@ -183,6 +183,8 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 adapt = lambda c: c.with_simulator(sim)  # noqa: E731
             directory = Directory(config, store)
             await directory.load()
+            if not config.demo:
+                await retire_demo_account(directory)
             await nursery.start(ChangeFollower(store, directory).run)  # changes made on other instances
             upstream = Upstream(
                 connect_timeout_s=config.server.upstream_connect_timeout_s,

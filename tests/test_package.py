@@ -155,7 +155,7 @@ def test_wheel_installs_in_a_fresh_venv_and_serves_the_demo_from_anywhere(tmp_pa
         assert console.status_code == 200 and "<form" in console.text  # templates shipped
         stylesheet = httpx.get(f"{base_url}/console/static/console.css", timeout=30)
         assert stylesheet.status_code == 200 and stylesheet.text.strip()  # static files shipped
-        assert (elsewhere / "var" / "gateway.db").is_file()  # the data dir is relative to where it runs
+        assert (elsewhere / "var" / "demo" / "gateway.db").is_file()  # the demo's data dir, relative to where it runs
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:

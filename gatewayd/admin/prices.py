@@ -97,7 +97,7 @@ def add_price_routes(app, directory, reload: Callable[[str], dict] | None) -> No
             raise DirectoryError("this daemon cannot reload its config", status=501, code="not_implemented")
         path = price_overlay.path_in(directory.config.server.data_dir)
         try:
-            before = path.read_bytes() if path.exists() else None
+            before = price_overlay.read_raw(path)
             overlay = price_overlay.read(path)
         except (OSError, price_overlay.OverlayError) as e:
             raise DirectoryError(f"the prices file cannot be used: {e}", code="prices_file_error") from None
@@ -117,7 +117,7 @@ def add_price_routes(app, directory, reload: Callable[[str], dict] | None) -> No
             if before is None:
                 path.unlink(missing_ok=True)
             else:
-                path.write_bytes(before)
+                price_overlay.write_raw(path, before)
             raise DirectoryError(f"gatewayd: config error: {e}; the prices were not applied", status=400,
                                  code="config_error") from None
 

@@ -30,10 +30,11 @@ from typing import Any, Mapping
 
 from gatewayd.billing.price_list import PriceListError, check_field, field_unit, usd_text, with_prices
 from gatewayd.catalogue import Model
+from gatewayd.local_files import LocalFileRefused, open_nofollow
 from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, usd_to_nano
 
 __all__ = ["FORMAT", "PRICES_FILE", "OverlayError", "apply", "decode", "encode", "encode_value", "path_in", "read",
-           "write"]
+           "read_raw", "write", "write_raw"]
 
 PRICES_FILE = "prices.json"
 FORMAT = "gatewayd-prices/1"
@@ -93,17 +94,28 @@ def decode(doc: Any, where: str) -> dict[str, dict[str, int]]:
 
 def read(path: Path) -> dict[str, dict[str, int]]:
     """The file's prices; none when there is no file."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_raw(path)
+    if raw is None:
         return {}
-    except OSError as e:
-        raise OverlayError(f"{path}: cannot be read: {e.strerror or type(e).__name__}") from None
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise OverlayError(f"{path}: not valid JSON: {e}") from None
     return decode(doc, str(path))
+
+
+def read_raw(path: Path) -> bytes | None:
+    """The file's bytes (``None`` when there is none), never through a link planted at ``path``."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except LocalFileRefused as e:
+        raise OverlayError(str(e)) from None
+    except OSError as e:
+        raise OverlayError(f"{path}: cannot be read: {e.strerror or type(e).__name__}") from None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def apply(models: Mapping[str, Model], overlay: Overlay, where: str = PRICES_FILE) -> dict[str, Model]:
@@ -121,15 +133,19 @@ def apply(models: Mapping[str, Model], overlay: Overlay, where: str = PRICES_FIL
 
 def write(path: Path, overlay: Overlay) -> None:
     """Replace the file atomically: readers see the old file or the new one, never half of one."""
+    write_raw(path, json.dumps(encode(overlay), indent=2, sort_keys=False).encode() + b"\n")
+
+
+def write_raw(path: Path, data: bytes) -> None:
+    """``write``'s bytes (also used to put a previous file back). The new file is made with
+    ``O_EXCL`` (mkstemp) and renamed over ``path``: a link there is replaced, never followed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(encode(overlay), indent=2, sort_keys=False).encode() + b"\n"
-    fd, tmp = tempfile.mkstemp(prefix=".prices-", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=".prices-", suffix=".tmp", dir=path.parent)  # 0600
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -16,7 +16,9 @@ process ends, however it ends (kill -9 included). Hence:
   beside it (``instance-N.id``) is a previous life, certainly dead, and its holds can be
   released at once.
 
-The data dir must be the machine's own (not shared between machines), as for SQLite.
+The data dir must be the machine's own (not shared between machines), as for SQLite. The
+slot files are opened without following links (``gatewayd.local_files``): a link planted
+where one goes is refused, its target untouched.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import os
 from pathlib import Path
 
 import attrs
+
+from gatewayd.local_files import open_nofollow, read_text_nofollow, write_private
 
 MAX_SLOTS = 1024  # more live gatewayd processes than this on one data dir is a mistake
 
@@ -49,11 +53,8 @@ class Slot:
         """Write this process's instance id for the next owner (atomically: a crash leaves the old one or the new)."""
         final = self.directory / f"instance-{self.number}.id"
         tmp = final.with_suffix(".id.tmp")
-        with open(tmp, "w") as f:
-            f.write(instance_id + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        write_private(tmp, (instance_id + "\n").encode(), fsync=True)
+        os.replace(tmp, final)  # replaces a link at ``final`` itself, never its target
 
     def release(self) -> None:
         """Give the slot up (the process is stopping); its recorded id stays for the next owner."""
@@ -67,15 +68,18 @@ def claim_slot(directory: str | Path, first: int = 0) -> Slot:
     where = Path(directory).resolve()
     where.mkdir(parents=True, exist_ok=True)
     for number in range(first, first + MAX_SLOTS):
-        fd = os.open(where / f"instance-{number}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_nofollow(where / f"instance-{number}.lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)  # a live process owns this one
             continue
         try:
-            previous = (where / f"instance-{number}.id").read_text().strip() or None
+            previous = read_text_nofollow(where / f"instance-{number}.id").strip() or None
         except FileNotFoundError:
             previous = None
+        except BaseException:
+            os.close(fd)
+            raise
         return Slot(where, number, fd, previous)
     raise SlotsExhausted(f"{MAX_SLOTS} gatewayd processes already hold slots in {where}")

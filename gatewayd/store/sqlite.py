@@ -29,6 +29,7 @@ a crash loses nothing: balances are stored net of charges only.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import sqlite3
 import time
@@ -38,6 +39,7 @@ from typing import Any, Iterable
 
 import trio
 
+from gatewayd.local_files import check_database_files, open_nofollow
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
 from gatewayd.store.base import Hold, Refusal, Settlement, StoreError
@@ -128,7 +130,7 @@ class DatabaseInUse(StoreError):
 
 def _lock_exclusively(path: str) -> int:
     lock_path = path + ".instance-lock"
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_nofollow(lock_path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -147,7 +149,10 @@ class SQLiteStore(SQLStore):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # SQLite opens by name: no link where its files go, readable by this user only (gatewayd.local_files)
+        for note in check_database_files(path):
+            logging.getLogger("gatewayd").warning("gatewayd: %s", note)
         self._lock_fd = _lock_exclusively(path)
         setup = connect(path)
         try:
