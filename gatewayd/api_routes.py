@@ -3,10 +3,16 @@
 Quart costs about 0.6 ms of CPU a request on the machines we measure on (a bare
 quart-trio app against a bare ASGI app on the same hypercorn, ``bench/hot_path.py``'s
 floors), a sixth of a whole pass-through request. The API routes need none of what it
-offers (templates, sessions, blueprints, signals): they read the body, run the endpoint
-handler and send bytes or a stream. So the ``Listener`` hands exactly these method and
+offers (templates, sessions, blueprints, signals): they check the key, read the body,
+run the endpoint handler and send bytes or a stream. So the ``Listener`` hands exactly these method and
 path pairs to ``ApiRoutes`` (and ``GET /v1/models/{id}``); everything else (the console,
 the operator's endpoints, the not-offered APIs, 404s and 405s) still goes to the Quart app.
+
+The key (and the key's IP allowlist) is checked from the headers before any byte of the
+body is read, and the body is counted against that key's share of the process's budget
+(``gatewayd.bodies``): a refused request is answered at once and its connection closed
+with the body unread (``gatewayd.app.Listener``), so a caller without a valid key can
+make the gateway hold nothing. The ``/v1/models`` routes never read a body.
 
 Like quart-trio, a request runs in a nursery beside a task that waits for the client's
 ``http.disconnect``: a client that goes away cancels the handler (and so the upstream
@@ -22,7 +28,7 @@ import orjson
 import trio
 
 from gatewayd import endpoints, trace
-from gatewayd.access import client_address
+from gatewayd.access import Caller, client_address
 from gatewayd.errors import GatewayError, our_fault
 from gatewayd.relay import LARGE_BODY_BYTES, Ctx, Relay
 
@@ -66,7 +72,7 @@ class ApiRoutes:
         self.relay = relay
         self._routes: dict[tuple[str, str], Callable] = {
             ("POST", "/v1/chat/completions"): self._relayed(endpoints.chat_completions, "chat"),
-            ("POST", "/v1/messages"): self._relayed(endpoints.messages, "messages"),
+            ("POST", "/v1/messages"): self._relayed(endpoints.messages, "messages", accepts_x_api_key=True),
             ("POST", "/v1/responses"): self._relayed(endpoints.responses, "responses"),
             ("POST", "/v1/embeddings"): self._relayed(endpoints.embeddings, "embeddings"),
             ("GET", "/v1/models"): self._models,
@@ -95,12 +101,18 @@ class ApiRoutes:
             t.endpoint = endpoint
         return ctx
 
-    def _relayed(self, handler: Handler, endpoint: str) -> Callable:
+    def _relayed(self, handler: Handler, endpoint: str, *, accepts_x_api_key: bool = False) -> Callable:
         async def serve(scope, receive, send) -> None:
+            ctx = self._context(scope, Headers(scope["headers"]), endpoint)
+            try:
+                caller = self.relay.admit(ctx, accepts_x_api_key=accepts_x_api_key)
+                _count_body_against(scope, caller)
+            except GatewayError as error:
+                await _send_error(send, error, ctx)  # body unread: the listener closes the connection
+                return
             raw = await _read_body(receive)
             if raw is None:
-                return  # the client went away, or the listener refuses the body as too large
-            ctx = self._context(scope, Headers(scope["headers"]), endpoint)
+                return  # the client went away, or the listener refuses the body (too large, too slow, over budget)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
                 await _answer(send, ctx, handler(self.relay, ctx, raw))
@@ -109,8 +121,6 @@ class ApiRoutes:
         return serve
 
     async def _models(self, scope, receive, send) -> None:
-        if await _read_body(receive) is None:
-            return
         ctx = self._context(scope, Headers(scope["headers"]), "models")
 
         async def listing() -> tuple[int, dict, bytes]:
@@ -120,8 +130,6 @@ class ApiRoutes:
 
     async def _model(self, scope, receive, send) -> None:
         """``GET /v1/models/{id}``: one item of the key's listing, or 404."""
-        if await _read_body(receive) is None:
-            return
         ctx = self._context(scope, Headers(scope["headers"]), "models")
         model_id = scope["path"][len(MODEL_PREFIX):]
 
@@ -146,6 +154,20 @@ async def _answer(send, ctx: Ctx, answering: Awaitable[tuple[int, dict, Any]]) -
         await _send_error(send, our_fault(ctx.request_id, "while handling the request", e), ctx)
     else:
         await _send_answer(send, status, headers, body, ctx)
+
+
+def _count_body_against(scope: dict, caller: Caller) -> None:
+    """From here on the body's bytes are the caller's key's; a declared length is reserved
+    whole now, so a body that would go over the budget is refused before it is read."""
+    lease = scope.get("gateway.body_lease")
+    if lease is None:
+        return
+    lease.assign(f"key:{caller.key.id}")
+    declared = scope.get("gateway.content_length")
+    if declared:
+        refused = lease.reserve(declared)
+        if refused is not None:
+            raise refused
 
 
 async def _read_body(receive) -> bytes | None:

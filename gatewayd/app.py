@@ -1,9 +1,12 @@
 """The public HTTP app: the listener (request id, body cap) and the Quart app behind it.
 
-The ``Listener`` is plain ASGI in front of everything, because two rules must hold for
-every response, even ones Quart produces itself: each carries ``X-Request-Id``, and a
+The ``Listener`` is plain ASGI in front of everything, because these rules must hold for
+every response, even ones Quart produces itself: each carries ``X-Request-Id``; a
 body over ``max_body_bytes`` is refused with 413 without being read into memory,
-whether or not the client sent a Content-Length. It hands the /v1 API routes to
+whether or not the client sent a Content-Length; a body not all in within
+``body_timeout_s`` is refused with 408; the bytes of bodies held are counted against
+the process's budget (``gatewayd.bodies``; 503 over it); and a request answered before
+its body was read is closed without reading the rest. It hands the /v1 API routes to
 ``gatewayd.api_routes`` (plain ASGI, the hot path) and the rest to the Quart app made by
 ``create_app``: the console, the operator's endpoints, and the answers for paths and
 methods the gateway does not serve.
@@ -12,6 +15,7 @@ methods the gateway does not serve.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -22,6 +26,7 @@ from quart_trio import QuartTrio
 
 from gatewayd import logs, trace
 from gatewayd.api_routes import ApiRoutes
+from gatewayd.bodies import BodyBudget
 from gatewayd.errors import GatewayError, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
 from gatewayd.relay import Relay
@@ -67,11 +72,14 @@ class Listener:
     cap, and, once the last byte is sent, the request's log line and metrics (``gatewayd.trace``)."""
 
     def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None,
-                 api: ApiRoutes | None = None) -> None:
+                 api: ApiRoutes | None = None, *, bodies: BodyBudget | None = None,
+                 body_timeout_s: float | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.api = api  # the /v1 API routes, served without Quart (gatewayd.api_routes)
+        self.bodies = bodies  # None: bodies are not counted (the ops listener's GETs)
+        self.body_timeout_s = body_timeout_s  # None: no deadline
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -135,55 +143,112 @@ class Listener:
                 # short when a handler answered before the request body arrived: the socket stays
                 # open, unanswered, and the client's next keep-alive request hangs.
                 with trio.CancelScope(shield=True):
-                    await send(message)
+                    if has_body and not body_done:
+                        await _send_closing(send, message, receive)
+                    else:
+                        await send(message)
                 return
             await send(message)
 
         has_body = body_done = False  # read by send_with_id: the request's body is not all in yet
+        declared = None
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > self.max_body_bytes:
-                    return await self._too_large(send_with_id, request_id)
                 has_body = declared > 0
+                if declared > self.max_body_bytes:
+                    return await self._refuse(send_with_id, request_id, self._too_large())
             elif name == b"transfer-encoding":
                 has_body = True
+        scope["gateway.content_length"] = declared
+        lease = self.bodies.lease() if self.bodies is not None else None
+        scope["gateway.body_lease"] = lease  # the API routes count it against the key, once known
+        deadline = trio.current_time() + self.body_timeout_s if self.body_timeout_s else math.inf
         received = 0
-        too_large = False
+        refusal: GatewayError | None = None  # set while the body comes: the app stops, we answer below
 
         async def capped_receive():
-            nonlocal received, too_large, body_done
-            if too_large:
+            nonlocal received, refusal, body_done
+            if refusal is not None:
                 return {"type": "http.disconnect"}
-            message = await receive()
+            if body_done:  # (HTTP/2 may send a body without Content-Length: not has_body alone)
+                return await receive()
+            with trio.move_on_at(deadline) as waiting:
+                message = await receive()
+            if waiting.cancelled_caught:
+                refusal = self._too_slow()
+                return {"type": "http.disconnect"}
             if message["type"] == "http.request":
                 body_done = not message.get("more_body", False)
-                received += len(message.get("body", b""))
+                size = len(message.get("body", b""))
+                received += size
                 if received > self.max_body_bytes:
-                    too_large = True
-                    return {"type": "http.disconnect"}  # the app stops; we answer 413 below
+                    refusal = self._too_large()
+                    return {"type": "http.disconnect"}
+                if lease is not None:
+                    refusal = lease.receive(size)
+                    if refusal is not None:
+                        return {"type": "http.disconnect"}
             return message
 
         app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
         try:
+            if app is None and lease is not None and declared:
+                # the rest of the app (console forms, paths not served) shares one owner's quarter
+                refused = lease.reserve(declared)
+                if refused is not None:
+                    return await self._refuse(send_with_id, request_id, refused)
             await (app or self.app)(scope, capped_receive, send_with_id)
-            if too_large and not started:
-                await self._too_large(send_with_id, request_id)
+            if refusal is not None and not started:
+                await self._refuse(send_with_id, request_id, refusal)
         finally:
+            if lease is not None:
+                lease.close()
             if streaming:
                 metrics.open_streams.dec()
 
-    async def _too_large(self, send, request_id: str) -> None:
-        error = GatewayError(413, f"the request body is larger than {self.max_body_bytes} bytes", "request_too_large")
-        await send({
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
-        })
-        await send({"type": "http.response.body", "body": error.chat_body(request_id), "more_body": False})
+    def _too_large(self) -> GatewayError:
+        return GatewayError(413, f"the request body is larger than {self.max_body_bytes} bytes", "request_too_large")
+
+    def _too_slow(self) -> GatewayError:
+        return GatewayError(408, f"the request body did not arrive within {self.body_timeout_s:g} seconds",
+                            "request_timeout")
+
+    async def _refuse(self, send, request_id: str, error: GatewayError) -> None:
+        """A refusal made while the body was (or would be) coming, in the chat envelope; the
+        connection is closed after it, the rest of the body unread."""
+        body = error.chat_body(request_id)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in error.headers.items()]
+        await send({"type": "http.response.start", "status": error.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+CLOSING_DRAIN_S = 5.0  # a bound on the wait below; hypercorn posts the disconnect within milliseconds
+
+
+async def _send_closing(send, message: dict, receive) -> None:
+    """Send the last message of an answer given before the request body was all read.
+
+    Hypercorn then closes the connection, but first posts ``http.disconnect`` to the
+    app's queue of received messages; that queue holds up to ``max_app_queue_size`` body
+    chunks and, when a client keeps sending, it is full: the post would wait forever
+    (and with it this send, the connection and its socket). So the queued chunks are
+    taken off and dropped meanwhile: at most that queue's worth of the body (10 chunks of
+    64 KiB) is ever read, and none of it kept."""
+    async def discard() -> None:
+        with trio.move_on_after(CLOSING_DRAIN_S):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(discard)
+        await send(message)
+        nursery.cancel_scope.cancel()
 
 
 NOT_OFFERED = (

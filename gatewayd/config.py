@@ -86,6 +86,9 @@ class ServerSettings:
     console_secret: str | None
     metrics_listen: str | None = None  # HOST:PORT: /metrics, /healthz, /readyz there instead of the public listener
     drain_delay_s: float = 0.0  # on SIGTERM: /readyz answers 503 this long before the listeners stop accepting
+    body_timeout_s: float = 60.0  # a request body not all in this long after its headers: 408 (gatewayd.app)
+    max_buffered_bytes: int = 1 << 30  # request bodies held at once; a key at most a quarter (gatewayd.bodies)
+    h2c: bool = False  # HTTP/2 without TLS (prior knowledge or Upgrade); HTTP/2 over TLS (ALPN) is always on
 
 
 @attrs.frozen
@@ -239,6 +242,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "listen", "admin_socket", "data_dir", "stream_idle_timeout_s", "max_body_bytes",
         "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "tls_cert", "tls_key",
         "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
+        "body_timeout_s", "max_buffered_bytes", "h2c",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -276,6 +280,9 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         console_secret=s.str("console_secret", None),
         metrics_listen=_metrics_listen(s.str("metrics_listen", None)),
         drain_delay_s=float(s.number("drain_delay_s", 0)),
+        body_timeout_s=float(s.number("body_timeout_s", 60, minimum=0.001)),
+        max_buffered_bytes=s.number("max_buffered_bytes", 1 << 30, minimum=1, integer=True),
+        h2c=s.bool("h2c", False),
     )
 
 

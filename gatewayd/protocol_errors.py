@@ -18,6 +18,7 @@ MESSAGES = {
     431: ("the request headers are too large (at most {limit} bytes of request line and headers)",
           "request_header_too_large"),
     400: ("the request is not valid HTTP/1.1", "invalid_http_request"),
+    505: ("HTTP/2 without TLS (h2c) is not served here; use HTTP/1.1, or HTTP/2 over TLS", "h2c_not_served"),
 }
 
 

@@ -62,6 +62,7 @@ class Ctx:
     client_ip: str | None
     headers: Any  # case-insensitive mapping
     endpoint: str  # "chat" | "messages" | "responses" | "embeddings" | "models"
+    caller: Caller | None = None  # set by ``Relay.admit``: the API routes admit before reading the body
 
 
 class AttemptFailed(Exception):
@@ -143,13 +144,18 @@ class Relay:
     # -- the checks ------------------------------------------------------------------
 
     def admit(self, ctx: Ctx, *, accepts_x_api_key: bool = False) -> Caller:
-        """Key, then IP."""
+        """Key, then IP; once a request: ``api_routes`` admits it from its headers before
+        reading its body (nothing is read for a refused request), and the endpoint handler's
+        own call then finds the caller already admitted."""
+        if ctx.caller is not None:
+            return ctx.caller
         caller = authenticate(self.directory, ctx.headers, accepts_x_api_key=accepts_x_api_key)
         t = trace.get()
         if t is not None:
             t.account_id = caller.account.id
             t.key_id = caller.key.id
         check_ip(caller.key, ctx.client_ip)
+        ctx.caller = caller
         return caller
 
     async def authorize(self, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:

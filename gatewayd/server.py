@@ -24,12 +24,13 @@ from hypercorn.trio import serve as hypercorn_serve
 from gatewayd.admin.api import create_admin_app
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
+from gatewayd.bodies import BodyBudget
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
-from gatewayd import hangups, local_files, logs, loopwatch, protocol_errors
+from gatewayd import cleartext_h2, hangups, local_files, logs, loopwatch, protocol_errors
 from gatewayd.demo import DEMO_EMAIL, DEMO_PASSWORD, restore_demo_key, retire_demo_account
 from gatewayd.money import usd_to_nano
 from gatewayd.ops import readiness_of
@@ -52,6 +53,7 @@ def _hypercorn_config(**kwargs) -> HypercornConfig:
     hc.read_timeout = None
     hc.keep_alive_timeout = 75
     hc.include_server_header = False
+    hc.gatewayd_h2c = False  # gatewayd.cleartext_h2: no HTTP/2 without TLS unless [server] h2c
     for name, value in kwargs.items():
         setattr(hc, name, value)
     return hc
@@ -65,7 +67,8 @@ def _public_config(config: Config, worker: WorkerSockets | None = None) -> Hyper
     if worker is not None:  # the supervisor's sockets (gatewayd.workers)
         binds = [f"fd://{fd}" for fd in worker.listen_fds]
     # the relay cuts streams at the grace period's end (gatewayd.drain); hypercorn's cut is the backstop
-    hc = _hypercorn_config(graceful_timeout=config.server.shutdown_grace_s + BACKSTOP_S)
+    hc = _hypercorn_config(graceful_timeout=config.server.shutdown_grace_s + BACKSTOP_S,
+                           gatewayd_h2c=config.server.h2c)
     if config.server.tls_cert:
         hc.certfile = config.server.tls_cert
         hc.keyfile = config.server.tls_key
@@ -162,6 +165,7 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
 async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, task_status) -> None:
     protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
     hangups.install()  # a connection whose client left closes now, not keep_alive_timeout later
+    cleartext_h2.install()  # HTTP/2 without TLS only with [server] h2c = true
     for note in local_files.prepare_data_dir(config.server.data_dir, tighten=True):
         logs.event(f"gatewayd: {note}", logging.WARNING)
     store = await open_store(config, worker_index=worker.index if worker is not None else 0)
@@ -222,7 +226,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        Listener(public_app, config.server.max_body_bytes, relay.metrics, ApiRoutes(relay)), _public_config(config, worker),
+                        _public_listener(public_app, config, relay), _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
@@ -251,6 +255,13 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
         with trio.CancelScope(shield=True):
             await store.close()
     logs.event("gatewayd stopped")
+
+
+def _public_listener(app, config: Config, relay: Relay) -> Listener:
+    """The public listener: bodies read after the key, within the deadline and the budget."""
+    server = config.server
+    return Listener(app, server.max_body_bytes, relay.metrics, ApiRoutes(relay),
+                    bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s)
 
 
 def _keep(config: Config) -> Config:
