@@ -85,6 +85,8 @@ class ServerSettings:
     console_secret: str | None
     metrics_listen: str | None = None  # HOST:PORT: /metrics, /healthz, /readyz there instead of the public listener
     drain_delay_s: float = 0.0  # on SIGTERM: /readyz answers 503 this long before the listeners stop accepting
+    max_concurrent_per_account: int = 256  # requests in flight per account and instance; 0 = no cap
+    max_concurrent_per_key: int = 0  # the same per key; 0 = no cap (gatewayd/concurrency.py)
 
 
 @attrs.frozen
@@ -238,6 +240,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "listen", "admin_socket", "data_dir", "stream_idle_timeout_s", "max_body_bytes",
         "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "tls_cert", "tls_key",
         "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
+        "max_concurrent_per_account", "max_concurrent_per_key",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -274,6 +277,8 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         console_secret=s.str("console_secret", None),
         metrics_listen=_metrics_listen(s.str("metrics_listen", None)),
         drain_delay_s=float(s.number("drain_delay_s", 0)),
+        max_concurrent_per_account=s.number("max_concurrent_per_account", 256, integer=True),
+        max_concurrent_per_key=s.number("max_concurrent_per_key", 0, integer=True),
     )
 
 
