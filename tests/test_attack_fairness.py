@@ -111,6 +111,7 @@ async def test_one_account_holding_slow_streams_does_not_make_another_wait_for_t
             answer = await drive(gw, b_secret, chat("my turn"))
             took = time.monotonic() - began
             end_streams(gw, leave)
+        print(f"B's request: {normal * 1000:.1f} ms alone, {took * 1000:.1f} ms beside A's 12 slow streams")
         assert answer["status"] == 200, answer
         assert took < max(0.5, 5 * normal), f"B waited {took:.2f} s beside A's streams (normally {normal:.3f} s)"
         assert gw.ledger.open_holds == 0
