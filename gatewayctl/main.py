@@ -36,6 +36,7 @@ from rich.console import Console
 
 from gatewayctl import render
 from gatewayctl.client import AdminClient, AdminError, resolve_socket, segment
+from gatewayctl.fair_share import MaxConcurrentOpt, NoMaxConcurrentOpt, max_concurrent_field
 from gatewayd.billing import breakdown
 from gatewayd.control_chars import escape_control_characters
 from gatewayd.money import MoneyError, format_usd, usd_to_nano
@@ -315,15 +316,19 @@ def account_update(
         Optional[str],
         typer.Option(metavar="Area/City", help="New IANA time zone.", parser=parse_timezone),
     ] = None,
+    max_concurrent: MaxConcurrentOpt = None,
+    no_max_concurrent: NoMaxConcurrentOpt = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Change an account's name or time zone."""
+    """Change an account's name, time zone or cap on requests in flight."""
+    exclusive({"--max-concurrent": max_concurrent is not None, "--no-max-concurrent": no_max_concurrent})
     body: dict[str, Any] = {}
     if name is not None:
         body["name"] = name
     if timezone is not None:
         body["timezone"] = timezone
+    max_concurrent_field(body, max_concurrent, no_max_concurrent)
     if not body:
         raise nothing_to_change()
     s = session(socket, json_output)
@@ -447,6 +452,7 @@ def key_create(
     models: ModelsOpt = None,
     allow_ip: AllowIpOpt = None,
     group: GroupOpt = None,
+    max_concurrent: MaxConcurrentOpt = None,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -462,6 +468,7 @@ def key_create(
         body["allow_ips"] = allow_ip
     if group is not None:
         body["group"] = group
+    max_concurrent_field(body, max_concurrent)
     s = session(socket, json_output)
     key = s.api.post(account_path(account, "keys"), body)
 
@@ -504,6 +511,8 @@ def key_update(
     any_ip: Annotated[bool, typer.Option("--any-ip", help="Allow any address.")] = False,
     group: GroupOpt = None,
     no_group: Annotated[bool, typer.Option("--no-group", help="Use no group.")] = False,
+    max_concurrent: MaxConcurrentOpt = None,
+    no_max_concurrent: NoMaxConcurrentOpt = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -513,6 +522,7 @@ def key_update(
     exclusive({"--models": models is not None, "--all-models": all_models})
     exclusive({"--allow-ip": bool(allow_ip), "--any-ip": any_ip})
     exclusive({"--group": group is not None, "--no-group": no_group})
+    exclusive({"--max-concurrent": max_concurrent is not None, "--no-max-concurrent": no_max_concurrent})
     body: dict[str, Any] = {}
     if name is not None:
         body["name"] = name
@@ -528,6 +538,7 @@ def key_update(
         body["allow_ips"] = allow_ip or None
     if group is not None or no_group:
         body["group"] = group
+    max_concurrent_field(body, max_concurrent, no_max_concurrent)
     if not body:
         raise nothing_to_change()
     s = session(socket, json_output)

@@ -43,6 +43,13 @@ def text(none: str = "-") -> Callable[[Any], str]:
     return fmt
 
 
+def cap(value: Any) -> str:
+    """A ``max_concurrent``: null is the server's default, 0 no cap."""
+    if value is None:
+        return "server default"
+    return "no cap" if value == 0 else str(value)
+
+
 def usd_or(none: str) -> Callable[[Any], str]:
     return lambda value: none if value is None else usd(value)
 
@@ -68,9 +75,10 @@ ACCOUNT = (
     Field("total_paid_nano", "total paid", usd),
     Field("groups", "groups"),
     Field("embedding_models", "embedding models"),
+    Field("max_concurrent", "max concurrent", cap),
     Field("created_at", "created"),
 )
-ACCOUNT_COLUMNS = tuple(f for f in ACCOUNT if f.key not in ("embedding_models", "created_at"))
+ACCOUNT_COLUMNS = tuple(f for f in ACCOUNT if f.key not in ("embedding_models", "max_concurrent", "created_at"))
 
 KEY = (
     Field("id", "id"),
@@ -83,10 +91,11 @@ KEY = (
     Field("models", "models", text("all")),
     Field("allow_ips", "allowed IPs", text("any")),
     Field("group", "group"),
+    Field("max_concurrent", "max concurrent", cap),
     Field("created_at", "created"),
     Field("last_used_at", "last used", text("never")),
 )
-KEY_COLUMNS = tuple(f for f in KEY if f.key not in ("account_id", "created_at"))
+KEY_COLUMNS = tuple(f for f in KEY if f.key not in ("account_id", "max_concurrent", "created_at"))
 
 PAYMENT = (
     Field("id", "id"),

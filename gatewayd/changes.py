@@ -8,8 +8,8 @@ or key from the store and updates the cached object in place. In place, because 
 in flight and the presented-secret cache hold references to those objects: a revoked key
 must stop working for them too.
 
-Only the rules are copied (status, limits, expiry, model list, IPs, group; name, zone,
-password, groups, embedding models, what was paid). Money for holds is decided by the
+Only the rules are copied (status, limits, expiry, model list, IPs, group, concurrency caps;
+name, zone, password, groups, embedding models, what was paid). Money for holds is decided by the
 database at hold time, not from these objects.
 """
 
@@ -25,9 +25,9 @@ from gatewayd.records import Account, Key, expiry_instant
 log = logging.getLogger("gatewayd.changes")
 
 _ACCOUNT_FIELDS = ("email", "name", "timezone", "password_hash", "groups", "embedding_models", "total_paid_nano",
-                   "credit_nano")
+                   "credit_nano", "max_concurrent")
 _KEY_FIELDS = ("name", "status", "spend_limit_nano", "spent_nano", "expires_on", "models", "allow_ips", "group",
-               "last_used_at")
+               "last_used_at", "max_concurrent")
 
 
 def apply_account(directory: Directory, fresh: Account) -> None:

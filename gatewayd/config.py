@@ -89,6 +89,8 @@ class ServerSettings:
     body_timeout_s: float = 60.0  # a request body not all in this long after its headers: 408 (gatewayd.app)
     max_buffered_bytes: int = 1 << 30  # request bodies held at once; a key at most a quarter (gatewayd.bodies)
     h2c: bool = False  # HTTP/2 without TLS (prior knowledge or Upgrade); HTTP/2 over TLS (ALPN) is always on
+    max_concurrent_per_account: int = 256  # requests in flight per account and instance; 0 = no cap
+    max_concurrent_per_key: int = 0  # the same per key; 0 = no cap (gatewayd/concurrency.py)
 
 
 @attrs.frozen
@@ -243,6 +245,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "tls_cert", "tls_key",
         "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
         "body_timeout_s", "max_buffered_bytes", "h2c",
+        "max_concurrent_per_account", "max_concurrent_per_key",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -283,6 +286,8 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         body_timeout_s=float(s.number("body_timeout_s", 60, minimum=0.001)),
         max_buffered_bytes=s.number("max_buffered_bytes", 1 << 30, minimum=1, integer=True),
         h2c=s.bool("h2c", False),
+        max_concurrent_per_account=s.number("max_concurrent_per_account", 256, integer=True),
+        max_concurrent_per_key=s.number("max_concurrent_per_key", 0, integer=True),
     )
 
 

@@ -92,6 +92,19 @@ def _parse_date(value: Any) -> dt.date:
         raise DirectoryError(f"expires_on must be a date YYYY-MM-DD (got {value!r})") from None
 
 
+MAX_CONCURRENT = 1_000_000  # a cap above this is no cap: 0 says that plainly
+
+
+def parse_max_concurrent(value: Any) -> int | None:
+    """A ``max_concurrent`` as sent: null (the server's default), 0 (no cap) or a positive count."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CONCURRENT:
+        raise DirectoryError(f"max_concurrent must be a whole number from 0 (no cap) to {MAX_CONCURRENT}, "
+                             "or null for the server's default")
+    return value
+
+
 def _money(value: Any, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise DirectoryError(f"{field} must be a non-negative integer number of nano-dollars")
@@ -235,6 +248,13 @@ class Directory:
                 key.expires_at = expiry_instant(key.expires_on, new_tz)
         return account
 
+    async def set_max_concurrent(self, account: Account, max_concurrent: Any) -> Account:
+        """The account's cap on requests in flight (null: ``[server] max_concurrent_per_account``)."""
+        value = parse_max_concurrent(max_concurrent)
+        await self.store.set_account_max_concurrent(account.id, value)
+        account.max_concurrent = value
+        return account
+
     async def set_password(self, account: Account, password: Any) -> Account:
         self._check_password_rules(password)
         password_hash = await hashed(password)
@@ -326,6 +346,7 @@ class Directory:
         models: Any = None,
         allow_ips: Any = None,
         group: Any = None,
+        max_concurrent: Any = None,
     ) -> tuple[Key, str]:
         """Returns the key and its secret; the secret is never stored, only its hash."""
         name = self._check_key_name(name)
@@ -345,6 +366,7 @@ class Directory:
             group=self._check_group(group),
             created_at=utc_now_iso(),
             last_used_at=None,
+            max_concurrent=parse_max_concurrent(max_concurrent),
         )
         key.expires_at = expiry_instant(key.expires_on, account.timezone)
         try:
@@ -366,7 +388,7 @@ class Directory:
         """Change only the fields present in ``changes``; null clears an optional field."""
         if key.status == "deleted":
             raise DirectoryError("this key was revoked; revoked keys cannot be changed", status=409, code="key_deleted")
-        allowed = {"name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group"}
+        allowed = {"name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent"}
         unknown = sorted(set(changes) - allowed)
         if unknown:
             raise DirectoryError(f"unknown key field {unknown[0]!r}")
@@ -386,6 +408,8 @@ class Directory:
             new["allow_ips"] = None if value is None else parse_ip_list(value)
         if "group" in changes:
             new["group"] = self._check_group(changes["group"])
+        if "max_concurrent" in changes:
+            new["max_concurrent"] = parse_max_concurrent(changes["max_concurrent"])
         if not new:
             return key
         probe = attrs.evolve(key, **new)  # the key as it will be, stored before memory changes

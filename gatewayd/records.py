@@ -80,6 +80,7 @@ class Account:
     embedding_models: frozenset[str]
     created_at: str
     held_nano: int = 0  # open holds, in memory (persisted rows only for crash recovery)
+    max_concurrent: int | None = None  # requests in flight at once; None: [server] max_concurrent_per_account
 
     @property
     def balance_nano(self) -> int:
@@ -99,6 +100,7 @@ class Account:
             "embedding_models": sorted(self.embedding_models),
             "created_at": self.created_at,
             "has_password": self.password_hash is not None,
+            "max_concurrent": self.max_concurrent,
         }
 
     def balance(self) -> dict:
@@ -127,6 +129,7 @@ class Key:
     last_used_at: str | None
     expires_at: float | None = None  # derived from expires_on + the account's zone
     held_nano: int = 0  # open holds on this key, in memory
+    max_concurrent: int | None = None  # requests in flight at once; None: [server] max_concurrent_per_key
 
     def state(self, now: float) -> str:
         """The spec's five states; expired and used-up are derived, never stored."""
@@ -154,4 +157,5 @@ class Key:
             "group": self.group,
             "created_at": self.created_at,
             "last_used_at": self.last_used_at,
+            "max_concurrent": self.max_concurrent,
         }

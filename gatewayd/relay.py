@@ -1,7 +1,8 @@
 """The request path, in one place: the order of the steps and what happens on each failure.
 
     authenticate (key) -> IP -> parse body -> authorize (model list, group, availability,
-    price) -> rate limit -> reserve (estimate, hold) -> route -> provider call ->
+    price) -> rate limit -> requests in flight (key, account) -> reserve (estimate, hold) ->
+    route -> provider call (a fair share of the connection pool) ->
     respond / stream -> settle (charge, release hold, usage row)
 
 Endpoint handlers (``gatewayd.endpoints``, which parse the body and check the few fields the
@@ -31,6 +32,7 @@ from gatewayd.billing.estimate import route_hold
 from gatewayd.billing.ledger import Ledger
 from gatewayd.billing.pricing import Bill
 from gatewayd.billing.tab import Outcome, Tab
+from gatewayd.concurrency import InFlight, Ticket, gateway_busy
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
@@ -99,6 +101,7 @@ class Relay:
         self.draining = False  # set when shutdown starts: /readyz answers 503 from then on
         self.readiness: Any = None  # gatewayd.ops.Readiness: the store check /readyz and the daemon share
         self.metrics = Metrics()
+        self.in_flight = InFlight()  # requests in flight per key and account (the fair-share caps)
         self.received_ids = ReceivedIds(ledger.store)  # response ids each account may name again
         self.metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
         self._provider_up: dict[str, bool] = {}
@@ -175,6 +178,24 @@ class Relay:
         return build(call, target, self.upstream)
 
     async def run(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
+        """``_run`` while the request counts against its key's and account's caps
+        (:mod:`gatewayd.concurrency`): a 429 over a cap, before anything is held; the count
+        is left when the answer is settled (a stream: when it is closed)."""
+        server = self.config.server
+        ticket = self.in_flight.enter(caller.account, caller.key, account_default=server.max_concurrent_per_account,
+                                      key_default=server.max_concurrent_per_key)
+        try:
+            status, headers, body = await self._run(ctx, caller, grant, call)
+        except BaseException:
+            ticket.leave()
+            raise
+        if isinstance(body, AnswerStream):
+            body.ticket = ticket
+        else:
+            ticket.leave()
+        return status, headers, body
+
+    async def _run(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
         """Hold, try the routes in the router's order, answer, settle.
 
         One hold, one settlement, one usage row per client request whatever the attempts:
@@ -385,12 +406,16 @@ class Relay:
         try:
             sent = time.perf_counter()
             with self.drain.read() as reading:
-                response = await self.upstream.send(route.request, on_sent=tab.mark_sent)
+                response = await self.upstream.send(route.request, on_sent=tab.mark_sent,
+                                                   account=tab.hold.account.id)
             if reading.cancelled_caught:
                 raise await self.cut_by_shutdown(tab)
             if t is not None:
                 t.upstream_ttfb_s = time.perf_counter() - sent
             self.provider_seen(provider, True)
+        except httpx.PoolTimeout:  # every upstream connection of ours is in use: our capacity, not the route's
+            await tab.release(Outcome.GATEWAY_BUSY, 503)
+            raise gateway_busy() from None
         except httpx.ConnectTimeout:
             self.provider_seen(provider, False, "connect timeout")
             raise AttemptFailed(
@@ -466,6 +491,7 @@ class AnswerStream:
         self._first = first
         self._pump = pump
         self.tab = tab
+        self.ticket: Ticket | None = None  # the request's place in the in-flight count, left once closed
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._first:
@@ -478,5 +504,9 @@ class AnswerStream:
             try:
                 await self._pump.aclose()  # type: ignore[attr-defined]
             finally:
-                if not self.tab.settled:
-                    await self.tab.abandon(Outcome.CLIENT_DISCONNECTED, 499)
+                try:
+                    if not self.tab.settled:
+                        await self.tab.abandon(Outcome.CLIENT_DISCONNECTED, 499)
+                finally:
+                    if self.ticket is not None:
+                        self.ticket.leave()

@@ -29,14 +29,19 @@ UPSTREAM = "http://provider.test"
 
 
 class Gateway:
-    def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response]) -> None:
+    """``handler`` answers as the provider; or, with ``upstream`` (a real ``Upstream``, its
+    connection pool included), ``upstream_url`` is a real provider (the simulator)."""
+
+    def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response] | None,
+                 *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "") -> None:
         config_file = tmp / "gatewayd.toml"
-        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n' + catalogue_pointed_at(UPSTREAM))
+        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url))
         self.config = load_config(config_file)
         self.store = SQLiteStore(str(tmp / "gateway.db"))
         self.directory = Directory(self.config, self.store)  # empty database: nothing to load
-        upstream = Upstream(connect_timeout_s=5, stream_idle_timeout_s=5)
-        upstream.transport = httpx.MockTransport(handler)
+        if upstream is None:
+            upstream = Upstream(connect_timeout_s=5, stream_idle_timeout_s=5)
+            upstream.transport = httpx.MockTransport(handler)
         self.ledger = Ledger(self.store)
         self.relay = Relay(self.config, self.directory, self.ledger, upstream)
         self.app = Listener(create_app(self.relay), self.config.server.max_body_bytes, self.relay.metrics,

@@ -84,6 +84,10 @@ async def test_changes_on_one_reach_the_other_in_place(two_instances):
     await until(lambda: b_account.groups == (), "groups")
     await a.update_account(account, timezone="Asia/Tokyo")
     await until(lambda: b_account.timezone == "Asia/Tokyo", "time zone")
+    await a.set_max_concurrent(account, 7)  # the caps on requests in flight (issue 20)
+    await until(lambda: b_account.max_concurrent == 7, "account's max_concurrent")
+    await a.update_key(key, {"max_concurrent": 2})
+    await until(lambda: cached.max_concurrent == 2, "key's max_concurrent")
     await a.set_key_status(key, "deleted")
     await until(lambda: cached.status == "deleted", "revoke")
     applied = follow_b.applied

@@ -152,6 +152,28 @@ async def test_accounts_emails_payments_and_reload(store):
     assert keys[0].expires_at is None and keys[0].spend_limit_nano == 600_000
 
 
+async def test_the_caps_on_requests_in_flight_are_stored_and_reloaded(store):
+    """``max_concurrent`` of accounts and keys (issue 20): null by default, set, cleared."""
+    directory, account, key = await _account_and_key(store, paid=0)
+    assert (account.max_concurrent, key.max_concurrent) == (None, None)
+    capped, _ = await directory.create_key(account, name="capped", max_concurrent=3)
+    await directory.set_max_concurrent(account, 40)
+    await directory.update_key(key, {"max_concurrent": 0})
+    assert (await store.load_account(account.id)).max_concurrent == 40
+    assert (await store.load_key(capped.id)).max_concurrent == 3
+    assert (await store.load_key(key.id)).max_concurrent == 0
+    await directory.set_max_concurrent(account, None)
+    await directory.update_key(capped, {"max_concurrent": None})
+    accounts, keys = await store.load_directory()
+    assert [a.max_concurrent for a in accounts] == [None]
+    assert {k.id: k.max_concurrent for k in keys} == {key.id: 0, capped.id: None}
+    for bad in (-1, 1_000_001, True, 2.5, "3"):
+        with pytest.raises(DirectoryError, match="max_concurrent"):
+            await directory.set_max_concurrent(account, bad)
+        with pytest.raises(DirectoryError, match="max_concurrent"):
+            await directory.update_key(key, {"max_concurrent": bad})
+
+
 async def test_usage_queries_filter_page_and_stay_in_their_account(store):
     _, account, key = await _account_and_key(store)
     _, other, other_key = await _account_and_key(store, email="o@example.com")

@@ -20,12 +20,12 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from gatewayd.admin.prices import add_price_routes
-from gatewayd.directory import Directory, DirectoryError
+from gatewayd.directory import Directory, DirectoryError, parse_max_concurrent
 from gatewayd.store.usage_queries import UsageFilter
 
 JSON = "application/json"
 log = logging.getLogger("gatewayd.admin")
-KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group")
+KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent")
 
 
 # The stored times' range: a bound outside it (the end of 9999-12-31, the start of 0001-01-01
@@ -148,9 +148,14 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
     @app.patch("/admin/v1/accounts/<ref>")
     async def update_account(ref: str):
         account = directory.account(ref)
-        doc = await body("name", "timezone")
+        doc = await body("name", "timezone", "max_concurrent")
+        if "max_concurrent" in doc:
+            parse_max_concurrent(doc["max_concurrent"])  # refused before anything else is changed
         kwargs = {k: doc[k] for k in ("name", "timezone") if k in doc}
-        return _json((await directory.update_account(account, **kwargs)).public())
+        await directory.update_account(account, **kwargs)
+        if "max_concurrent" in doc:  # null: back to the server's default
+            await directory.set_max_concurrent(account, doc["max_concurrent"])
+        return _json(account.public())
 
     @app.put("/admin/v1/accounts/<ref>/password")
     async def set_password(ref: str):

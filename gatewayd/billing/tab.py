@@ -48,6 +48,7 @@ class Outcome(str, enum.Enum):
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
     IDLE_TIMEOUT = "idle_timeout"
     SHUTDOWN = "shutdown"
+    GATEWAY_BUSY = "gateway_busy"  # no upstream connection of ours became free in time (a 503)
     INTERNAL_ERROR = "internal_error"  # a fault of ours
 
 

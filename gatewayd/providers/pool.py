@@ -13,7 +13,8 @@ its response is closed, the connection goes back on the stack if it can be reuse
 The connections themselves are httpcore's (``httpcore.AsyncHTTPConnection``, its public
 interface), so the wire behaviour, timeouts and TLS are unchanged; the pool only hands
 them out. ``max_connections`` bounds connections in use; a request over it waits up to
-the pool timeout, as before.
+the pool timeout, as before. The slots are shared fairly between accounts
+(``fair_slots.py``): a request names its account in the ``gatewayd.account`` extension.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ import httpcore
 import httpx
 import trio
 
+from gatewayd.providers.fair_slots import FairSlots, Owner
+
+ACCOUNT_EXTENSION = "gatewayd.account"  # the request's account, for the fair share of the slots
 # httpcore's errors as httpx's, most specific first (httpx does the same in its transport)
 _ERRORS: dict[type[Exception], type[httpx.HTTPError]] = {
     httpcore.ConnectTimeout: httpx.ConnectTimeout,
@@ -65,7 +69,7 @@ class ConnectionPool:
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.keepalive_expiry = keepalive_expiry
         self.ssl_context = ssl_context if ssl_context is not None else httpx.create_ssl_context()
-        self.slots = trio.Semaphore(max_connections)
+        self.slots = FairSlots(max_connections)
         self.idle: dict[tuple, list[httpcore.AsyncHTTPConnection]] = {}  # (scheme, host, port) -> stack
         self.opened = 0  # connections ever opened (tests read it to see reuse)
 
@@ -94,17 +98,14 @@ class ConnectionPool:
             extensions=request.extensions,
         )
         origin = core_request.url.origin
-        try:
-            self.slots.acquire_nowait()
-        except trio.WouldBlock:
+        owner = request.extensions.get(ACCOUNT_EXTENSION)
+        if not self.slots.try_take(owner):
             pool_timeout = request.extensions.get("timeout", {}).get("pool")
-            with trio.move_on_after(float("inf") if pool_timeout is None else pool_timeout) as waiting:
-                await self.slots.acquire()
-            if waiting.cancelled_caught:
-                raise httpx.PoolTimeout("no upstream connection became free in time") from None
-        return await self._send(core_request, origin)
+            if not await self.slots.take(owner, float("inf") if pool_timeout is None else pool_timeout):
+                raise httpx.PoolTimeout("no upstream connection became free in time")
+        return await self._send(core_request, origin, owner)
 
-    async def _send(self, core_request: httpcore.Request, origin: httpcore.Origin) -> httpx.Response:
+    async def _send(self, core_request: httpcore.Request, origin: httpcore.Origin, owner: Owner) -> httpx.Response:
         """With a slot held: send on a connection; the slot is released when the response closes."""
         try:
             while True:
@@ -121,16 +122,16 @@ class ConnectionPool:
                     raise
                 break
         except BaseException:
-            self.slots.release()
+            self.slots.release(owner)
             raise
         return httpx.Response(
             status_code=response.status, headers=response.headers, extensions=response.extensions,
-            stream=_ResponseStream(response.stream, self, connection, origin),
+            stream=_ResponseStream(response.stream, self, connection, origin, owner),
         )
 
-    async def _done(self, connection: httpcore.AsyncHTTPConnection, origin: httpcore.Origin) -> None:
+    async def _done(self, connection: httpcore.AsyncHTTPConnection, origin: httpcore.Origin, owner: Owner) -> None:
         """A response was closed: keep its connection for the next request if it can serve one."""
-        self.slots.release()
+        self.slots.release(owner)
         if connection.is_idle() and not connection.is_closed():
             stack = self.idle.setdefault((origin.scheme, origin.host, origin.port), [])
             stack.append(connection)
@@ -153,11 +154,12 @@ async def _close(connections: list) -> None:
 
 
 class _ResponseStream(httpx.AsyncByteStream):
-    def __init__(self, stream, pool: ConnectionPool, connection, origin) -> None:
+    def __init__(self, stream, pool: ConnectionPool, connection, origin, owner: Owner) -> None:
         self._stream = stream
         self._pool = pool
         self._connection = connection
         self._origin = origin
+        self._owner = owner
         self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -173,4 +175,4 @@ class _ResponseStream(httpx.AsyncByteStream):
             with trio.CancelScope(shield=True), httpx_errors():
                 await self._stream.aclose()
         finally:
-            await self._pool._done(self._connection, self._origin)
+            await self._pool._done(self._connection, self._origin, self._owner)

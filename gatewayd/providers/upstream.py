@@ -18,7 +18,7 @@ from typing import AsyncIterator, Callable
 
 import httpx
 
-from gatewayd.providers.pool import ConnectionPool
+from gatewayd.providers.pool import ACCOUNT_EXTENSION, ConnectionPool
 
 
 class Upstream:
@@ -40,13 +40,19 @@ class Upstream:
         """A POST to a provider with this transport's timeouts; adapters add their own headers."""
         return httpx.Request("POST", url, content=body, headers=headers, extensions={"timeout": self._timeouts[stream]})
 
-    async def send(self, request: httpx.Request, on_sent: Callable[[], None] | None = None) -> httpx.Response:
+    async def send(self, request: httpx.Request, on_sent: Callable[[], None] | None = None,
+                   account: str | None = None) -> httpx.Response:
         """The response with its body still to read (``aread`` or ``aiter_raw``, then ``aclose``).
+
+        ``account`` is whose request this is: the pool shares its connections fairly between
+        accounts (``providers/fair_slots.py``).
 
         ``on_sent`` is called once the request's bytes are handed to the provider's
         connection (the first body chunk taken by the connection's writer, or at the latest
         when an answer comes back): from then on the provider can bill the request's input,
         and before it, it cannot (issue 25: a client gone while we connected pays nothing)."""
+        if account is not None:
+            request.extensions[ACCOUNT_EXTENSION] = account
         if on_sent is None:
             return await self.transport.handle_async_request(request)
         request.stream = _Handed(request.stream, on_sent)

@@ -17,7 +17,7 @@ Directory (accounts, keys)
     ``load_directory() -> (accounts, keys)``, ``load_account(id)``, ``load_key(id)``,
     ``refresh_balance(account)`` / ``refresh_key(key)`` / ``refresh_keys(keys)`` (re-read money
     fields from the truth; a no-op where the process is the truth), ``insert_account(account)``
-    (``EmailTaken``), ``update_account(id, name=, timezone=)``, ``set_password_hash``,
+    (``EmailTaken``), ``update_account(id, name=, timezone=)``, ``set_account_max_concurrent``, ``set_password_hash``,
     ``replace_password_hash(id, old, new) -> bool`` (compare and set),
     ``set_groups``, ``set_embedding_models``, ``add_payment(account, amount, note) -> Payment``,
     ``payments(id)``, ``insert_key(key, max_keys)`` (``TooManyKeys``: count and insert

@@ -37,11 +37,12 @@ from gatewayd.store.base import (
 USAGE_COLUMNS = ", ".join(USAGE_FIELDS)
 
 ACCOUNT_COLUMNS = (
-    "id, email, name, timezone, password_hash, credit_nano, total_paid_nano, groups, embedding_models, created_at"
+    "id, email, name, timezone, password_hash, credit_nano, total_paid_nano, groups, embedding_models, created_at,"
+    " max_concurrent"
 )
 KEY_COLUMNS = (
     "k.id, k.account_id, k.name, k.secret_hash, k.secret_hint, k.status, k.spend_limit_nano, k.spent_nano,"
-    " k.expires_on, k.models, k.allow_ips, k.group_name, k.created_at, k.last_used_at, a.timezone"
+    " k.expires_on, k.models, k.allow_ips, k.group_name, k.created_at, k.last_used_at, a.timezone, k.max_concurrent"
 )
 
 
@@ -67,6 +68,7 @@ def account_from_row(row: Any, held_nano: int = 0) -> Account:
         embedding_models=frozenset(orjson.loads(row["embedding_models"])),
         created_at=row["created_at"],
         held_nano=held_nano,
+        max_concurrent=row["max_concurrent"],
     )
 
 
@@ -88,13 +90,14 @@ def key_from_row(row: Any, held_nano: int = 0) -> Key:
         created_at=row["created_at"],
         last_used_at=row["last_used_at"],
         held_nano=held_nano,
+        max_concurrent=row["max_concurrent"],
     )
     key.expires_at = expiry_instant(key.expires_on, row["timezone"])
     return key
 
 
 def key_params(key: Key) -> tuple:
-    """The editable fields of a key as stored: name, limit, expiry, models, IPs, group."""
+    """The editable fields of a key as stored: name, limit, expiry, models, IPs, group, concurrency cap."""
     return (
         key.name,
         key.spend_limit_nano,
@@ -102,6 +105,7 @@ def key_params(key: Key) -> tuple:
         orjson.dumps(sorted(key.models)).decode() if key.models is not None else None,
         orjson.dumps([str(n) for n in key.allow_ips]).decode() if key.allow_ips is not None else None,
         key.group,
+        key.max_concurrent,
     )
 
 
@@ -170,6 +174,10 @@ class SQLStore:
     async def update_account(self, account_id: str, *, name: str, timezone: str) -> None:
         await self._write(lambda tx: tx.run("UPDATE accounts SET name = ?, timezone = ? WHERE id = ?",
                                             (name, timezone, account_id)))
+
+    async def set_account_max_concurrent(self, account_id: str, max_concurrent: int | None) -> None:
+        await self._write(lambda tx: tx.run("UPDATE accounts SET max_concurrent = ? WHERE id = ?",
+                                            (max_concurrent, account_id)))
 
     async def set_password_hash(self, account_id: str, password_hash: str) -> None:
         await self._write(lambda tx: tx.run("UPDATE accounts SET password_hash = ? WHERE id = ?",
@@ -241,8 +249,8 @@ class SQLStore:
                 raise TooManyKeys(key.account_id)
             tx.run(
                 "INSERT INTO keys (id, account_id, secret_hash, secret_hint, status, spent_nano, created_at,"
-                " name, spend_limit_nano, expires_on, models, allow_ips, group_name)"
-                " VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)",
+                " name, spend_limit_nano, expires_on, models, allow_ips, group_name, max_concurrent)"
+                " VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (key.id, key.account_id, key.secret_hash, key.secret_hint, key.status, key.created_at,
                  *key_params(key)),
             )
@@ -255,7 +263,7 @@ class SQLStore:
         def update(tx: Tx) -> None:
             changed = tx.run(
                 "UPDATE keys SET name = ?, spend_limit_nano = ?, expires_on = ?, models = ?, allow_ips = ?,"
-                " group_name = ? WHERE id = ? AND status != 'deleted'", (*key_params(key), key.id))
+                " group_name = ?, max_concurrent = ? WHERE id = ? AND status != 'deleted'", (*key_params(key), key.id))
             if not changed:
                 raise KeyRevoked(key.id)
 
