@@ -1,0 +1,40 @@
+"""Issue 20: a large body is parsed only after the checks that need none of it.
+
+The body below is 300 KB and not valid JSON after its ``"model"`` member: if the gateway
+parsed it first, every request would be a 400 "not valid JSON". An account that may not use
+the model is refused for that instead, without the parse; an account that may still gets
+the parse, and its 400.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.live import unique_email
+
+BROKEN = b'{"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "' + b"x" * 300_000
+
+
+def _post(gateway, secret: str) -> httpx.Response:
+    return httpx.post(gateway.url + "/v1/chat/completions", content=BROKEN, timeout=30,
+                      headers={"authorization": f"Bearer {secret}", "content-type": "application/json"})
+
+
+def test_a_model_the_account_cannot_see_is_refused_before_the_large_body_is_parsed(gateway):
+    unpaid = gateway.admin.account(unique_email("unpaid"), paid_usd=None)
+    answer = _post(gateway, gateway.admin.key(unpaid["id"])["secret"])
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "model_not_found", answer.text
+
+
+def test_a_model_outside_the_keys_list_is_refused_before_the_large_body_is_parsed(gateway):
+    account = gateway.admin.account(unique_email("listed"), paid_usd="3")
+    key = gateway.admin.key(account["id"], models=["gpt-4.1"])
+    answer = _post(gateway, key["secret"])
+    assert answer.status_code == 403 and "no access to model gpt-4.1-mini" in answer.text, answer.text
+
+
+def test_an_account_that_may_use_the_model_gets_the_parse_and_its_400(gateway):
+    account = gateway.admin.account(unique_email("paid"), paid_usd="3")
+    answer = _post(gateway, gateway.admin.key(account["id"])["secret"])
+    assert answer.status_code == 400 and "not valid JSON" in answer.text, answer.text
+    assert gateway.admin.usage(account["id"]) == []
