@@ -98,6 +98,15 @@ class DisconnectAtStep(trio.abc.Instrument):
             self.gate.set()
 
 
+def _scope(path: str, secret: str, raw: bytes) -> dict:
+    """An HTTP request's ASGI scope as hypercorn would hand it over."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {secret}".encode()),
+                        (b"anthropic-version", b"2023-06-01"), (b"content-length", str(len(raw)).encode())],
+            "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8080)}
+
+
 async def _request(gw: Gateway, path: str, body: dict, secret: str, at: int | None) -> tuple[int, list[dict]]:
     raw = orjson.dumps(body)
     gate = trio.Event()
@@ -116,11 +125,7 @@ async def _request(gw: Gateway, path: str, body: dict, secret: str, at: int | No
         sent.append(message)
         await trio.sleep(0)  # the socket write: a checkpoint, where a gone client is noticed
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {secret}".encode()),
-                         (b"anthropic-version", b"2023-06-01"), (b"content-length", str(len(raw)).encode())],
-             "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8080)}
+    scope = _scope(path, secret, raw)
     instrument = DisconnectAtStep(at, gate)
     trio.lowlevel.add_instrument(instrument)
     try:
@@ -215,12 +220,7 @@ async def test_a_client_gone_while_the_store_holds_pays_nothing_and_the_provider
             async def send(message):
                 sent.append(message)
 
-            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                     "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-                     "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5555),
-                     "server": ("127.0.0.1", 8080),
-                     "headers": [(b"content-type", b"application/json"),
-                                 (b"authorization", f"Bearer {secret}".encode())]}
+            scope = _scope("/v1/chat/completions", secret, raw)
             nursery.start_soon(leave_soon)
             with trio.fail_after(5):
                 await gw.app(scope, receive, send)

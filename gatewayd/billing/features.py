@@ -179,7 +179,9 @@ def capped(requested: int | None, model: Model) -> int:
 # -- chat -----------------------------------------------------------------------------------
 
 
-def _chat_audio_input(messages: Any) -> bool:
+def _audio_input(messages: Any) -> bool:
+    """An ``input_audio`` part in the content of any chat message or Responses input item
+    (both formats name the part the same)."""
     if not isinstance(messages, list):
         return False
     for message in messages:
@@ -203,7 +205,7 @@ def chat_asks(body: dict, model: Model, *, prediction_tokens: int = 0) -> Asks:
         output_cap=cap, choices=n, prediction_tokens=prediction_tokens, tier=_tier(body.get("service_tier")),
         tools=("web_search",) if search else (),
         max_tool_calls=n if search else 0,  # a search model searches once per answer
-        audio_input=_chat_audio_input(body.get("messages")),
+        audio_input=_audio_input(body.get("messages")),
         audio_output="audio" in modalities or body.get("audio") is not None,
         image_output="image" in modalities,
     )
@@ -252,21 +254,9 @@ def responses_asks(body: dict, model: Model) -> Asks:
         calls = _positive(body.get("max_tool_calls")) or DEFAULT_MAX_TOOL_USES
     return Asks(
         output_cap=cap, tier=_tier(body.get("service_tier")), tools=tuple(sorted({n for _, n in hosted})),
-        max_tool_calls=calls, audio_input=_responses_audio(body.get("input")),
+        max_tool_calls=calls, audio_input=_audio_input(body.get("input")),
         image_output="image_generation" in {n for _, n in hosted},
     )
-
-
-def _responses_audio(items: Any) -> bool:
-    if not isinstance(items, list):
-        return False
-    for item in items:
-        content = item.get("content") if isinstance(item, dict) else None
-        if isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and part.get("type") == "input_audio":
-                    return True
-    return False
 
 
 def responses_changes(body: dict, model: Model) -> dict[str, int]:
