@@ -18,7 +18,7 @@ from gatewayd.billing.ledger import refusal_error
 from gatewayd.billing.features import check_cap_fields, check_n
 from gatewayd.errors import BodyError, GatewayError
 from gatewayd.formats.embeddings import embedding_inputs
-from gatewayd.formats.raw_json import duplicate_top_level_key, plain_string_field
+from gatewayd.formats.raw_json import duplicate_top_level_key
 from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
 from gatewayd.providers.base import Call, translate
 from gatewayd.relay import LARGE_BODY_BYTES, Ctx, Relay
@@ -52,18 +52,20 @@ async def read_body(raw: bytes) -> dict:
 
 
 async def read_body_after_cheap_checks(relay: Relay, caller: Caller, raw: bytes, *, kind: str, endpoint: str) -> dict:
-    """:func:`read_body`, but a large body is parsed only after the checks that need none of
-    it: the model its bytes name (found without parsing, when its key occurs once), the key's
-    model list and group, the model's visibility and price, and a balance with nothing left.
-    A refused request then costs no parse of megabytes (issue 20); the same checks run again,
-    in the documented order, once the body is parsed."""
-    if len(raw) > LARGE_BODY_BYTES:
-        model_id = plain_string_field(raw, "model")
-        if model_id is not None:
-            authorize_model(relay.config, caller, model_id, kind=kind, endpoint=endpoint)
-            if caller.account.balance_nano <= 0:
-                raise refusal_error(Refusal("account", caller.account.balance_nano), 1)
-    return await read_body(raw)
+    """:func:`read_body`; then, for a large body, the checks that need only its model before
+    anything walks the rest of it: the key's model list and group, the model's visibility and
+    price, and a balance with nothing left. Parsing is the cheap part (orjson: about 0.35 ms a
+    MB here, less than a byte search for the model would cost); the walks after it (the body
+    checks, the stored-object check, the estimate, a translation) are not, and a refused
+    request is spared them (issue 20). The same checks run again later, in the documented
+    order."""
+    body = await read_body(raw)
+    model_id = body.get("model")
+    if len(raw) > LARGE_BODY_BYTES and isinstance(model_id, str):
+        authorize_model(relay.config, caller, model_id, kind=kind, endpoint=endpoint)
+        if caller.account.balance_nano <= 0:
+            raise refusal_error(Refusal("account", caller.account.balance_nano), 1)
+    return body
 
 
 def field(body: dict, name: str, kind: type | tuple, *, required: bool = False, what: str = "") -> Any:

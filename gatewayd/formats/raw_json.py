@@ -96,17 +96,6 @@ def _only_key_span(raw: bytes, key: str, *, numbers: bool = False) -> tuple[int,
     return found
 
 
-def plain_string_field(raw: bytes, key: str) -> str | None:
-    """The string value of ``key`` when it occurs exactly once as an object key in ``raw``
-    (so at the top level of a request body that has it there), without parsing the rest;
-    else None (absent, nested too, not a string, escaped: the caller parses)."""
-    span = _only_key_span(raw, key)
-    if span is None:
-        return None
-    value = orjson.loads(raw[span[0]:span[1]])
-    return value if isinstance(value, str) else None
-
-
 def replace_top_level_string(raw: bytes, key: str, value: str, parsed: dict | None = None) -> bytes | None:
     """``raw`` with every top-level ``key`` whose value is a string set to ``value``.
 
