@@ -30,6 +30,21 @@ def gateway(sim, tmp_path_factory):
     d.stop()
 
 
+@pytest.fixture(autouse=True)
+def _shared_gateway_money_holds(request):
+    """After every test that used the session's daemon: ``gatewayctl audit`` is ok (no charge
+    escaped its hold, every balance is payments - charges - holds). The daemon is shared, so
+    without this a test that breaks the rule fails some later test instead of itself."""
+    yield
+    if "gateway" not in request.fixturenames:
+        return
+    gateway = request.getfixturevalue("gateway")
+    report = gateway.admin.audit()
+    problems = report["problems"] + [p for a in report["accounts"] for p in a["problems"]] + [
+        p for k in report["keys"] for p in k["problems"]]
+    assert report["ok"] is True, f"after {request.node.nodeid}, the audit fails: {problems[:3]}"
+
+
 @pytest.fixture
 def funded(gateway):
     """A fresh account with $10 paid and one unrestricted key: (account, key, secret)."""

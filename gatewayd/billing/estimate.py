@@ -38,13 +38,15 @@ from gatewayd.billing.pricing import bill, rates
 
 BYTES_PER_TOKEN = 3  # o200k makes 3.7-4.7 bytes a token on prose, code and CJK (docs/billing.md)
 # Dense text (random base64 or hex, digit runs, punctuation): o200k makes 1.46-3 bytes a token.
-# Found by a sample of each long ASCII string (:func:`_dense`) and measured at 7 bytes per 5 tokens.
+# Found by a sample of each long ASCII string (:func:`_density`) and measured at 7 bytes per 5 tokens.
 DENSE_TOKENS_PER_BYTE = Fraction(5, 7)
 DENSE_MIN_CHARS = 64  # shorter ASCII strings are all counted as dense (cheaper than judging them)
 DENSE_SAMPLE = 128  # chars taken at the start and the middle of a long string
-# byte -> "0" for a digit, " " for a space, newline or quote (what separates words and JSON
-# strings), "a" for anything else: one translate and two counts classify a sample
-_CLASSES = bytes(48 if 48 <= c <= 57 else 32 if c in b' \n"' else 97 for c in range(256))
+# byte -> "0" for a digit, " " for a space, newline or quote, 1 for a control character (each
+# its own token to o200k), "a" for anything else
+_CONTROLS = frozenset(range(0x20)) - {0x09, 0x0A, 0x0D} | {0x7F}
+_CLASSES = bytes(48 if 48 <= c <= 57 else 32 if c in b' \n"' else 1 if c in _CONTROLS else 97 for c in range(256))
+PLAIN, DENSE, RAW = 0, 1, 2  # what a string is measured as: bytes / 3, x 5/7, a token a byte
 IMAGE_TOKENS = 1_600  # a large image when the provider is not known (Anthropic's ~1.15 megapixels)
 AUDIO_TOKENS = 1_600  # an audio part whose data cannot be measured (a file id, a URL)
 DOCUMENT_TOKENS = 6_000  # a few PDF pages; the hold only needs to be roughly right
@@ -116,30 +118,37 @@ def audio_tokens(data: Any, fmt: Any = None) -> int:
     return -(-len(data) // per)
 
 
-def _dense(value: str) -> bool:
-    """Whether an ASCII string tokenizes denser than a token per 3 bytes: random base64 or hex
-    (hardly a space or a quote), digit lists (a quarter digits), one- and two-letter words. Judged on a sample (the first
-    and the middle 128 characters), so a long string costs what a short one does: ~1 us."""
+def _density(value: str | bytes) -> int:
+    """How an ASCII string (or a JSON text) tokenizes: ``RAW`` when a good part of it is control characters
+    (o200k makes a token of each, and ``str.split`` a word separator of some: 1.4 times the
+    dense estimate, found by the fuzz tests), ``DENSE`` for random base64 or hex (hardly a
+    space or a quote), digit lists (a quarter digits) and one- and two-letter words, else
+    ``PLAIN``. Judged on a sample (the first and the middle 128 characters), so a long string
+    costs what a short one does: ~1 us."""
     n = len(value)
     if n > 2 * DENSE_SAMPLE:
         mid = n >> 1
         value = value[:DENSE_SAMPLE] + value[mid:mid + DENSE_SAMPLE]
-    classes = value.encode().translate(_CLASSES)
+    classes = (value if isinstance(value, bytes) else value.encode()).translate(_CLASSES)
     size = len(classes)
+    if classes.count(1) * 8 >= size:
+        return RAW
     # hardly a separator (random strings), a quarter digits, or words of one or two letters
     # ("a a a ...": o200k makes a token of every 2 bytes; a hostile prompt, found by the
     # property test of tests/test_money_property_live.py)
-    return classes.count(32) * 24 < size or classes.count(48) * 4 >= size or classes.count(b" a") * 3 > size
+    dense = classes.count(32) * 24 < size or classes.count(48) * 4 >= size or classes.count(b" a") * 3 > size
+    return DENSE if dense else PLAIN
 
 
 class _Tally:
     """Bytes of text seen (plain and dense), and tokens allowed flat (media, per-message overhead)."""
 
-    __slots__ = ("bytes", "dense", "tokens", "media")
+    __slots__ = ("bytes", "dense", "raw", "tokens", "media")
 
     def __init__(self, media: "Media | None" = None) -> None:
         self.bytes = 0
         self.dense = 0
+        self.raw = 0
         self.tokens = 0
         self.media = media or GENERIC_MEDIA
 
@@ -148,10 +157,17 @@ class _Tally:
         if isinstance(value, str):
             # isascii() is O(1) on CPython; only non-ASCII text pays for an encode
             if value.isascii():
-                if len(value) < DENSE_MIN_CHARS or _dense(value):
-                    self.dense += len(value)
+                n = len(value)
+                if n < DENSE_MIN_CHARS and value.isprintable():
+                    self.dense += n  # short strings are all counted dense (cheaper than judging them)
                 else:
-                    self.bytes += len(value)
+                    kind = _density(value)
+                    if kind == RAW:
+                        self.raw += n
+                    elif kind == DENSE or n < DENSE_MIN_CHARS:
+                        self.dense += n
+                    else:
+                        self.bytes += n
             else:
                 self.bytes += len(value.encode("utf-8", "surrogatepass"))
         elif value is not None:
@@ -170,11 +186,18 @@ class _Tally:
         if value is None:
             return
         try:
-            self.bytes += len(orjson.dumps(value))
+            text = orjson.dumps(value)
         except orjson.JSONEncodeError:
             # orjson parses 1,024 levels but encodes only 254: a body between the two cannot
             # be measured (nor translated), and no real client nests that deep.
             raise BodyError("the request nests JSON more than 254 levels deep") from None
+        kind = _density(text)  # as a string is judged: a JSON text of short words is dense too
+        if kind == RAW:
+            self.raw += len(text)
+        elif kind == DENSE:
+            self.dense += len(text)
+        else:
+            self.bytes += len(text)
 
     def image(self, part: Any = None) -> None:
         self.tokens += self.media.image
@@ -183,7 +206,8 @@ class _Tally:
         self.tokens += audio_tokens(data, fmt)
 
     def total(self) -> int:
-        return -(-self.bytes // BYTES_PER_TOKEN) + math.ceil(self.dense * DENSE_TOKENS_PER_BYTE) + self.tokens
+        return (-(-self.bytes // BYTES_PER_TOKEN) + math.ceil(self.dense * DENSE_TOKENS_PER_BYTE) + self.raw
+                + self.tokens)
 
 
 class _Transcript(_Tally):

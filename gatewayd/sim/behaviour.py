@@ -178,13 +178,32 @@ def strip_markers(text: str) -> str:
 # -- token counting ----------------------------------------------------------------------
 
 
-def count_words(value) -> int:
-    """Whitespace-separated words (``str.split()``) in every string inside ``value``.
+# Media as providers count them: by the image, page or second, never by the text of their data
+# (an image whose "data" is words is counted as an image, or refused, never as the words)
+MEDIA_TOKENS = 1_000  # an image of about 0.75 megapixels (Anthropic: width x height / 750)
+DOCUMENT_TOKENS = 1_500  # a page of a PDF
+# the media part types of each protocol (a type another protocol has is not media there: the
+# provider refuses it, and it is counted as what it holds)
+_MEDIA_TYPES = {
+    "chat": {"image_url": MEDIA_TOKENS, "input_audio": MEDIA_TOKENS, "file": DOCUMENT_TOKENS},
+    "messages": {"image": MEDIA_TOKENS, "document": DOCUMENT_TOKENS},
+    "responses": {"input_image": MEDIA_TOKENS, "input_audio": MEDIA_TOKENS, "input_file": DOCUMENT_TOKENS,
+                  "computer_screenshot": MEDIA_TOKENS},
+    "gemini": {},
+}
+_GEMINI_MEDIA_KEYS = ("inlineData", "inline_data", "fileData", "file_data")
+
+
+def count_words(value, protocol: str | None = None) -> int:
+    """Whitespace-separated words (``str.split()``) in every string inside ``value``, and a
+    flat count for each media part of ``protocol`` (an image, a document, an audio clip:
+    ``MEDIA_TOKENS``, ``DOCUMENT_TOKENS``), whatever its data holds.
 
     Dict keys are not counted; numbers, booleans and null count nothing.
     """
     if isinstance(value, str):
         return len(value.split())
+    media_types = _MEDIA_TYPES.get(protocol, {})
     total = 0
     stack = [value]
     while stack:
@@ -192,6 +211,15 @@ def count_words(value) -> int:
         if isinstance(item, str):
             total += len(item.split())
         elif isinstance(item, dict):
+            kind = item.get("type")
+            if isinstance(kind, str) and kind in media_types:
+                total += media_types[kind]
+                continue
+            media = next((k for k in _GEMINI_MEDIA_KEYS if k in item), None) if protocol == "gemini" else None
+            if media is not None:
+                total += MEDIA_TOKENS
+                stack.extend(v for k, v in item.items() if k != media)
+                continue
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
@@ -226,7 +254,7 @@ def count_input_tokens(body: dict, protocol: str) -> int:
     for field in fields:
         value = body.get(field)
         if value is not None:
-            total += count_words(value)
+            total += count_words(value, protocol)
     items = body.get(list_field)
     if isinstance(items, list):
         total += 3 * len(items)
