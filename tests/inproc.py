@@ -13,6 +13,7 @@ from typing import Callable
 
 import attrs
 import httpx
+import trio
 
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
@@ -66,3 +67,28 @@ class Gateway:
     async def aclose(self) -> None:
         await self.http.aclose()
         await self.store.close()
+
+
+def post_scope(path: str, secret: str, raw: bytes) -> dict:
+    """The ASGI scope of a POST with a Bearer key, as hypercorn hands it over: for tests that
+    drive the app directly, to decide when the client's disconnect arrives."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {secret}".encode()),
+                        (b"anthropic-version", b"2023-06-01"), (b"content-length", str(len(raw)).encode())],
+            "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8080)}
+
+
+def body_then_disconnect(raw: bytes, leave: trio.Event):
+    """An ASGI ``receive``: the whole body, then ``http.disconnect`` once ``leave`` is set."""
+    delivered = False
+
+    async def receive():
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    return receive

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from gatewayd.providers.upstream import Upstream
-from tests.inproc import Gateway
+from tests.inproc import Gateway, body_then_disconnect, post_scope
 
 STALL = "[[sim:fault=stall_after:1]]"  # the simulator streams one event, then nothing until we leave
 
@@ -28,16 +28,8 @@ async def drive(gw: Gateway, secret: str, body: dict, *, path: str = "/v1/chat/c
     ``leave`` is set; ``started`` is set when the status line arrives."""
     raw = orjson.dumps(body)
     leave = trio.Event() if leave is None else leave
-    delivered = False
     answer: dict = {"status": None, "headers": {}, "body": b""}
-
-    async def receive():
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        await leave.wait()
-        return {"type": "http.disconnect"}
+    receive = body_then_disconnect(raw, leave)
 
     async def send(message):
         if message["type"] == "http.response.start":
@@ -49,11 +41,7 @@ async def drive(gw: Gateway, secret: str, body: dict, *, path: str = "/v1/chat/c
             answer["body"] += message.get("body", b"")
         await trio.sleep(0)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {secret}".encode()),
-                         (b"anthropic-version", b"2023-06-01"), (b"content-length", str(len(raw)).encode())],
-             "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8080)}
+    scope = post_scope(path, secret, raw)
     with trio.fail_after(30):
         await gw.app(scope, receive, send)
     return answer

@@ -17,7 +17,7 @@ import orjson
 import pytest
 import trio
 
-from tests.inproc import Gateway
+from tests.inproc import Gateway, body_then_disconnect, post_scope
 
 WORDS = 6
 
@@ -98,34 +98,17 @@ class DisconnectAtStep(trio.abc.Instrument):
             self.gate.set()
 
 
-def _scope(path: str, secret: str, raw: bytes) -> dict:
-    """An HTTP request's ASGI scope as hypercorn would hand it over."""
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-            "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {secret}".encode()),
-                        (b"anthropic-version", b"2023-06-01"), (b"content-length", str(len(raw)).encode())],
-            "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8080)}
-
-
 async def _request(gw: Gateway, path: str, body: dict, secret: str, at: int | None) -> tuple[int, list[dict]]:
     raw = orjson.dumps(body)
     gate = trio.Event()
     sent: list[dict] = []
-    delivered = False
-
-    async def receive():
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        await gate.wait()
-        return {"type": "http.disconnect"}
+    receive = body_then_disconnect(raw, gate)
 
     async def send(message):
         sent.append(message)
         await trio.sleep(0)  # the socket write: a checkpoint, where a gone client is noticed
 
-    scope = _scope(path, secret, raw)
+    scope = post_scope(path, secret, raw)
     instrument = DisconnectAtStep(at, gate)
     trio.lowlevel.add_instrument(instrument)
     try:
@@ -205,22 +188,14 @@ async def test_a_client_gone_while_the_store_holds_pays_nothing_and_the_provider
 
             gate = trio.Event()
             raw = orjson.dumps(body)
-            delivered = False
-
-            async def receive():
-                nonlocal delivered
-                if not delivered:
-                    delivered = True
-                    return {"type": "http.request", "body": raw, "more_body": False}
-                await gate.wait()
-                return {"type": "http.disconnect"}
+            receive = body_then_disconnect(raw, gate)
 
             sent = []
 
             async def send(message):
                 sent.append(message)
 
-            scope = _scope("/v1/chat/completions", secret, raw)
+            scope = post_scope("/v1/chat/completions", secret, raw)
             nursery.start_soon(leave_soon)
             with trio.fail_after(5):
                 await gw.app(scope, receive, send)
