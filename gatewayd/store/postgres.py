@@ -45,7 +45,7 @@ import os
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import psycopg
 import psycopg_pool
@@ -590,3 +590,9 @@ def _first_line(error: BaseException) -> str:
 def _where(url: str) -> str:
     """host:port/db of a URL, never its password."""
     return url.rsplit("@", 1)[-1].split("://", 1)[-1].split("?", 1)[0]
+
+
+if TYPE_CHECKING:  # mypy holds this store to the whole contract (gatewayd.store.contract)
+    from gatewayd.store.contract import Store
+
+    _keeps_the_contract: type[Store] = PostgresStore

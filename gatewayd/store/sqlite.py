@@ -35,7 +35,7 @@ import sqlite3
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import trio
 
@@ -377,3 +377,9 @@ class SQLiteStore(SQLStore):
             return build_audit(sums, stored, stored_keys)
 
         return await self._read(read)
+
+
+if TYPE_CHECKING:  # mypy holds this store to the whole contract (gatewayd.store.contract)
+    from gatewayd.store.contract import Store
+
+    _keeps_the_contract: type[Store] = SQLiteStore
