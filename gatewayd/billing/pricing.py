@@ -23,8 +23,8 @@ provider bills something the request did not show.
 
 from __future__ import annotations
 
-from typing import Any
 from fractions import Fraction
+from typing import Any
 
 import attrs
 

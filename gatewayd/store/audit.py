@@ -33,9 +33,9 @@ and, the money having never been handed out again, they need no allowance in ``C
 
 from __future__ import annotations
 
-from typing import Any
 import math
 from fractions import Fraction
+from typing import Any
 
 import attrs
 
