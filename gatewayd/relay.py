@@ -25,7 +25,7 @@ import httpx
 import orjson
 import trio
 
-from gatewayd import logs, tokens, trace
+from gatewayd import logs, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.billing.cut import hidden_output_possible
 from gatewayd.billing.estimate import route_hold

@@ -54,7 +54,8 @@ def _hypercorn_config(**kwargs) -> HypercornConfig:
     hc.read_timeout = None
     hc.keep_alive_timeout = 75
     hc.include_server_header = False
-    setattr(hc, "gatewayd_h2c", False)  # not hypercorn's (so set by name): gatewayd.cleartext_h2: no HTTP/2 without TLS unless [server] h2c
+    # ours, not hypercorn's (so set by name): gatewayd.cleartext_h2: no HTTP/2 without TLS unless [server] h2c
+    setattr(hc, cleartext_h2.ATTRIBUTE, False)
     for name, value in kwargs.items():
         setattr(hc, name, value)
     return hc

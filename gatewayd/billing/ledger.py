@@ -106,7 +106,6 @@ class Ledger:
         this shielded from cancellation: a client that went away still pays for what was
         produced.
         """
-        cost_nano = bill.total_nano
         if hold.settled:
             return
         self.open_holds -= 1

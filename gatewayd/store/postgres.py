@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import time
 from importlib import resources
