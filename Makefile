@@ -1,6 +1,7 @@
 # make run   - create .venv, install, start `gatewayd serve --demo` (SQLite, built-in simulator)
-# make test  - create .venv, install, run the whole suite (slow and browser tests included) on
-#             SQLite, then the keys, billing, faults and console tests on PostgreSQL
+# make lint  - ruff check and mypy (configured in pyproject.toml); make test runs it first
+# make test  - create .venv, install, lint, run the whole suite (slow and browser tests included)
+#             on SQLite, then the keys, billing, faults and console tests on PostgreSQL
 # make bench - print the hot-path figures of issue 15 (CPU per request, requests/s, latency, memory)
 
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
@@ -10,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test test-postgres test-fast bench clean
+.PHONY: install run lint test test-postgres test-fast bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "gatewayd needs Python 3.11 or newer on PATH"; exit 1; }
@@ -37,7 +38,14 @@ PG_TESTS := tests/test_keys_live.py tests/test_keys_limits_live.py tests/test_ch
 TEST_JOBS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
 
+# ruff on every Python file of ours; mypy on gatewayd and gatewayctl (strict on money, billing,
+# store and formats: see [tool.mypy]), both caching under .venv
+lint: $(STAMP)
+	$(BIN)/ruff check gatewayd gatewayctl tests bench
+	$(BIN)/mypy
+
 test: $(STAMP)
+	$(MAKE) lint
 	$(PYTEST)
 	$(MAKE) test-postgres
 

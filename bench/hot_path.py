@@ -44,7 +44,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -618,7 +617,7 @@ def write_readme(f: dict) -> None:
         if peer:
             row(f"{name}: LiteLLM's CPU per request / ours, at 1 / 64 connections ({peer['source']})",
                 f"{peer['cpu_1'] / c[1][0]['cpu_ms']:.1f}x / {peer['cpu_64'] / c[64][0]['cpu_ms']:.1f}x", "")
-    for (kind, label), cells in [(k, v) for k, v in f.items() if isinstance(k, tuple) and k[0] == "floor"]:
+    for (_, label), cells in [(k, v) for k, v in f.items() if isinstance(k, tuple) and k[0] == "floor"]:
         row(f"floor: {label}, CPU per request at 1 / 64 connections (ms)", "",
             f"{cells[0]['cpu_ms']:.3f} / {cells[1]['cpu_ms']:.3f}")
     for name in ("pass-through", "translated"):

@@ -166,7 +166,7 @@ def soak(*, seconds: float, requests: int | None, concurrency: int = 16, account
         if pin_daemon:
             pin(daemon.proc.pid, pin_daemon)
         secrets, limited, account_ids = [], [], []
-        for i in range(accounts):
+        for _ in range(accounts):
             account = daemon.admin.account(unique_email("soak"), paid_usd="1000000")
             daemon.admin.call("PUT", f"/accounts/{account['id']}/embeddings/text-embedding-3-small",
                               {"enabled": True})

@@ -220,7 +220,7 @@ def key_path(key: str, *rest: str) -> str:
 class _Group(TyperGroup):
     """Root group: turns an AdminError from any command into one line on stderr and exit 1."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # a click Context (typer's vendored click has no public name for it)
         try:
             return super().invoke(ctx)
         except AdminError as exc:

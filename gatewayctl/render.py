@@ -195,7 +195,7 @@ _STATE_STYLE = {
 
 def _cell(field: Field, obj: dict[str, Any]) -> Text:
     value = obj.get(field.key)
-    style = _STATE_STYLE.get(value, "") if field.key == "state" else ""
+    style = _STATE_STYLE.get(str(value), "") if field.key == "state" else ""
     if field.key == "ok" and value is False:
         style = "bold red"
     # names come from the database: a terminal escape stored in one prints as its escape

@@ -22,7 +22,7 @@ call) within a millisecond, and the relay's shielded settlement bills what was p
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable
 
 import orjson
 import trio
@@ -219,7 +219,7 @@ async def _send_answer(send, status: int, headers: dict, body: Any, ctx: Ctx) ->
                     "headers": _header_list(headers, JSON_TYPE, len(body))})
         await send({"type": "http.response.body", "body": bytes(body), "more_body": False})
         return
-    stream: AsyncIterator[bytes] = body
+    stream: AsyncGenerator[bytes, None] = body
     try:  # the stream settles its tab when closed: sending the status line is inside the try too
         await send({"type": "http.response.start", "status": status,
                     "headers": _header_list(headers, SSE_TYPE, None)})

@@ -207,7 +207,7 @@ class Listener:
         finally:
             if lease is not None:
                 lease.close()
-            if streaming:
+            if streaming and metrics is not None:
                 metrics.open_streams.dec()
 
     def _too_large(self) -> GatewayError:
@@ -284,7 +284,7 @@ def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
 
         add_ops_routes(app, relay)
     def error_response(error: GatewayError, ctx_endpoint: str) -> Response:
-        request_id = request.scope.get("gateway.request_id", "")
+        request_id = str(request.scope.get("gateway.request_id", ""))
         if ctx_endpoint == "messages" and error.model_step:
             body = error.messages_body(request_id)
         else:
@@ -322,7 +322,7 @@ def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
         logging.getLogger("gatewayd.app").error("internal error while handling the request", exc_info=exc_info,
                                                 extra={"fields": fields})
 
-    app.log_exception = log_exception  # type: ignore[method-assign]
+    app.log_exception = log_exception  # type: ignore[assignment]  # replaces Quart's method on this app
 
     @app.errorhandler(500)
     async def internal(_error):

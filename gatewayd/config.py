@@ -7,6 +7,7 @@ checks a setting again. Prices become integer nano-dollars per token here.
 
 from __future__ import annotations
 
+import builtins  # _Section.str shadows the type in its class body
 import ipaddress
 import math
 import os
@@ -15,7 +16,7 @@ from fractions import Fraction
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import AbstractSet, Any
 
 import attrs
 
@@ -166,7 +167,7 @@ class _Section:
     def _key(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where else key
 
-    def unknown(self, allowed: set[str]) -> None:
+    def unknown(self, allowed: AbstractSet[str]) -> None:
         extra = sorted(set(self.table) - allowed)
         if extra:
             raise ConfigError(f"{self._key(extra[0])}: unknown key")
@@ -183,7 +184,7 @@ class _Section:
             raise ConfigError(f"{self._key(key)}: must be one of {', '.join(choices)} (got {value!r})")
         return value
 
-    def number(self, key: str, default: Any = ..., *, minimum: float = 0, integer: bool = False) -> Any:
+    def number(self, key: builtins.str, default: Any = ..., *, minimum: float = 0, integer: bool = False) -> Any:
         value = self.table.get(key, default)
         if value is ...:
             raise ConfigError(f"{self._key(key)}: required")
@@ -203,13 +204,13 @@ class _Section:
             raise ConfigError(f"{self._key(key)}: must be at most {MAX_NUMBER}")
         return value
 
-    def bool(self, key: str, default: bool) -> bool:
+    def bool(self, key: builtins.str, default: bool) -> bool:
         value = self.table.get(key, default)
         if not isinstance(value, bool):
             raise ConfigError(f"{self._key(key)}: must be true or false")
         return value
 
-    def price(self, key: str) -> int | None:
+    def price(self, key: builtins.str) -> int | None:
         value = self.number(key, None)
         if value is None:
             return None

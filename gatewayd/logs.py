@@ -97,5 +97,5 @@ def request_line(fields: dict, level: int = logging.INFO) -> None:
     """The request's line. The record is made directly: ``Logger.log`` would walk the stack
     to find the caller's file and line, a third of the line's cost, for a field nobody reads."""
     if request_log.isEnabledFor(level):
-        request_log.handle(request_log.makeRecord(request_log.name, level, "gatewayd/app.py", 0, "request", None,
+        request_log.handle(request_log.makeRecord(request_log.name, level, "gatewayd/app.py", 0, "request", (),
                                                   None, extra={"fields": fields}))

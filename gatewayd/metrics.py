@@ -75,7 +75,7 @@ class Metrics:
         if bound is None:
             bound = self._bound[key] = _Bound(self, *key)
         bound.requests.inc()
-        if bound.duration is None:  # not a model endpoint
+        if bound.duration is None or bound.upstream is None:  # not a model endpoint (both set together)
             return
         bound.duration.observe(t.duration_s)
         if t.upstream_ttfb_s is not None:
@@ -87,7 +87,7 @@ class Metrics:
                                                  t.cache_write_tokens)):
                 if n:
                     counter.inc(n)
-            if t.cost_nano:
+            if t.cost_nano and bound.cost is not None:
                 bound.cost.inc(t.cost_nano)
 
     def render(self) -> bytes:

@@ -28,11 +28,14 @@ import logging
 import math
 import os
 import time
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import trio
 
 from gatewayd.config import Model
+
+if TYPE_CHECKING:  # imported when Redis is configured
+    import coredis
 from gatewayd.errors import GatewayError
 
 log = logging.getLogger("gatewayd.ratelimit")
@@ -191,7 +194,7 @@ class open_rate_limiter:
     def __init__(self, config, shared: Windows | None) -> None:
         self.config = config
         self.shared = shared
-        self._client = None
+        self._client: coredis.Redis[bytes] | None = None
 
     async def __aenter__(self) -> RateLimiter:
         local: Windows = self.shared or MemoryWindows()

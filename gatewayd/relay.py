@@ -25,7 +25,7 @@ import httpx
 import orjson
 import trio
 
-from gatewayd import logs, tokens, trace
+from gatewayd import logs, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.billing.cut import hidden_output_possible
 from gatewayd.billing.estimate import route_hold
@@ -305,10 +305,10 @@ class Relay:
         """No route answered: the last provider error (status and message kept), else, when
         several routes were tried and none could be reached, 503 ``model_not_found``; a lone
         attempt keeps its own 502/504."""
-        answered = [(f, r) for f, r in failures if f.upstream is not None]
+        answered = [(f.upstream, r) for f, r in failures if f.upstream is not None]
         if answered:
-            failure, route = answered[-1]
-            status, body, headers = route.upstream_error(failure.upstream)
+            upstream, route = answered[-1]
+            status, body, headers = route.upstream_error(upstream)
             await tab.release(Outcome.UPSTREAM_ERROR, status)
             return status, {**route.headers, **headers}, body
         failure, _ = failures[-1]
@@ -317,6 +317,7 @@ class Relay:
             raise GatewayError(
                 503, f"No available channel for model {model_id} right now: none of its {len(failures)} routes "
                      f"could be reached (last: {failure.reason})", "model_not_found", model_step=True)
+        assert failure.error is not None  # a failure without the provider's answer carries its own error
         await tab.release(failure.outcome, failure.error.status)
         raise failure.error
 

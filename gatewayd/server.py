@@ -15,6 +15,7 @@ import signal
 import stat
 import time
 from pathlib import Path
+from typing import Callable
 
 import attrs
 import trio
@@ -53,7 +54,8 @@ def _hypercorn_config(**kwargs) -> HypercornConfig:
     hc.read_timeout = None
     hc.keep_alive_timeout = 75
     hc.include_server_header = False
-    hc.gatewayd_h2c = False  # gatewayd.cleartext_h2: no HTTP/2 without TLS unless [server] h2c
+    # ours, not hypercorn's (so set by name): gatewayd.cleartext_h2: no HTTP/2 without TLS unless [server] h2c
+    setattr(hc, cleartext_h2.ATTRIBUTE, False)
     for name, value in kwargs.items():
         setattr(hc, name, value)
     return hc
@@ -177,7 +179,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
         # database's log, shared by every instance
         shared = StoreWindows(store) if store.kind == "postgres" else None
         async with open_rate_limiter(config, shared=shared) as limiter, trio.open_nursery() as nursery:
-            adapt = _keep
+            adapt: Callable[[Config], Config] = _keep
             if config.demo:
                 from gatewayd.sim import serve_simulator
 

@@ -148,6 +148,7 @@ class Supervisor:
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, start time)
         self.stopping = False
         self.crashes: list[float] = []
+        self._ready_buffer = ""  # the start of a readiness line not yet whole (run() starts it empty)
 
     # -- the worker side --------------------------------------------------------------------
 
@@ -255,8 +256,8 @@ class Supervisor:
         code = 0
         while self.children or not self.stopping:
             for line in self._read_ready(0.2):
-                index, pid, binds = line.split(" ", 2)
-                ready[int(pid)] = binds
+                _, ready_pid, binds = line.split(" ", 2)
+                ready[int(ready_pid)] = binds
             if not announced and len(ready) >= self.count:
                 announced = True
                 scheme_binds = sorted(set(next(iter(ready.values())).split()))

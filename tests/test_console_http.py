@@ -21,7 +21,7 @@ import pytest
 import trustme
 
 from gatewayd.console.formatting import local_today, usd
-from tests.console_helpers import PASSWORD, ConsoleClient, account_with_password
+from tests.console_helpers import ConsoleClient, account_with_password
 from tests.live import Daemon, unique_email
 
 BIN = Path(sys.executable).parent

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import glob
 import math
-import os
 import random
 
 import orjson

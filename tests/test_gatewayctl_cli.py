@@ -24,7 +24,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from gatewayd.billing.estimate import HOLD_TOLERANCE, estimate_input_tokens, hold_nano, route_hold
 from gatewayd.billing.features import (
-    DEFAULT_MAX_TOOL_USES, TOOL_RESULT_TOKENS, UnpricedFeature, chat_asks, check_cap_fields, messages_asks,
+    DEFAULT_MAX_TOOL_USES, UnpricedFeature, chat_asks, check_cap_fields, messages_asks,
     responses_asks,
 )
 from gatewayd.billing.pricing import bill

@@ -390,10 +390,10 @@ def test_ip_allowlist(gateway, allow, allowed):
         ok(post(gateway, key["secret"], max_tokens=20))
         return
     with nothing_charged(gateway.admin, account["id"]):
-        error = refused(post(gateway, key["secret"]), 403, "access_denied", "Your IP 127.0.0.1 is not allowed")
+        refused(post(gateway, key["secret"]), 403, "access_denied", "Your IP 127.0.0.1 is not allowed")
         # a spoofed X-Forwarded-For from an untrusted peer changes nothing
         spoof = allow[0].split("/")[0]
-        error = refused(post(gateway, key["secret"], headers={"x-forwarded-for": spoof}), 403, "access_denied",
+        refused(post(gateway, key["secret"], headers={"x-forwarded-for": spoof}), 403, "access_denied",
                         "Your IP 127.0.0.1 is not allowed")
     assert key_state(gateway.admin, key["id"]) == "enabled"
     # widening the list lets the very next request through

@@ -9,7 +9,6 @@ from gatewayd.billing.ledger import Ledger
 from gatewayd.billing.pricing import Bill, Line
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
-from gatewayd.billing.pricing import Bill, Line
 from gatewayd.formats.usage import Usage
 from gatewayd.store import sqlite as sqlite_store
 from gatewayd.store.base import UsageQuery

@@ -38,7 +38,7 @@ def exact_usd(nano: int) -> str:
     return f"{sign}${whole}.{digits}"
 
 
-def lines(breakdown: dict | None) -> list[dict]:
+def lines(breakdown: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The breakdown's lines that are well-formed (a dimension and integer quantity and nano)."""
     if not isinstance(breakdown, dict) or not isinstance(breakdown.get("lines"), list):
         return []
@@ -46,7 +46,7 @@ def lines(breakdown: dict | None) -> list[dict]:
             and isinstance(line.get("nano"), int) and isinstance(line.get("quantity"), int)]
 
 
-def csv_cells(hold_nano: int | None, breakdown: dict | None) -> list[Any]:
+def csv_cells(hold_nano: int | None, breakdown: dict[str, Any] | None) -> list[Any]:
     """The :data:`CSV_COLUMNS` cells of one row (booleans as ``true``/``false``)."""
     hold = "" if hold_nano is None else hold_nano
     if not isinstance(breakdown, dict):
@@ -70,7 +70,7 @@ def _label(dimension: str) -> str:
     return dimension.replace("_", " ")
 
 
-def summary(breakdown: dict | None) -> str:
+def summary(breakdown: dict[str, Any] | None) -> str:
     """One short line of what is unusual in the charge: every dimension besides plain input,
     cached input and output (``web_search x3 $0.030000``), then the tier and long context.
     Empty for a plain text request, ``-`` for a row without a breakdown."""
@@ -85,7 +85,7 @@ def summary(breakdown: dict | None) -> str:
     return ", ".join(parts)
 
 
-def describe(breakdown: dict | None) -> list[str]:
+def describe(breakdown: dict[str, Any] | None) -> list[str]:
     """Every line, for a details view: ``output: 1,200 x $0.000015 = $0.018000``."""
     out = []
     for line in lines(breakdown):

@@ -24,7 +24,7 @@ from gatewayd.catalogue import Model
 from gatewayd.formats.usage import Usage
 
 
-def hidden_output_possible(model: Model, body: dict) -> bool:
+def hidden_output_possible(model: Model, body: dict[str, Any]) -> bool:
     """The model may reason without showing it: a catalogue model marked ``reasoning``
     (OpenAI's o-series and GPT-5, Gemini 2.5, which think by default), or a request that
     asks for reasoning or thinking in any client format."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, AnyStr
 
 import attrs
 import orjson
@@ -118,7 +118,7 @@ def audio_tokens(data: Any, fmt: Any = None) -> int:
     return -(-len(data) // per)
 
 
-def _density(value: str | bytes) -> int:
+def _density(value: AnyStr) -> int:
     """How an ASCII string (or a JSON text) tokenizes: ``RAW`` when a good part of it is control characters
     (o200k makes a token of each, and ``str.split`` a word separator of some: 1.4 times the
     dense estimate, found by the fuzz tests), ``DENSE`` for random base64 or hex (hardly a
@@ -240,7 +240,7 @@ class _Transcript(_Tally):
 # -- chat -------------------------------------------------------------------------------
 
 
-def _chat(body: dict, tally: _Tally) -> None:
+def _chat(body: dict[str, Any], tally: _Tally) -> None:
     messages = body.get("messages")
     if isinstance(messages, list):
         for message in messages:
@@ -295,7 +295,7 @@ def _chat_content(content: Any, tally: _Tally) -> None:
 # -- messages ---------------------------------------------------------------------------
 
 
-def _messages(body: dict, tally: _Tally) -> None:
+def _messages(body: dict[str, Any], tally: _Tally) -> None:
     system = body.get("system")
     if isinstance(system, list):
         _blocks(system, tally, nested=False)
@@ -320,7 +320,7 @@ def _messages(body: dict, tally: _Tally) -> None:
     tally.json(body.get("output_config"))
 
 
-def _blocks(blocks: list, tally: _Tally, *, nested: bool) -> None:
+def _blocks(blocks: list[Any], tally: _Tally, *, nested: bool) -> None:
     """Content blocks; ``nested`` inside a tool_result or search_result, where the format
     holds only plain blocks (anything deeper is measured as JSON, never walked again)."""
     for block in blocks:
@@ -358,7 +358,7 @@ def _blocks(blocks: list, tally: _Tally, *, nested: bool) -> None:
 # -- responses --------------------------------------------------------------------------
 
 
-def _responses(body: dict, tally: _Tally) -> None:
+def _responses(body: dict[str, Any], tally: _Tally) -> None:
     instructions = body.get("instructions")
     if isinstance(instructions, list):
         _items(instructions, tally)
@@ -376,7 +376,7 @@ def _responses(body: dict, tally: _Tally) -> None:
         tally.json(text.get("format"))  # a JSON schema for the answer is rendered into the prompt
 
 
-def _items(items: list, tally: _Tally) -> None:
+def _items(items: list[Any], tally: _Tally) -> None:
     for item in items:
         tally.tokens += PER_MESSAGE_TOKENS
         if not isinstance(item, dict):
@@ -415,7 +415,7 @@ def _items(items: list, tally: _Tally) -> None:
             tally.json(item)
 
 
-def _parts(parts: list, tally: _Tally) -> None:
+def _parts(parts: list[Any], tally: _Tally) -> None:
     for part in parts:
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(kind, str):
@@ -433,7 +433,7 @@ def _parts(parts: list, tally: _Tally) -> None:
 _READERS = {"chat": _chat, "messages": _messages, "responses": _responses}
 
 
-def _media_part(kind: str, part: dict, tally: _Tally) -> None:
+def _media_part(kind: str, part: dict[str, Any], tally: _Tally) -> None:
     if kind in ("image_url", "input_image", "computer_screenshot"):
         tally.image(part)
     elif kind == "input_audio":
@@ -446,7 +446,7 @@ def _media_part(kind: str, part: dict, tally: _Tally) -> None:
         tally.tokens += DOCUMENT_TOKENS
 
 
-def estimate_input_tokens(body: dict, fmt: str, media: Media | None = None) -> int:
+def estimate_input_tokens(body: dict[str, Any], fmt: str, media: Media | None = None) -> int:
     """An upper-ish bound of the prompt tokens of a ``fmt`` request body (chat, messages,
     responses), read by that format's structure; images counted as ``media`` says the
     provider counts them. Raises a 400 :class:`BodyError` only for a body nested deeper
@@ -456,7 +456,7 @@ def estimate_input_tokens(body: dict, fmt: str, media: Media | None = None) -> i
     return tally.total()
 
 
-def prompt_transcript(body: dict, fmt: str) -> tuple[str, int]:
+def prompt_transcript(body: dict[str, Any], fmt: str) -> tuple[str, int]:
     """The text of a ``fmt`` request body's prompt (read as :func:`estimate_input_tokens`
     reads it) and the tokens allowed flat for what is not text (media, per-message overhead):
     a cut stream's input is counted from it, not estimated (docs/billing.md)."""
@@ -538,7 +538,7 @@ def route_hold(model: Model, route: Any, price_ratio: Fraction) -> int:
     return hold_nano(model, route.input_tokens_estimate, route.asks, price_ratio)
 
 
-def prediction_tokens(body: dict) -> int:
+def prediction_tokens(body: dict[str, Any]) -> int:
     """The tokens of a chat body's predicted output (``prediction.content``): rejected
     predicted tokens are billed as output."""
     prediction = body.get("prediction")

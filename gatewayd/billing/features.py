@@ -125,7 +125,7 @@ def _positive(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def check_cap_fields(body: dict, fmt: str) -> int | None:
+def check_cap_fields(body: dict[str, Any], fmt: str) -> int | None:
     """The client's output cap on a ``fmt`` (chat, messages, responses) body, or None.
 
     400 when the body sets a cap field its protocol does not have (``max_completion_tokens``
@@ -153,13 +153,14 @@ def check_cap_fields(body: dict, fmt: str) -> int | None:
 _FORMAT_NAMES = {"chat": "chat completions", "responses": "Responses API", "messages": "Messages API"}
 
 
-def check_n(body: dict) -> int:
+def check_n(body: dict[str, Any]) -> int:
     value = body.get("n")
     if value is None:
         return 1
-    if _positive(value) is None:
+    n = _positive(value)
+    if n is None:
         raise BodyError("field 'n' must be a positive integer", param="n")
-    return value
+    return n
 
 
 def _tier(value: Any) -> str | None:
@@ -193,7 +194,7 @@ def _audio_input(messages: Any) -> bool:
     return False
 
 
-def chat_asks(body: dict, model: Model, *, prediction_tokens: int = 0) -> Asks:
+def chat_asks(body: dict[str, Any], model: Model, *, prediction_tokens: int = 0) -> Asks:
     """A chat completions body as an OpenAI-protocol upstream reads it (the cap already the
     one sent upstream: see :func:`chat_cap_change`)."""
     cap = capped(check_cap_fields(body, "chat"), model)
@@ -211,7 +212,7 @@ def chat_asks(body: dict, model: Model, *, prediction_tokens: int = 0) -> Asks:
     )
 
 
-def chat_cap_change(body: dict, model: Model) -> dict[str, int | None]:
+def chat_cap_change(body: dict[str, Any], model: Model) -> dict[str, int | None]:
     """The chat cap field to set upstream: the client's (lowered to the model's maximum), else
     the model's maximum in ``max_completion_tokens`` (GPT family; reasoning models refuse
     ``max_tokens``). Other OpenAI-compatible providers always get ``max_tokens`` (the field
@@ -219,7 +220,7 @@ def chat_cap_change(body: dict, model: Model) -> dict[str, int | None]:
     requested = check_cap_fields(body, "chat")
     cap = capped(requested, model)
     present = [name for name in CHAT_CAPS if body.get(name) is not None]
-    changes = {name: cap for name in present if body[name] != cap}
+    changes: dict[str, int | None] = {name: cap for name in present if body[name] != cap}
     if model.family != "gpt" and "max_tokens" not in present:
         changes["max_tokens"] = cap  # OpenAI-compatible providers read max_tokens; maybe not the other
         if "max_completion_tokens" in present:
@@ -235,7 +236,7 @@ def chat_cap_change(body: dict, model: Model) -> dict[str, int | None]:
 
 def _responses_tools(tools: Any) -> list[tuple[str, str]]:
     """(vendor type, catalogue name) of each hosted tool of a Responses ``tools`` list."""
-    out = []
+    out: list[tuple[str, str]] = []
     if not isinstance(tools, list):
         return out
     for tool in tools:
@@ -246,7 +247,7 @@ def _responses_tools(tools: Any) -> list[tuple[str, str]]:
     return out
 
 
-def responses_asks(body: dict, model: Model) -> Asks:
+def responses_asks(body: dict[str, Any], model: Model) -> Asks:
     cap = capped(check_cap_fields(body, "responses"), model)
     hosted = _responses_tools(body.get("tools"))
     calls = 0
@@ -259,7 +260,7 @@ def responses_asks(body: dict, model: Model) -> Asks:
     )
 
 
-def responses_changes(body: dict, model: Model) -> dict[str, int]:
+def responses_changes(body: dict[str, Any], model: Model) -> dict[str, int]:
     """``max_output_tokens`` (lowered, or the model's maximum) and, with hosted tools and no
     bound, ``max_tool_calls``."""
     changes = {}
@@ -288,7 +289,7 @@ def _anthropic_tool(tool: Any) -> str | None:
     return kind  # an unknown tool type: a server tool we cannot price unless the catalogue names it
 
 
-def _cache_markers(body: dict) -> tuple[bool, bool]:
+def _cache_markers(body: dict[str, Any]) -> tuple[bool, bool]:
     """(any cache_control marker, any with ttl "1h") in the places Anthropic reads them."""
     found = one_hour = False
 
@@ -319,7 +320,7 @@ def _cache_markers(body: dict) -> tuple[bool, bool]:
     return found, one_hour
 
 
-def messages_asks(body: dict, model: Model) -> Asks:
+def messages_asks(body: dict[str, Any], model: Model) -> Asks:
     """A messages body as Anthropic reads it (after :func:`messages_changes`)."""
     cap = capped(_positive(body.get("max_tokens")), model)
     tools = body.get("tools")
@@ -341,7 +342,7 @@ def messages_asks(body: dict, model: Model) -> Asks:
                 cache_write=cache, cache_1h=one_hour)
 
 
-def messages_changes(body: dict, model: Model) -> dict[str, Any]:
+def messages_changes(body: dict[str, Any], model: Model) -> dict[str, Any]:
     """``max_tokens`` lowered to the model's maximum; server tools given ``max_uses`` (and
     web_fetch ``max_content_tokens``) when the client set none."""
     changes: dict[str, Any] = {}
@@ -370,23 +371,23 @@ def messages_changes(body: dict, model: Model) -> dict[str, Any]:
 # -- gemini ---------------------------------------------------------------------------------
 
 
-def gemini_asks(body: dict, model: Model) -> Asks:
+def gemini_asks(body: dict[str, Any], model: Model) -> Asks:
     """A generateContent body (the translation's output)."""
     config = body.get("generationConfig") or {}
     cap = capped(_positive(config.get("maxOutputTokens")), model)
-    names = set()
+    names: set[str] = set()
     for tool in body.get("tools") or ():
         if isinstance(tool, dict):
             for key in tool:
                 if key not in GEMINI_CLIENT_TOOLS:
-                    names.add(HOSTED_TOOLS.get(key, key))
+                    names.add(HOSTED_TOOLS.get(key) or key)
     modalities = [m.upper() for m in config.get("responseModalities") or () if isinstance(m, str)]
     return Asks(output_cap=cap, choices=_positive(config.get("candidateCount")) or 1, tools=tuple(sorted(names)),
                 max_tool_calls=DEFAULT_MAX_TOOL_USES * len(names),
                 audio_output="AUDIO" in modalities, image_output="IMAGE" in modalities)
 
 
-def gemini_cap(body: dict, model: Model) -> dict:
+def gemini_cap(body: dict[str, Any], model: Model) -> dict[str, Any]:
     """The Gemini body with ``generationConfig.maxOutputTokens`` set to the cap that is held
     (Gemini has no required cap: without one it may write up to the model's maximum), and a
     thinking budget above it lowered to it (Gemini counts thinking inside the cap)."""

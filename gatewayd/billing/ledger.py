@@ -13,13 +13,14 @@ import time
 from fractions import Fraction
 
 from gatewayd.billing.pricing import Bill
-from gatewayd.billing.tab import OpenTab, Tab
+from gatewayd.billing.tab import OnSettled, OpenTab, Tab
 from gatewayd.catalogue import Model
 from gatewayd.errors import GatewayError, invalid_token
 from gatewayd.formats.usage import Usage
 from gatewayd.money import MAX_PAID_NANO, format_usd
 from gatewayd.records import Account, Key
 from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.contract import Store
 
 __all__ = ["Hold", "Ledger", "OpenTab", "Tab", "refusal_error"]
 
@@ -56,7 +57,7 @@ def store_unavailable() -> GatewayError:
 
 
 class Ledger:
-    def __init__(self, store) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.open_holds = 0  # holds in flight on this instance and what they hold (for the metrics)
         self.held_nano = 0
@@ -86,7 +87,7 @@ class Ledger:
 
     def open_tab(self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: Model,
                  endpoint: str, stream: bool, price_ratio: Fraction, input_estimate: int,
-                 on_settled=None) -> OpenTab:
+                 on_settled: OnSettled | None = None) -> OpenTab:
         """``async with ledger.open_tab(...) as tab``: hold ``amount_nano`` (or raise the spec's
         403 / a 503 before anything is held) and own it until settled (:mod:`.tab`)."""
 
@@ -105,7 +106,6 @@ class Ledger:
         this shielded from cancellation: a client that went away still pays for what was
         produced.
         """
-        cost_nano = bill.total_nano
         if hold.settled:
             return
         self.open_holds -= 1

@@ -155,12 +155,14 @@ def with_prices(model: Model, fields: Mapping[str, int]) -> Model:
     long_context = model.long_context
     if long_fields:
         threshold = long_fields.pop("above_input_tokens", None)
-        if threshold is None and long_context is None:
-            raise PriceListError("long_context: rates without long_context.above_input_tokens, on a model that has "
-                                 "no long-context threshold")
+        if threshold is None:
+            if long_context is None:
+                raise PriceListError("long_context: rates without long_context.above_input_tokens, on a model that "
+                                     "has no long-context threshold")
+            threshold = long_context.above_input_tokens
         rates = long_context.rates if long_context is not None else Rates(None, None)
         long_context = LongContext(
-            above_input_tokens=threshold if threshold is not None else long_context.above_input_tokens,
+            above_input_tokens=threshold,
             rates=attrs.evolve(rates, **{_RATE_ATTR[f]: v for f, v in long_fields.items()}))
     return attrs.evolve(model, **top, long_context=long_context, service_tiers=tiers, tool_prices=tools)
 
@@ -339,7 +341,7 @@ class CatalogueModel:
                    providers=frozenset(providers), anthropic=model.routes[0].provider.protocol == "anthropic",
                    fields=schedule(model))
 
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, Any]:
         return {"model": self.id, "kind": self.kind, "names": list(self.names), "providers": sorted(self.providers),
                 "anthropic": self.anthropic, "fields": dict(self.fields)}
 
@@ -357,7 +359,7 @@ class Change:
     new: int
     note: str | None = None
 
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, Any]:
         return {"model": self.model, "field": self.field, "unit": field_unit(self.field), "old": self.old,
                 "new": self.new, "old_usd": usd_text(self.field, self.old), "new_usd": usd_text(self.field, self.new),
                 "note": self.note}
@@ -383,7 +385,7 @@ class PriceImport:
             out.setdefault(change.model, {})[change.field] = change.new
         return out
 
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, Any]:
         return {"changes": [c.doc() for c in self.changes], "matched": dict(self.matched),
                 "unchanged": sorted(set(self.matched) - {c.model for c in self.changes}),
                 "missing": list(self.missing), "not_in_catalogue": list(self.not_in_catalogue),

@@ -46,7 +46,7 @@ class OverlayError(ValueError):
     """The prices file cannot be used; one line naming it."""
 
 
-def path_in(data_dir: str | os.PathLike) -> Path:
+def path_in(data_dir: str | os.PathLike[str]) -> Path:
     return Path(data_dir) / PRICES_FILE
 
 
@@ -68,7 +68,7 @@ def decode_value(field: str, value: Any) -> int:
         raise PriceListError(f"{field}: {e}") from None
 
 
-def encode(overlay: Overlay) -> dict:
+def encode(overlay: Overlay) -> dict[str, Any]:
     return {"format": FORMAT, "models": {
         model: {field: encode_value(field, value) for field, value in sorted(fields.items())}
         for model, fields in sorted(overlay.items()) if fields}}

@@ -24,6 +24,7 @@ provider bills something the request did not show.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import attrs
 
@@ -45,7 +46,7 @@ class Line:
     unit_nano: int
     nano: int
 
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, Any]:
         return attrs.asdict(self)
 
 
@@ -60,7 +61,7 @@ class Bill:
     def total_nano(self) -> int:
         return sum(line.nano for line in self.lines)
 
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, Any]:
         """The usage row's breakdown (JSON): what the charge is made of."""
         return {"lines": [line.doc() for line in self.lines], "tier": self.tier, "long_context": self.long_context}
 
@@ -89,8 +90,9 @@ def rates(model: Model, *, tier: str | None, long_context: bool) -> Rates | None
     rates for that tier."""
     base = model.base_rates
     chosen = base
-    if tier_name(tier) is not None:
-        tiered = model.service_tiers.get(tier)
+    named = tier_name(tier)
+    if named is not None:
+        tiered = model.service_tiers.get(named)
         if tiered is None:
             return None
         chosen = _overlay(base, tiered)

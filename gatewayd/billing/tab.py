@@ -25,7 +25,8 @@ import enum
 import logging
 import time
 from fractions import Fraction
-from typing import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
@@ -33,6 +34,9 @@ from gatewayd.billing.pricing import Bill, bill
 from gatewayd.catalogue import Model
 from gatewayd.formats.usage import Usage
 from gatewayd.store.base import Hold
+
+if TYPE_CHECKING:  # the ledger makes tabs (a cycle at run time)
+    from gatewayd.billing.ledger import Ledger
 
 log = logging.getLogger("gatewayd.billing")
 
@@ -52,11 +56,15 @@ class Outcome(str, enum.Enum):
     INTERNAL_ERROR = "internal_error"  # a fault of ours
 
 
+# called once the tab is settled: (usage, outcome, the bill, seconds the request took), for the metrics and log
+OnSettled = Callable[[Usage, Outcome, Bill, float], None]
+
+
 class Tab:
     """The money of one request (see the module docstring). Made by ``Ledger.open_tab``."""
 
-    def __init__(self, ledger, hold: Hold, *, model: Model, price_ratio: Fraction, input_estimate: int,
-                 on_settled: Callable[[Usage, Outcome, Bill, float], None] | None = None) -> None:
+    def __init__(self, ledger: Ledger, hold: Hold, *, model: Model, price_ratio: Fraction, input_estimate: int,
+                 on_settled: OnSettled | None = None) -> None:
         self.ledger = ledger
         self.hold = hold
         self.model = model
@@ -64,7 +72,8 @@ class Tab:
         self.input_estimate = input_estimate  # the prompt as estimated for the hold (tokens)
         self.output_allowance = 0  # the output the hold covers (tokens): set by the relay per route
         self.hidden_possible = False  # the model may bill reasoning it never shows (billing/cut.py)
-        self.prompt: tuple[dict, str] | None = None  # (client body, its format): counted if a cut stream needs it
+        # (client body, its format): counted if a cut stream needs it
+        self.prompt: tuple[dict[str, Any], str] | None = None
         self.on_settled = on_settled
         self.sent = False  # some attempt's request bytes were handed to a provider connection
         self.handed_off = False  # a stream owns the settlement now
@@ -106,7 +115,7 @@ class Tab:
         usage = Usage(input_tokens=self.input_estimate) if self.sent else Usage()
         await self.settle(usage, outcome, http_status)
 
-    async def close(self, exc_type, exc) -> None:
+    async def close(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
         """The block that owned the tab is left: settle whatever nobody settled."""
         if self.handed_off or self.hold.settled:
             return
@@ -132,7 +141,8 @@ class OpenTab:
         self.tab = self._make(await self._reserve())
         return self.tab
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool:
         assert self.tab is not None
         await self.tab.close(exc_type, exc)
         return False

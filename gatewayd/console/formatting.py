@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from functools import lru_cache
+from typing import Any, Callable
 from zoneinfo import ZoneInfo
 
 from gatewayd.billing import breakdown
@@ -81,4 +82,6 @@ def breakdown_title(row) -> str:
     return "\n".join(lines)
 
 
-FILTERS = {"usd": usd, "local_time": local_time, "tokens": tokens, "breakdown_title": breakdown_title}
+FILTERS: dict[str, Callable[..., Any]] = {
+    "usd": usd, "local_time": local_time, "tokens": tokens, "breakdown_title": breakdown_title,
+}

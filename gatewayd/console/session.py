@@ -26,6 +26,7 @@ import hmac
 import math
 import secrets
 import time
+from typing import Any
 
 import attrs
 from itsdangerous import BadSignature, URLSafeTimedSerializer
@@ -95,7 +96,7 @@ class Sessions:
         return self.new()
 
     def dump(self, session: Session) -> str:
-        data = {"s": session.sid, "a": session.account_id, "p": session.fingerprint}
+        data: dict[str, Any] = {"s": session.sid, "a": session.account_id, "p": session.fingerprint}
         if session.reveal is not None:
             nonce = secrets.token_bytes(16)
             key_id, secret = session.reveal

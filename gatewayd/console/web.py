@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 from quart import Response, g, redirect, render_template, request, url_for
+from werkzeug.wrappers.response import Response as WerkzeugResponse  # what redirect() makes
 
 from gatewayd.access import client_address
 from gatewayd.config import Config
@@ -148,5 +149,5 @@ async def page(console: Console, template: str, status: int = 200, **context: An
     return Response(html, status=status, content_type="text/html; charset=utf-8")
 
 
-def to_signin() -> Response:
+def to_signin() -> WerkzeugResponse:
     return redirect(url_for("console.signin"))

@@ -7,16 +7,18 @@ messages and Gemini translators refuse the same bad input with the same words.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gatewayd.formats.errors import TranslationError
 
 DATA_URL = re.compile(r"^data:(?P<media_type>[\w.+-]+/[\w.+-]+)(?P<params>(?:;[^,;]*)*?);base64,(?P<data>.*)$", re.S)
 
 
-def text_part(part, where: str) -> str:
+def text_part(part: Any, where: str) -> str:
     if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
         raise TranslationError(f"{where} must be a text part: {{\"type\": \"text\", \"text\": ...}}", where)
-    return part["text"]
+    text: str = part["text"]
+    return text
 
 
 def parse_data_url(url: str, where: str) -> tuple[str, str]:
@@ -27,7 +29,7 @@ def parse_data_url(url: str, where: str) -> tuple[str, str]:
     return match["media_type"].lower(), match["data"]
 
 
-def stop_sequences(stop) -> list[str]:
+def stop_sequences(stop: Any) -> list[str]:
     if stop is None:
         return []
     if isinstance(stop, str):

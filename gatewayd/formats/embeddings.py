@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from typing import Any
 
 import orjson
 
@@ -25,7 +26,7 @@ def convert_embeddings(upstream: bytes, wanted: str) -> bytes:
     return orjson.dumps(doc) if changed else upstream
 
 
-def embedding_inputs(value) -> list | None:
+def embedding_inputs(value: Any) -> list[Any] | None:
     """The ``input`` of an embeddings request as a list of strings or token arrays; None when
     it is none of the accepted shapes (a string, strings, a token array, token arrays)."""
     if isinstance(value, str):

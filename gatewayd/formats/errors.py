@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 
 class TranslationError(ValueError):
     """Becomes a 400 ``invalid_request_error`` naming ``param`` (e.g. ``messages[3].content``)."""
@@ -19,7 +20,7 @@ class InvalidAnswer(Exception):
     bug and must not be blamed on the provider (``relay`` answers those with a 500)."""
 
 
-def answer_object(raw: bytes) -> dict:
+def answer_object(raw: bytes) -> dict[str, Any]:
     """A provider's non-streaming answer as a JSON object: the one shape check every finisher
     makes before reading it (JSON that does not parse raises ``orjson.JSONDecodeError``)."""
     import orjson

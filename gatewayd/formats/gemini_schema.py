@@ -9,6 +9,8 @@ naming the offending place in the client's body. The rules are tabulated in
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from gatewayd.formats.errors import TranslationError
@@ -26,7 +28,7 @@ _TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "boolean
           "array": "ARRAY", "object": "OBJECT", "null": "NULL"}
 
 
-def gemini_schema(schema: dict, where: str = "schema", what: str | None = None) -> dict:
+def gemini_schema(schema: dict[str, Any], where: str = "schema", what: str | None = None) -> dict[str, Any]:
     """A JSON schema reduced to what Gemini's ``Schema`` accepts.
 
     Types become Gemini's upper-case names; ``["string", "null"]`` becomes ``STRING``
@@ -41,7 +43,7 @@ def gemini_schema(schema: dict, where: str = "schema", what: str | None = None) 
     :data:`MAX_SCHEMA_CHARS` characters is refused (``what`` names the schema in the
     message, e.g. the tool), see :class:`_Walk`.
     """
-    defs: dict = {}
+    defs: dict[str, Any] = {}
     for key in ("definitions", "$defs"):
         if isinstance(schema.get(key), dict):
             defs.update(schema[key])
@@ -67,14 +69,14 @@ class _Walk:
     at the limits, keeps the work proportional to the limits, not to the expansion.
     """
 
-    def __init__(self, defs: dict, where: str, what: str) -> None:
+    def __init__(self, defs: dict[str, Any], where: str, what: str) -> None:
         self.defs = defs
         self.where = where
         self.what = what
         self.nodes = 0
         self.chars = 0
 
-    def spend(self, out: dict) -> None:
+    def spend(self, out: dict[str, Any]) -> None:
         """Count one produced node: itself, and the text it carries (its subschemas are nodes
         counted on their own)."""
         self.nodes += 1
@@ -92,7 +94,7 @@ class _Walk:
 _SUBSCHEMAS = frozenset({"properties", "items", "anyOf"})
 
 
-def _size(value) -> int:
+def _size(value: Any) -> int:
     """About how many characters ``value`` adds to the encoded schema."""
     if isinstance(value, str):
         return len(value)
@@ -104,7 +106,7 @@ def _size(value) -> int:
     return 8
 
 
-def _clean(schema, walk: _Walk, where: str, refs: tuple[str, ...], depth: int = 0) -> dict:
+def _clean(schema: Any, walk: _Walk, where: str, refs: tuple[str, ...], depth: int = 0) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise TranslationError(f"{where} must be a JSON schema object", where)
     if depth > MAX_SCHEMA_DEPTH:
@@ -123,7 +125,7 @@ def _clean(schema, walk: _Walk, where: str, refs: tuple[str, ...], depth: int = 
         merged = {**walk.defs[name], **{k: v for k, v in schema.items() if k != "$ref"}}
         return _clean(merged, walk, where, (*refs, name), depth + 1)
 
-    out: dict = {k: schema[k] for k in _SCHEMA_KEYS if k in schema}
+    out: dict[str, Any] = {k: schema[k] for k in _SCHEMA_KEYS if k in schema}
     kind = schema.get("type")
     variants = schema.get("anyOf") if schema.get("anyOf") is not None else schema.get("oneOf")
     if isinstance(kind, list):

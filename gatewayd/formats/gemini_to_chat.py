@@ -21,6 +21,7 @@ the route can answer it as the error it is rather than as an empty success.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import orjson
 
@@ -86,13 +87,13 @@ class PromptBlocked(Exception):
         super().__init__(self.message)
 
 
-def blocked_prompt_error(blocked: PromptBlocked) -> dict:
+def blocked_prompt_error(blocked: PromptBlocked) -> dict[str, Any]:
     """The chat error body a blocked prompt is answered with (status 400)."""
     return {"error": {"message": blocked.message, "type": "invalid_request_error", "param": None,
                       "code": "content_filter"}}
 
 
-def _check_blocked(doc: dict) -> None:
+def _check_blocked(doc: dict[str, Any]) -> None:
     feedback = doc.get("promptFeedback")
     if isinstance(feedback, dict) and feedback.get("blockReason") and not doc.get("candidates"):
         detail = feedback.get("blockReasonMessage")
@@ -104,7 +105,7 @@ def finish_reason(reason: str | None, *, called_tools: bool) -> str:
     return "tool_calls" if mapped == "stop" and called_tools and reason in (None, "STOP") else mapped
 
 
-def chat_usage_from_gemini(usage: Usage | None, thoughts: int) -> dict:
+def chat_usage_from_gemini(usage: Usage | None, thoughts: int) -> dict[str, Any]:
     usage = usage or Usage()
     return {
         "prompt_tokens": usage.input_tokens,
@@ -115,12 +116,12 @@ def chat_usage_from_gemini(usage: Usage | None, thoughts: int) -> dict:
     }
 
 
-def _thoughts(meta) -> int:
+def _thoughts(meta: Any) -> int:
     value = meta.get("thoughtsTokenCount") if isinstance(meta, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _parts(doc: dict) -> tuple[list[dict], str | None]:
+def _parts(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
     """The first candidate's parts and finish reason (we never ask for more than one).
 
     What may be absent is: an event with no candidate (usage only), a candidate with no
@@ -155,7 +156,7 @@ def _parts(doc: dict) -> tuple[list[dict], str | None]:
     return parts, reason if isinstance(reason, str) else None
 
 
-def _check_part(part) -> None:
+def _check_part(part: Any) -> None:
     if not isinstance(part, dict):
         raise InvalidAnswer("a Gemini part is not an object")
     if part.get("text") is not None and not isinstance(part["text"], str):
@@ -167,7 +168,7 @@ def _check_part(part) -> None:
         raise InvalidAnswer("a Gemini functionCall's args is not an object")
 
 
-def _call_id(completion_id: str, index: int, part: dict | None = None) -> str:
+def _call_id(completion_id: str, index: int, part: dict[str, Any] | None = None) -> str:
     """``call_<completion id>_<n>``, plus ``__thought__<signature>`` when Gemini signed the
     call (``thoughtSignature``, sent with function calls when the model thought). The chat
     format has no field for it, and clients echo tool call ids back verbatim, so the id
@@ -179,12 +180,12 @@ def _call_id(completion_id: str, index: int, part: dict | None = None) -> str:
     return f"{base}{SIGNATURE_SEPARATOR}{signature}" if isinstance(signature, str) and signature else base
 
 
-def _arguments(call: dict) -> str:
+def _arguments(call: dict[str, Any]) -> str:
     args = call.get("args")
     return orjson.dumps(args if isinstance(args, dict) else {}).decode()
 
 
-def gemini_response_to_chat(doc: dict, *, model: str, created: int, completion_id: str) -> dict:
+def gemini_response_to_chat(doc: dict[str, Any], *, model: str, created: int, completion_id: str) -> dict[str, Any]:
     """Translate a non-streamed Gemini answer into a ``chat.completion`` object.
 
     Raises :class:`PromptBlocked` for a refused prompt, :class:`InvalidAnswer` for an
@@ -198,7 +199,7 @@ def gemini_response_to_chat(doc: dict, *, model: str, created: int, completion_i
     parts, reason = _parts(doc)
     texts: list[str] = []
     thoughts: list[str] = []
-    tool_calls: list[dict] = []
+    tool_calls: list[dict[str, Any]] = []
     for part in parts:  # each checked by _parts
         call = part.get("functionCall")
         if isinstance(call, dict):
@@ -209,7 +210,7 @@ def gemini_response_to_chat(doc: dict, *, model: str, created: int, completion_i
             })
         elif isinstance(part.get("text"), str):
             (thoughts if part.get("thought") is True else texts).append(part["text"])
-    message: dict = {
+    message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts or not tool_calls else None,
         "refusal": None,
@@ -269,7 +270,7 @@ class GeminiToChatStream:
     def output_text(self) -> str:
         return "".join(self._output)
 
-    def _chunk(self, delta: dict, finish: str | None = None) -> dict:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
             "id": self._chunk_id,
             "object": "chat.completion.chunk",
@@ -278,7 +279,7 @@ class GeminiToChatStream:
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
 
-    def usage_chunk(self) -> dict:
+    def usage_chunk(self) -> dict[str, Any]:
         return {
             "id": self._chunk_id,
             "object": "chat.completion.chunk",
@@ -288,7 +289,7 @@ class GeminiToChatStream:
             "usage": chat_usage_from_gemini(self._tally.reported, self._thoughts),
         }
 
-    def feed(self, data) -> list[dict]:
+    def feed(self, data: Any) -> list[dict[str, Any]]:
         """One event in; the chunks to send now out. Raises :class:`PromptBlocked` when
         the first event says the prompt was refused, :class:`InvalidAnswer` for a candidate
         of the wrong shape (see :func:`_parts`). An event that is not an object is skipped."""
@@ -298,7 +299,7 @@ class GeminiToChatStream:
             return self._on_error(data["error"])
         _check_blocked(data)
         parts, reason = _parts(data)  # checked first: an event the provider got wrong changes nothing
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         if not self._started:
             self._started = True
             out.append(self._chunk({"role": "assistant", "content": ""}))
@@ -315,12 +316,12 @@ class GeminiToChatStream:
                 out.append(self.usage_chunk())
         return out
 
-    def _part(self, part: dict) -> list[dict]:
+    def _part(self, part: dict[str, Any]) -> list[dict[str, Any]]:
         call = part.get("functionCall")
         if isinstance(call, dict):
             index = self._calls
             self._calls += 1
-            name = call.get("name") if isinstance(call.get("name"), str) else ""
+            name = got if isinstance(got := call.get("name"), str) else ""
             arguments = _arguments(call)
             self._output.extend((name, arguments))
             start = {"index": index, "id": _call_id(self._chunk_id, index, part), "type": "function",
@@ -333,19 +334,19 @@ class GeminiToChatStream:
         self._output.append(text)
         return [self._chunk({"reasoning_content" if part.get("thought") is True else "content": text})]
 
-    def _on_error(self, error) -> list[dict]:
+    def _on_error(self, error: Any) -> list[dict[str, Any]]:
         self.failed = True
         error = error if isinstance(error, dict) else {}
         status = error.get("status")
         return [{"error": {
-            "message": error.get("message") if isinstance(error.get("message"), str) else "the upstream stream failed",
+            "message": got if isinstance(got := error.get("message"), str) else "the upstream stream failed",
             "type": "api_error",
             "param": None,
             "code": status.lower() if isinstance(status, str) else None,
         }}]
 
 
-def gemini_error_to_chat(status: int, body: bytes) -> dict:
+def gemini_error_to_chat(status: int, body: bytes) -> dict[str, Any]:
     """A Gemini error body (``{"error": {"code", "message", "status", "details"}}``) in the
     chat envelope; the message is kept word for word, the gRPC status name becomes the
     ``code`` (``resource_exhausted``, ``invalid_argument`` ...). A body already in the

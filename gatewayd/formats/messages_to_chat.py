@@ -15,6 +15,8 @@ valid upstream (see ``chat_to_messages``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from gatewayd.formats.usage import MessagesTally, Usage, from_messages
@@ -44,7 +46,7 @@ def finish_reason(stop_reason: str | None) -> str:
     return FINISH_REASONS.get(stop_reason or "end_turn", "stop")
 
 
-def chat_usage(usage: Usage | None) -> dict:
+def chat_usage(usage: Usage | None) -> dict[str, Any]:
     """Chat-format usage: the prompt count includes cache reads and writes (the
     messages format reports those apart), the cached part is broken out."""
     usage = usage or Usage()
@@ -56,20 +58,18 @@ def chat_usage(usage: Usage | None) -> dict:
     }
 
 
-def _json_arguments(value) -> str:
+def _json_arguments(value: Any) -> str:
     return orjson.dumps(value if value is not None else {}).decode()
 
 
-def _thinking_block(block: dict) -> dict | None:
-    """The echo-able form of a thinking block: exactly what Anthropic accepts back."""
+def _thinking_block(block: dict[str, Any]) -> dict[str, Any]:
+    """The echo-able form of a thinking or redacted_thinking block: exactly what Anthropic accepts back."""
     if block.get("type") == "thinking":
         return {"type": "thinking", "thinking": block.get("thinking") or "", "signature": block.get("signature") or ""}
-    if block.get("type") == "redacted_thinking":
-        return {"type": "redacted_thinking", "data": block.get("data") or ""}
-    return None
+    return {"type": "redacted_thinking", "data": block.get("data") or ""}
 
 
-def messages_response_to_chat(message: dict, *, model: str, created: int) -> dict:
+def messages_response_to_chat(message: dict[str, Any], *, model: str, created: int) -> dict[str, Any]:
     """Translate a non-streamed message into a ``chat.completion`` object.
 
     ``model`` is the id the client asked for (not the upstream's). ``content`` is
@@ -78,8 +78,8 @@ def messages_response_to_chat(message: dict, *, model: str, created: int) -> dic
     """
     texts: list[str] = []
     reasoning: list[str] = []
-    thinking_blocks: list[dict] = []
-    tool_calls: list[dict] = []
+    thinking_blocks: list[dict[str, Any]] = []
+    tool_calls: list[dict[str, Any]] = []
     for block in message.get("content") or []:
         if not isinstance(block, dict):
             continue
@@ -99,7 +99,7 @@ def messages_response_to_chat(message: dict, *, model: str, created: int) -> dic
                 }
             )
 
-    chat_message: dict = {
+    chat_message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts or not tool_calls else None,
         "refusal": None,
@@ -147,10 +147,11 @@ class MessagesToChatStream:
         self._include_usage = include_usage
         self._chunk_id = chunk_id
         self._tally = MessagesTally()
-        self._tool_index_by_block: dict[int, int] = {}
-        self._tool_block_input: dict[int, object] = {}
-        self._tool_block_got_json: set[int] = set()
-        self._thinking_by_block: dict[int, dict] = {}
+        # keyed by each event's "index" as the provider sent it (an int, unless it misbehaves)
+        self._tool_index_by_block: dict[Any, int] = {}
+        self._tool_block_input: dict[Any, object] = {}
+        self._tool_block_got_json: set[Any] = set()
+        self._thinking_by_block: dict[Any, dict[str, Any]] = {}
         self._thinking_count = 0
         self._output: list[str] = []
         self._finish_sent = False
@@ -166,17 +167,17 @@ class MessagesToChatStream:
     def output_text(self) -> str:
         return "".join(self._output)
 
-    def feed(self, event: str, data: dict) -> list[dict]:
+    def feed(self, event: str, data: dict[str, Any]) -> list[dict[str, Any]]:
         """One upstream event in; the chunks to send now out, in order. Unknown
         events and delta types produce nothing, so upstream additions do not break us."""
         if not isinstance(data, dict):
             return []
-        handler = self._HANDLERS.get(event or data.get("type"))
+        handler = self._HANDLERS.get(event or data.get("type") or "")
         return handler(self, data) if handler is not None else []
 
     # --- chunk shapes ---
 
-    def _chunk(self, delta: dict, finish: str | None = None) -> dict:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
             "id": self._chunk_id or "chatcmpl-",
             "object": "chat.completion.chunk",
@@ -185,7 +186,7 @@ class MessagesToChatStream:
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
 
-    def _usage_chunk(self) -> dict:
+    def _usage_chunk(self) -> dict[str, Any]:
         return {
             "id": self._chunk_id or "chatcmpl-",
             "object": "chat.completion.chunk",
@@ -195,31 +196,31 @@ class MessagesToChatStream:
             "usage": chat_usage(self.usage),
         }
 
-    def _text(self, field: str, text) -> list[dict]:
+    def _text(self, field: str, text: Any) -> list[dict[str, Any]]:
         if not isinstance(text, str) or not text:
             return []
         self._output.append(text)
         return [self._chunk({field: text})]
 
-    def _tool_arguments(self, tool_index: int, fragment: str) -> list[dict]:
+    def _tool_arguments(self, tool_index: int, fragment: str) -> list[dict[str, Any]]:
         self._output.append(fragment)
         return [self._chunk({"tool_calls": [{"index": tool_index, "function": {"arguments": fragment}}]})]
 
-    def _thinking_blocks_chunk(self, block: dict) -> list[dict]:
+    def _thinking_blocks_chunk(self, block: dict[str, Any]) -> list[dict[str, Any]]:
         entry = {"index": self._thinking_count, **block}
         self._thinking_count += 1
         return [self._chunk({"thinking_blocks": [entry]})]
 
     # --- event handlers ---
 
-    def _on_message_start(self, data: dict) -> list[dict]:
-        message = data.get("message") if isinstance(data.get("message"), dict) else {}
+    def _on_message_start(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        message = got if isinstance(got := data.get("message"), dict) else {}
         if self._chunk_id is None and message.get("id"):
             self._chunk_id = f"chatcmpl-{message['id']}"
         self._tally.start(data)
         return [self._chunk({"role": "assistant", "content": ""})]
 
-    def _on_block_start(self, data: dict) -> list[dict]:
+    def _on_block_start(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         block = data.get("content_block")
         index = data.get("index")
         if not isinstance(block, dict):
@@ -237,7 +238,7 @@ class MessagesToChatStream:
             tool_index = len(self._tool_index_by_block)
             self._tool_index_by_block[index] = tool_index
             self._tool_block_input[index] = block.get("input")
-            name = block.get("name") if isinstance(block.get("name"), str) else ""  # output_text joins strings
+            name = got if isinstance(got := block.get("name"), str) else ""  # output_text joins strings
             self._output.append(name)
             call = {
                 "index": tool_index,
@@ -248,7 +249,7 @@ class MessagesToChatStream:
             return [self._chunk({"tool_calls": [call]})]
         return []
 
-    def _on_block_delta(self, data: dict) -> list[dict]:
+    def _on_block_delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         delta = data.get("delta")
         index = data.get("index")
         if not isinstance(delta, dict):
@@ -272,7 +273,7 @@ class MessagesToChatStream:
             return self._tool_arguments(self._tool_index_by_block[index], fragment)
         return []
 
-    def _on_block_stop(self, data: dict) -> list[dict]:
+    def _on_block_stop(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         index = data.get("index")
         thinking = self._thinking_by_block.pop(index, None)
         if thinking is not None:
@@ -285,15 +286,15 @@ class MessagesToChatStream:
                 return self._tool_arguments(self._tool_index_by_block[index], _json_arguments(start_input))
         return []
 
-    def _on_message_delta(self, data: dict) -> list[dict]:
+    def _on_message_delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         self._tally.delta(data)
-        delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+        delta = got if isinstance(got := data.get("delta"), dict) else {}
         if self._finish_sent:
             return []
         self._finish_sent = True
         return [self._chunk({}, finish_reason(delta.get("stop_reason")))]
 
-    def _on_message_stop(self, data: dict) -> list[dict]:
+    def _on_message_stop(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         self.finished = True
         chunks = []
         if not self._finish_sent:
@@ -303,11 +304,11 @@ class MessagesToChatStream:
             chunks.append(self._usage_chunk())
         return chunks
 
-    def _on_error(self, data: dict) -> list[dict]:
+    def _on_error(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         """The chat format has no error event; OpenAI's SDK raises on a data chunk
         carrying ``error``, which is what an OpenAI upstream sends mid-stream."""
         self.failed = True
-        error = data.get("error") if isinstance(data.get("error"), dict) else {}
+        error = got if isinstance(got := data.get("error"), dict) else {}
         return [
             {
                 "error": {
@@ -319,7 +320,7 @@ class MessagesToChatStream:
             }
         ]
 
-    def _on_ping(self, data: dict) -> list[dict]:
+    def _on_ping(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         return []
 
     _HANDLERS = {

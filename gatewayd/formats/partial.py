@@ -13,12 +13,12 @@ open.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
 
-def _strings(holder, fields: tuple[str, ...]) -> Iterator[str]:
+def _strings(holder: Any, fields: tuple[str, ...]) -> Iterator[str]:
     if isinstance(holder, dict):
         for field in fields:
             value = holder.get(field)
@@ -26,7 +26,7 @@ def _strings(holder, fields: tuple[str, ...]) -> Iterator[str]:
                 yield value
 
 
-def _collect(datas: Iterable[bytes], texts_of: Callable[[dict], Iterable[str]]) -> str:
+def _collect(datas: Iterable[bytes], texts_of: Callable[[dict[str, Any]], Iterable[str]]) -> str:
     parts: list[str] = []
     for data in datas:
         try:
@@ -38,11 +38,11 @@ def _collect(datas: Iterable[bytes], texts_of: Callable[[dict], Iterable[str]]) 
     return "".join(parts)
 
 
-def _list(value) -> list:
+def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _json_text(value) -> str:
+def _json_text(value: Any) -> str:
     """A tool input as the JSON text the model generated (orjson encodes 254 levels of
     nesting, fewer than it parses: deeper is counted as nothing rather than raising)."""
     try:
@@ -51,7 +51,7 @@ def _json_text(value) -> str:
         return ""
 
 
-def _chat_chunk_texts(chunk: dict) -> Iterator[str]:
+def _chat_chunk_texts(chunk: dict[str, Any]) -> Iterator[str]:
     for choice in _list(chunk.get("choices")):
         delta = choice.get("delta") if isinstance(choice, dict) else None
         yield from _strings(delta, ("content", "reasoning_content"))
@@ -60,7 +60,7 @@ def _chat_chunk_texts(chunk: dict) -> Iterator[str]:
                 yield from _strings(call.get("function"), ("name", "arguments"))
 
 
-def _messages_event_texts(event: dict) -> Iterator[str]:
+def _messages_event_texts(event: dict[str, Any]) -> Iterator[str]:
     if event.get("type") == "content_block_delta":
         yield from _strings(event.get("delta"), ("text", "thinking", "partial_json"))
 
@@ -71,7 +71,7 @@ RESPONSES_TEXT_EVENTS = frozenset({
 })
 
 
-def _responses_event_texts(event: dict) -> Iterator[str]:
+def _responses_event_texts(event: dict[str, Any]) -> Iterator[str]:
     if event.get("type") in RESPONSES_TEXT_EVENTS:
         yield from _strings(event, ("delta",))
 
@@ -91,7 +91,7 @@ def responses_stream_text(datas: list[bytes]) -> str:
     return _collect(datas, _responses_event_texts)
 
 
-def message_text(message) -> str:
+def message_text(message: Any) -> str:
     """Text, thinking and tool input (as JSON) of a whole messages-format reply: what a
     provider produced, to count when its reply carries no usage."""
     parts: list[str] = []
@@ -106,7 +106,7 @@ def message_text(message) -> str:
     return "".join(parts)
 
 
-def _content_texts(content, fields: tuple[str, ...]) -> Iterator[str]:
+def _content_texts(content: Any, fields: tuple[str, ...]) -> Iterator[str]:
     """A string content, or the named string fields of its parts."""
     if isinstance(content, str):
         yield content
@@ -114,7 +114,7 @@ def _content_texts(content, fields: tuple[str, ...]) -> Iterator[str]:
         yield from _strings(part, fields)
 
 
-def chat_completion_text(doc) -> str:
+def chat_completion_text(doc: Any) -> str:
     """What a whole chat completion generated, every choice: content, refusal, reasoning
     text and tool calls (name and arguments), to count when it carries no usage."""
     parts: list[str] = []
@@ -130,7 +130,7 @@ def chat_completion_text(doc) -> str:
     return "".join(parts)
 
 
-def response_output_text(doc) -> str:
+def response_output_text(doc: Any) -> str:
     """What a whole Responses object generated: message text and refusals, reasoning
     (summary and text), function and custom tool calls (name and arguments or input), code
     run by the code interpreter and queries sent to web search, to count when it carries no

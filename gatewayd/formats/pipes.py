@@ -29,11 +29,16 @@ _CHAT_TIER = re.compile(rb'"service_tier"\s*:\s*"([A-Za-z0-9_.-]{1,64})"')
 
 
 class Pipe:
-    usage: Usage | None = None
+    _usage: Usage | None = None  # set by pipes that copy it from a translator; others override ``usage``
     complete: bool = False  # the upstream's terminal event arrived (held back until settled)
     failed: bool = False  # the upstream sent an error event
     error_message: str | None = None
     received_ids: tuple[str, ...] = ()  # response / conversation ids the stream gave out (pass-through Responses)
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the upstream reported so far (None until it has)."""
+        return self._usage
 
     def feed(self, events: list[SSEEvent]) -> bytes:
         raise NotImplementedError
@@ -203,7 +208,7 @@ class ResponsesPassthrough(Pipe):
             ):
                 doc = orjson.loads(data)
                 doc = doc if isinstance(doc, dict) else {}
-                response = doc.get("response") if isinstance(doc.get("response"), dict) else {}
+                response = got if isinstance(got := doc.get("response"), dict) else {}
                 self._final = usage_mod.from_response(response)
                 self._final_tools = usage_mod.response_tool_calls(response.get("output"))
                 self.received_ids = answer_received_ids(response)
@@ -242,8 +247,8 @@ def _error_message(data: bytes) -> str:
     except orjson.JSONDecodeError:
         return "upstream stream error"
     err = doc.get("error") if isinstance(doc, dict) else None
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return err["message"]
-    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
-        return doc["message"]
+    if isinstance(err, dict) and isinstance(message := err.get("message"), str):
+        return message
+    if isinstance(doc, dict) and isinstance(message := doc.get("message"), str):
+        return message
     return "upstream stream error"

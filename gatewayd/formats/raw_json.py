@@ -27,6 +27,7 @@ at all: the parse already says the key is absent).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import orjson
 
@@ -96,7 +97,7 @@ def _only_key_span(raw: bytes, key: str, *, numbers: bool = False) -> tuple[int,
     return found
 
 
-def replace_top_level_string(raw: bytes, key: str, value: str, parsed: dict | None = None) -> bytes | None:
+def replace_top_level_string(raw: bytes, key: str, value: str, parsed: dict[str, Any] | None = None) -> bytes | None:
     """``raw`` with every top-level ``key`` whose value is a string set to ``value``.
 
     Returns None when the document is not an object or has no such string field, or is
@@ -165,7 +166,7 @@ def _insert_first(raw: bytes, fields: dict[str, object]) -> bytes | None:
     return b"".join((raw[: i + 1], members, joiner, raw[i + 1:]))
 
 
-def set_top_level_fields(raw: bytes, parsed: dict, changes: dict[str, object]) -> bytes | None:
+def set_top_level_fields(raw: bytes, parsed: dict[str, Any], changes: dict[str, object]) -> bytes | None:
     """``raw`` with each top-level field of ``changes`` set to its value (a string or an
     integer), or None when the bytes cannot be edited so (the caller re-encodes).
 
@@ -192,7 +193,7 @@ def set_top_level_fields(raw: bytes, parsed: dict, changes: dict[str, object]) -
     return _insert_first(raw, inserts) if inserts else raw
 
 
-def duplicate_top_level_key(raw: bytes, parsed: dict) -> str | None:
+def duplicate_top_level_key(raw: bytes, parsed: dict[str, Any]) -> str | None:
     """A key that occurs more than once at the top level of ``raw`` (``parsed`` is its orjson
     parse), else None.
 
@@ -220,7 +221,8 @@ def duplicate_top_level_key(raw: bytes, parsed: dict) -> str | None:
         return None
     if pairs == len(parsed):
         return None
-    names = json.loads(raw, object_pairs_hook=lambda found: found)  # only for the error's message
+    # only for the error's message
+    names: list[tuple[str, Any]] = json.loads(raw, object_pairs_hook=lambda found: found)
     seen: set[str] = set()
     for name, _ in names:
         if name in seen:

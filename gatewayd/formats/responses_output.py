@@ -12,6 +12,8 @@ back the way the real API echoes them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gatewayd.formats.responses_tools import ToolPlan, call_item, plan_tools
 
 __all__ = [
@@ -30,7 +32,7 @@ __all__ = [
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
-def incomplete_reason(finish_reason) -> str | None:
+def incomplete_reason(finish_reason: Any) -> str | None:
     return _INCOMPLETE.get(finish_reason)
 
 
@@ -41,7 +43,7 @@ def item_id(prefix: str, response_id: str, output_index: int) -> str:
     return f"{prefix}_{base}_{output_index}"
 
 
-def envelope(request: dict, *, response_id: str, created_at: int, status: str) -> dict:
+def envelope(request: dict[str, Any], *, response_id: str, created_at: int, status: str) -> dict[str, Any]:
     """A response object with no output yet; the request's settings echoed as the SDK expects."""
     text = request.get("text")
     reasoning = request.get("reasoning")
@@ -66,7 +68,7 @@ def envelope(request: dict, *, response_id: str, created_at: int, status: str) -
         "temperature": request.get("temperature"),
         "text": text if isinstance(text, dict) else {"format": {"type": "text"}},
         "tool_choice": request.get("tool_choice") if request.get("tool_choice") is not None else "auto",
-        "tools": request.get("tools") if isinstance(request.get("tools"), list) else [],
+        "tools": got if isinstance(got := request.get("tools"), list) else [],
         "top_p": request.get("top_p"),
         "truncation": "disabled",
         "usage": None,
@@ -74,11 +76,11 @@ def envelope(request: dict, *, response_id: str, created_at: int, status: str) -
     }
 
 
-def _count(value) -> int:
+def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def usage_from_chat(usage) -> dict | None:
+def usage_from_chat(usage: Any) -> dict[str, Any] | None:
     """Chat ``usage`` -> Responses ``usage``; None when the upstream reported none."""
     if not isinstance(usage, dict):
         return None
@@ -100,23 +102,23 @@ def usage_from_chat(usage) -> dict | None:
     }
 
 
-def output_text_part(text: str) -> dict:
+def output_text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def refusal_part(text: str) -> dict:
+def refusal_part(text: str) -> dict[str, Any]:
     return {"type": "refusal", "refusal": text}
 
 
-def message_item(id_: str, content: list[dict], status: str) -> dict:
+def message_item(id_: str, content: list[dict[str, Any]], status: str) -> dict[str, Any]:
     return {"type": "message", "id": id_, "status": status, "role": "assistant", "content": content}
 
 
-def reasoning_item(id_: str, summary: list[str]) -> dict:
+def reasoning_item(id_: str, summary: list[str]) -> dict[str, Any]:
     return {"type": "reasoning", "id": id_, "summary": [{"type": "summary_text", "text": t} for t in summary]}
 
 
-def function_call_item(id_: str, call_id: str, name: str, arguments: str, status: str) -> dict:
+def function_call_item(id_: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
     return {
         "type": "function_call",
         "id": id_,
@@ -132,7 +134,7 @@ def call_prefix(plan: ToolPlan, chat_name: str) -> str:
     return "ctc" if chat_name in plan.custom else "fc"
 
 
-def _text(content) -> str:
+def _text(content: Any) -> str:
     """Chat content is a string, or (from some upstreams) a list of text parts."""
     if isinstance(content, str):
         return content
@@ -141,7 +143,7 @@ def _text(content) -> str:
     return ""
 
 
-def reasoning_text(message_or_delta: dict) -> str:
+def reasoning_text(message_or_delta: dict[str, Any]) -> str:
     """``reasoning_content`` (DeepSeek, our messages translator) or ``reasoning`` (some routers)."""
     value = message_or_delta.get("reasoning_content")
     if value is None:
@@ -149,7 +151,8 @@ def reasoning_text(message_or_delta: dict) -> str:
     return value if isinstance(value, str) else ""
 
 
-def chat_response_to_responses(chat: dict, *, request: dict, response_id: str, created_at: int) -> dict:
+def chat_response_to_responses(chat: dict[str, Any], *, request: dict[str, Any], response_id: str,
+                               created_at: int) -> dict[str, Any]:
     """A whole ``chat.completion`` -> a whole Responses ``response``.
 
     Output order is reasoning, message, then function calls: the order in which a chat
@@ -157,12 +160,12 @@ def chat_response_to_responses(chat: dict, *, request: dict, response_id: str, c
     answer was cut (``finish_reason`` ``length`` or ``content_filter``), the response is
     ``incomplete`` and so is its last item, the one that was cut.
     """
-    choices = chat.get("choices") if isinstance(chat.get("choices"), list) else []
+    choices = got if isinstance(got := chat.get("choices"), list) else []
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    message = got if isinstance(got := choice.get("message"), dict) else {}
     reason = incomplete_reason(choice.get("finish_reason"))
 
-    output: list[dict] = []
+    output: list[dict[str, Any]] = []
     thinking = reasoning_text(message)
     if thinking:
         output.append(reasoning_item(item_id("rs", response_id, len(output)), [thinking]))
@@ -178,7 +181,7 @@ def chat_response_to_responses(chat: dict, *, request: dict, response_id: str, c
     for call in message.get("tool_calls") or []:
         if not isinstance(call, dict):
             continue
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = got if isinstance(got := call.get("function"), dict) else {}
         index = len(output)
         name = function.get("name") or ""
         output.append(

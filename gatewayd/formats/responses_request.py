@@ -14,6 +14,8 @@ not require is dropped, and the route says so in a response header. What is only
 
 from __future__ import annotations
 
+from typing import Any
+
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.responses_tools import chat_name, chat_tool_choice, custom_arguments, plan_tools
 
@@ -43,7 +45,7 @@ _MESSAGE_ROLES = {"user": "user", "assistant": "assistant", "system": "system", 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 
-def responses_request_to_chat(body: dict) -> dict:
+def responses_request_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """Translate a ``POST /v1/responses`` body into a ``POST /v1/chat/completions`` body.
 
     ``developer`` messages become ``system`` messages: the two mean the same to a model,
@@ -62,8 +64,8 @@ def responses_request_to_chat(body: dict) -> dict:
             "prompt",
         )
 
-    chat: dict = {"model": body.get("model")}
-    messages: list[dict] = []
+    chat: dict[str, Any] = {"model": body.get("model")}
+    messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
@@ -113,12 +115,12 @@ def responses_request_to_chat(body: dict) -> dict:
 # -- input ----------------------------------------------------------------------------
 
 
-def _input_to_messages(value) -> list[dict]:
+def _input_to_messages(value: Any) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list):
         raise TranslationError("input must be a string or a list of input items", "input")
-    messages: list[dict] = []
+    messages: list[dict[str, Any]] = []
     for index, item in enumerate(value):
         where = f"input[{index}]"
         if not isinstance(item, dict):
@@ -139,7 +141,7 @@ def _input_to_messages(value) -> list[dict]:
     return messages
 
 
-def _append_message(messages: list[dict], item: dict, where: str) -> None:
+def _append_message(messages: list[dict[str, Any]], item: dict[str, Any], where: str) -> None:
     role = item.get("role")
     role = _MESSAGE_ROLES.get(role) if isinstance(role, str) else None  # a list is no key: check first
     if role is None:
@@ -174,7 +176,7 @@ def _append_message(messages: list[dict], item: dict, where: str) -> None:
     messages.append({"role": role, "content": text})
 
 
-def _content_part(part, where: str) -> dict:
+def _content_part(part: Any, where: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise TranslationError("content part must be an object", where)
     kind = part.get("type")
@@ -193,7 +195,7 @@ def _content_part(part, where: str) -> dict:
     raise TranslationError(f"content part type {kind!r} is not supported for this model", where)
 
 
-def _image_part(part: dict, where: str) -> dict:
+def _image_part(part: dict[str, Any], where: str) -> dict[str, Any]:
     url = part.get("image_url")
     if part.get("file_id") is not None and url is None:
         raise TranslationError(
@@ -209,7 +211,7 @@ def _image_part(part: dict, where: str) -> dict:
     return {"type": "image_url", "image_url": image}
 
 
-def _file_part(part: dict, where: str) -> dict:
+def _file_part(part: dict[str, Any], where: str) -> dict[str, Any]:
     data = part.get("file_data")
     if data is None:
         field = "file_id" if part.get("file_id") is not None else "file_url" if part.get("file_url") else "file_data"
@@ -236,7 +238,7 @@ def _file_part(part: dict, where: str) -> dict:
     }
 
 
-def _append_function_call(messages: list[dict], item: dict, where: str) -> None:
+def _append_function_call(messages: list[dict[str, Any]], item: dict[str, Any], where: str) -> None:
     """A ``function_call`` or a ``custom_tool_call`` (free-form: its raw ``input`` becomes the
     one string argument of the function it was offered as, see ``responses_tools``)."""
     kind = item.get("type")
@@ -267,11 +269,12 @@ def _append_function_call(messages: list[dict], item: dict, where: str) -> None:
     messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _function_call_output(item: dict, where: str) -> dict:
+def _function_call_output(item: dict[str, Any], where: str) -> dict[str, Any]:
     call_id = item.get("call_id")
     if not isinstance(call_id, str) or not call_id:
         raise TranslationError(f"{item.get('type')} needs a call_id", f"{where}.call_id")
     output = item.get("output")
+    content: str | list[dict[str, Any]]
     if isinstance(output, str):
         content = output
     elif isinstance(output, list):
@@ -288,7 +291,8 @@ def _function_call_output(item: dict, where: str) -> dict:
 # -- output format ---------------------------------------------------------------------
 
 
-def _text_format(text):
+def _text_format(text: Any) -> dict[str, Any] | None:
+    """The chat ``response_format`` for a Responses ``text`` field (None: plain text)."""
     if not isinstance(text, dict):
         raise TranslationError("text must be an object", "text")
     fmt = text.get("format")
@@ -300,7 +304,7 @@ def _text_format(text):
     if kind == "json_object":
         return {"type": "json_object"}
     if kind == "json_schema":
-        schema = {"name": fmt.get("name") or "response", "schema": fmt.get("schema")}
+        schema: dict[str, Any] = {"name": fmt.get("name") or "response", "schema": fmt.get("schema")}
         for field in ("strict", "description"):
             if fmt.get(field) is not None:
                 schema[field] = fmt[field]

@@ -30,6 +30,8 @@ call closes, as one ``custom_tool_call_input.delta`` and its ``.done``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from gatewayd.formats.responses_output import (
@@ -57,7 +59,7 @@ class _OpenItem:
     id: str
     output_index: int
     chunks: list[str] = attrs.Factory(list)  # text of the open part / summary / arguments
-    parts: list[dict] = attrs.Factory(list)  # message: content parts already closed
+    parts: list[dict[str, Any]] = attrs.Factory(list)  # message: content parts already closed
     part_kind: str | None = None  # message: "output_text" | "refusal" while a part is open
     call_id: str = ""
     name: str = ""
@@ -65,7 +67,7 @@ class _OpenItem:
     custom: bool = False  # function_call: a call to a free-form tool, sent as custom_tool_call
 
 
-def _response_error_code(code) -> str:
+def _response_error_code(code: Any) -> str:
     """The SDK's ``ResponseError.code`` is a closed set; the upstream's own code travels
     in the ``error`` event, and the response object gets the nearest member."""
     return "rate_limit_exceeded" if isinstance(code, str) and "rate_limit" in code else "server_error"
@@ -79,7 +81,7 @@ class ChatToResponsesStream:
     chunk into ``fail`` by itself. After either, every call returns ``[]``.
     """
 
-    def __init__(self, *, request: dict, response_id: str, created_at: int) -> None:
+    def __init__(self, *, request: dict[str, Any], response_id: str, created_at: int) -> None:
         self._request = request
         self._tools = plan_tools(request.get("tools"))
         self._response_id = response_id
@@ -88,17 +90,17 @@ class ChatToResponsesStream:
         self._started = False
         self._ended = False
         self._status = "in_progress"
-        self._done: list[dict] = []  # closed output items, final form
+        self._done: list[dict[str, Any]] = []  # closed output items, final form
         self._open: _OpenItem | None = None
         self._closed_tools: set[int] = set()
         self._finish_reason: str | None = None
-        self._usage: dict | None = None
-        self._error: dict | None = None
+        self._usage: dict[str, Any] | None = None
+        self._error: dict[str, Any] | None = None
 
     # -- public ------------------------------------------------------------------------
 
     @property
-    def response(self) -> dict:
+    def response(self) -> dict[str, Any]:
         """The response object as it stands; the open item (if any) as it is so far."""
         response = envelope(
             self._request, response_id=self._response_id, created_at=self._created_at, status=self._status
@@ -115,23 +117,23 @@ class ChatToResponsesStream:
         return response
 
     @property
-    def usage(self) -> dict | None:
+    def usage(self) -> dict[str, Any] | None:
         """The upstream's chat ``usage``, untranslated, as last seen (for billing)."""
         return self._usage
 
-    def feed(self, chunk: dict) -> list[dict]:
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         if self._ended or not isinstance(chunk, dict):
             return []
         if chunk.get("error"):
             return self.fail(chunk)
-        events: list[dict] = []
+        events: list[dict[str, Any]] = []
         self._start(events)
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # n > 1 has no Responses counterpart; the first choice is the answer
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = got if isinstance(got := choice.get("delta"), dict) else {}
             thinking = reasoning_text(delta)
             if thinking:
                 self._reasoning_delta(thinking, events)
@@ -148,12 +150,12 @@ class ChatToResponsesStream:
                 self._finish_reason = choice["finish_reason"]
         return events
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[dict[str, Any]]:
         """Close the open item and end with ``response.completed``, or ``response.incomplete``
         when the upstream stopped on ``length`` / ``content_filter``."""
         if self._ended:
             return []
-        events: list[dict] = []
+        events: list[dict[str, Any]] = []
         self._start(events)
         reason = incomplete_reason(self._finish_reason)
         if self._open is not None:
@@ -164,7 +166,7 @@ class ChatToResponsesStream:
         self._emit(events, kind, response=self.response)
         return events
 
-    def fail(self, error: dict) -> list[dict]:
+    def fail(self, error: dict[str, Any]) -> list[dict[str, Any]]:
         """End with an ``error`` event (carrying the upstream's code and message) and
         ``response.failed`` (whose output holds what was produced, marked incomplete).
 
@@ -174,10 +176,10 @@ class ChatToResponsesStream:
             return []
         inner = error.get("error") if isinstance(error, dict) and isinstance(error.get("error"), dict) else error
         inner = inner if isinstance(inner, dict) else {}
-        message = inner.get("message") if isinstance(inner.get("message"), str) else "upstream stream failed"
+        message = got if isinstance(got := inner.get("message"), str) else "upstream stream failed"
         code = inner.get("code") or inner.get("type")
         code = str(code) if code is not None else None
-        events: list[dict] = []
+        events: list[dict[str, Any]] = []
         self._start(events)
         self._emit(events, "error", code=code, message=message, param=inner.get("param"))
         self._status = "failed"
@@ -188,18 +190,18 @@ class ChatToResponsesStream:
 
     # -- events ------------------------------------------------------------------------
 
-    def _emit(self, events: list[dict], type_: str, **fields) -> None:
+    def _emit(self, events: list[dict[str, Any]], type_: str, **fields: Any) -> None:
         events.append({"type": type_, "sequence_number": self._sequence, **fields})
         self._sequence += 1
 
-    def _start(self, events: list[dict]) -> None:
+    def _start(self, events: list[dict[str, Any]]) -> None:
         if self._started:
             return
         self._started = True
         self._emit(events, "response.created", response=self.response)
         self._emit(events, "response.in_progress", response=self.response)
 
-    def _open_item(self, events: list[dict], kind: str, prefix: str) -> _OpenItem:
+    def _open_item(self, events: list[dict[str, Any]], kind: str, prefix: str) -> _OpenItem:
         if self._open is not None:
             self._close(events, "completed")
         index = len(self._done)
@@ -207,7 +209,7 @@ class ChatToResponsesStream:
         self._open = item
         return item
 
-    def _reasoning_delta(self, text: str, events: list[dict]) -> None:
+    def _reasoning_delta(self, text: str, events: list[dict[str, Any]]) -> None:
         item = self._open
         if item is None or item.kind != "reasoning":
             item = self._open_item(events, "reasoning", "rs")
@@ -232,7 +234,7 @@ class ChatToResponsesStream:
             delta=text,
         )
 
-    def _text_delta(self, part_kind: str, text: str, events: list[dict]) -> None:
+    def _text_delta(self, part_kind: str, text: str, events: list[dict[str, Any]]) -> None:
         item = self._open
         if item is None or item.kind != "message":
             item = self._open_item(events, "message", "msg")
@@ -261,18 +263,18 @@ class ChatToResponsesStream:
         else:
             self._emit(events, "response.refusal.delta", **where, delta=text)
 
-    def _tool_delta(self, call: dict, events: list[dict]) -> None:
+    def _tool_delta(self, call: dict[str, Any], events: list[dict[str, Any]]) -> None:
         item = self._open
         current = item.chat_index if item is not None and item.kind == "function_call" else None
         index = call.get("index")
         if not isinstance(index, int) or isinstance(index, bool):
             # No index (some upstreams): a new id starts a new call, otherwise it continues.
-            same = current is not None and (not call.get("id") or call.get("id") == item.call_id)
+            same = item is not None and current is not None and (not call.get("id") or call.get("id") == item.call_id)
             seen = self._closed_tools | ({current} if current is not None else set())
             index = current if same else max(seen, default=-1) + 1
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
-        name = function.get("name") if isinstance(function.get("name"), str) else ""
-        arguments = function.get("arguments") if isinstance(function.get("arguments"), str) else ""
+        function = got if isinstance(got := call.get("function"), dict) else {}
+        name = got if isinstance(got := function.get("name"), str) else ""
+        arguments = got if isinstance(got := function.get("arguments"), str) else ""
         if index in self._closed_tools:
             return
         if index != current:
@@ -287,8 +289,10 @@ class ChatToResponsesStream:
                 output_index=item.output_index,
                 item=self._call(item, "", "in_progress"),
             )
-        elif name and not item.name:
-            item.name = name
+        else:
+            assert item is not None  # index == current: only an open call has a current index
+            if name and not item.name:
+                item.name = name
         if arguments:
             item.chunks.append(arguments)
             if item.custom:
@@ -303,7 +307,7 @@ class ChatToResponsesStream:
 
     # -- closing -------------------------------------------------------------------------
 
-    def _close_part(self, item: _OpenItem, events: list[dict]) -> None:
+    def _close_part(self, item: _OpenItem, events: list[dict[str, Any]]) -> None:
         text = "".join(item.chunks)
         item.chunks = []
         where = {"item_id": item.id, "output_index": item.output_index, "content_index": len(item.parts)}
@@ -317,7 +321,7 @@ class ChatToResponsesStream:
         item.parts.append(part)
         item.part_kind = None
 
-    def _close(self, events: list[dict], status: str) -> None:
+    def _close(self, events: list[dict[str, Any]], status: str) -> None:
         """Send the open item's closing events and move it to the finished output."""
         item = self._open
         assert item is not None
@@ -347,12 +351,13 @@ class ChatToResponsesStream:
             else:
                 self._emit(events, "response.function_call_arguments.done", **where, name=final["name"],
                            arguments=arguments)
+            assert item.chat_index is not None  # set when the call opened
             self._closed_tools.add(item.chat_index)
         self._emit(events, "response.output_item.done", output_index=item.output_index, item=final)
         self._done.append(final)
         self._open = None
 
-    def _snapshot(self, item: _OpenItem, status: str) -> dict:
+    def _snapshot(self, item: _OpenItem, status: str) -> dict[str, Any]:
         """The open item as it is now, without closing it (for ``response`` and ``failed``)."""
         text = "".join(item.chunks)
         if item.kind == "reasoning":
@@ -366,7 +371,7 @@ class ChatToResponsesStream:
             return message_item(item.id, parts, status)
         return self._call(item, text, status)
 
-    def _call(self, item: _OpenItem, arguments: str, status: str) -> dict:
+    def _call(self, item: _OpenItem, arguments: str, status: str) -> dict[str, Any]:
         """The item of a tool call: a function call (with its namespace, if any) or a custom
         tool call, as ``responses_tools`` maps chat names back."""
         return call_item(self._tools, item.id, item.call_id, item.name, arguments, status)

@@ -25,7 +25,7 @@ each call it on the same request body, so they agree without passing state aroun
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from typing import Any, Mapping
 
 import attrs
 
@@ -41,7 +41,7 @@ _INPUT_DESCRIPTION = "The tool's whole input as raw text (a free-form tool: not 
 
 @attrs.frozen
 class ToolPlan:
-    chat_tools: tuple[dict, ...] = ()
+    chat_tools: tuple[dict[str, Any], ...] = ()
     custom: frozenset[str] = frozenset()  # chat names of free-form tools
     namespaced: Mapping[str, tuple[str, str]] = attrs.field(factory=dict)  # chat name -> (namespace, name)
     dropped: tuple[str, ...] = ()  # tool types that no translation can honour, in request order
@@ -51,13 +51,13 @@ def chat_name(name: str, namespace: str | None) -> str:
     return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
 
 
-def plan_tools(tools) -> ToolPlan:
+def plan_tools(tools: Any) -> ToolPlan:
     """The chat tools for a Responses ``tools`` list (None: no tools)."""
     if tools is None:
         return ToolPlan()
     if not isinstance(tools, list):
         raise TranslationError("tools must be a list", "tools")
-    chat_tools: list[dict] = []
+    chat_tools: list[dict[str, Any]] = []
     custom: set[str] = set()
     namespaced: dict[str, tuple[str, str]] = {}
     dropped: list[str] = []
@@ -90,11 +90,11 @@ def plan_tools(tools) -> ToolPlan:
     return ToolPlan(tuple(chat_tools), frozenset(custom), namespaced, tuple(dropped))
 
 
-def _member(tool: dict, namespace: str | None, where: str, custom: set[str]) -> dict:
+def _member(tool: dict[str, Any], namespace: str | None, where: str, custom: set[str]) -> dict[str, Any]:
     name = tool.get("name")
     if not isinstance(name, str) or not name:
         raise TranslationError(f"{tool.get('type')} tool needs a name", f"{where}.name")
-    function: dict = {"name": chat_name(name, namespace)}
+    function: dict[str, Any] = {"name": chat_name(name, namespace)}
     description = tool.get("description")
     if tool["type"] == "custom":
         custom.add(function["name"])
@@ -111,34 +111,34 @@ def _member(tool: dict, namespace: str | None, where: str, custom: set[str]) -> 
     return {"type": "function", "function": function}
 
 
-def _custom_description(description, fmt, where: str) -> str:
+def _custom_description(description: Any, fmt: Any, where: str) -> str:
     text = description if isinstance(description, str) else ""
     if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
         return text
     if not isinstance(fmt, dict) or fmt.get("type") != "grammar" or not isinstance(fmt.get("definition"), str):
         raise TranslationError("custom tool format must be text, or a grammar with a definition", f"{where}.format")
-    syntax = fmt.get("syntax") if isinstance(fmt.get("syntax"), str) else "lark"
+    syntax = got if isinstance(got := fmt.get("syntax"), str) else "lark"
     rule = f"The input must match this {syntax} grammar:\n{fmt['definition']}"
     return f"{text}\n\n{rule}" if text else rule
 
 
-def chat_tool_choice(choice, plan: ToolPlan):
+def chat_tool_choice(choice: Any, plan: ToolPlan) -> str | dict[str, Any]:
     """A Responses ``tool_choice`` for the chat request; a 400 when it requires a tool
     that was dropped (or that there is no tool left to satisfy ``required``)."""
-    if choice in ("auto", "none"):
+    if isinstance(choice, str) and choice in ("auto", "none"):
         return choice
     if choice == "required":
         if not plan.chat_tools and plan.dropped:
             raise TranslationError(
                 f"tool_choice 'required' cannot be met: the only tools ({', '.join(plan.dropped)}) are not available "
                 f"for this model ({DROPPED_REASON})", "tool_choice")
-        return choice
+        return "required"
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind in ("function", "custom"):
         name = choice.get("name")
         if not isinstance(name, str) or not name:
             raise TranslationError(f"tool_choice of type {kind} needs a name", "tool_choice.name")
-        namespace = choice.get("namespace") if isinstance(choice.get("namespace"), str) else None
+        namespace = got if isinstance(got := choice.get("namespace"), str) else None
         return {"type": "function", "function": {"name": chat_name(name, namespace)}}
     if isinstance(kind, str) and kind != "allowed_tools":
         raise TranslationError(f"tool_choice requires the {kind} tool, which is not available for this model "
@@ -159,12 +159,12 @@ def custom_input(arguments: str) -> str:
         value = json.loads(arguments)
     except ValueError:
         return arguments
-    if isinstance(value, dict) and isinstance(value.get("input"), str):
-        return value["input"]
+    if isinstance(value, dict) and isinstance(raw_input := value.get("input"), str):
+        return raw_input
     return arguments
 
 
-def call_item(plan: ToolPlan, id_: str, call_id: str, name: str, arguments: str, status: str) -> dict:
+def call_item(plan: ToolPlan, id_: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
     """The Responses output item for a chat tool call named ``name``."""
     namespace, own = plan.namespaced.get(name, (None, name))
     if name in plan.custom:

@@ -7,6 +7,8 @@ decode, no re-encode) and only look inside the few events it cares about.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import orjson
 
@@ -21,7 +23,7 @@ class SSEEvent:
     event: str | None
     data: bytes
 
-    def json(self):
+    def json(self) -> Any:
         return orjson.loads(self.data)
 
     @property
@@ -128,7 +130,7 @@ class SSESplitter:
         return len(self._buffer)
 
 
-def encode(data, event: str | None = None) -> bytes:
+def encode(data: Any, event: str | None = None) -> bytes:
     """One event from a JSON-able value (or bytes already encoded as JSON)."""
     payload = data if isinstance(data, (bytes, bytearray)) else orjson.dumps(data)
     if event is None:

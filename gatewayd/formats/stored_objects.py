@@ -37,7 +37,7 @@ _NO_FILES = "gatewayd offers no Files API, so no stored file can be used; send t
 _NO_CONTAINERS = "gatewayd does not offer the provider's containers; leave it out"
 
 
-def refuse_stored_objects(client_format: str, body: dict) -> None:
+def refuse_stored_objects(client_format: str, body: dict[str, Any]) -> None:
     """Raise ``TranslationError`` at the first field of ``body`` that names a stored file,
     vector store, prompt template or container, or asks for a background response."""
     if client_format == "chat":
@@ -48,7 +48,7 @@ def refuse_stored_objects(client_format: str, body: dict) -> None:
         _responses(body)
 
 
-def asked_response_ids(body: dict) -> list[tuple[str, str]]:
+def asked_response_ids(body: dict[str, Any]) -> list[tuple[str, str]]:
     """``(param, id)`` for the ``previous_response_id`` and ``conversation`` (a string id, or
     an object with ``id``) of a Responses body; wrong types are the client's 400."""
     asked = []
@@ -90,7 +90,7 @@ def answer_received_ids(doc: Any) -> tuple[str, ...]:
 # -- chat ---------------------------------------------------------------------------------
 
 
-def _chat(body: dict) -> None:
+def _chat(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
@@ -117,7 +117,7 @@ def _chat(body: dict) -> None:
 # -- messages -----------------------------------------------------------------------------
 
 
-def _messages(body: dict) -> None:
+def _messages(body: dict[str, Any]) -> None:
     if body.get("container") is not None:
         raise TranslationError(f"container: {_NO_CONTAINERS} (a code execution container or its skills)",
                                "container")
@@ -129,7 +129,7 @@ def _messages(body: dict) -> None:
             _blocks(message["content"], f"messages[{i}].content")
 
 
-def _blocks(blocks: list, where: str) -> None:
+def _blocks(blocks: list[Any], where: str) -> None:
     for j, block in enumerate(blocks):
         if not isinstance(block, dict):
             continue
@@ -153,7 +153,7 @@ def _blocks(blocks: list, where: str) -> None:
 # -- responses ----------------------------------------------------------------------------
 
 
-def _responses(body: dict) -> None:
+def _responses(body: dict[str, Any]) -> None:
     background = body.get("background")
     if background is not None and background is not False:
         raise TranslationError(
@@ -174,7 +174,7 @@ def _responses(body: dict) -> None:
                 _tool(tool, f"tools[{i}]")
 
 
-def _input_item(item: dict, where: str) -> None:
+def _input_item(item: dict[str, Any], where: str) -> None:
     kind = item.get("type")
     if kind == "item_reference":
         raise TranslationError(f"{where}: item_reference points at an item stored by the provider, which gatewayd "
@@ -193,7 +193,7 @@ def _input_item(item: dict, where: str) -> None:
             raise TranslationError(f"{where}.output.file_id: {_NO_FILES} as image_url", f"{where}.output.file_id")
 
 
-def _parts(parts: list, where: str) -> None:
+def _parts(parts: list[Any], where: str) -> None:
     for j, part in enumerate(parts):
         if not isinstance(part, dict) or part.get("type") not in ("input_image", "input_file"):
             continue
@@ -203,7 +203,7 @@ def _parts(parts: list, where: str) -> None:
             raise TranslationError(f"{here}: {_NO_FILES} as {inline}", here)
 
 
-def _tool(tool: dict, where: str) -> None:
+def _tool(tool: dict[str, Any], where: str) -> None:
     kind = tool.get("type")
     if kind == "file_search":
         raise TranslationError(f"{where}.vector_store_ids: file_search searches vector stores kept by the provider, "

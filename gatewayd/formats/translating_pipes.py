@@ -8,6 +8,8 @@ route, so these are plain data in, bytes out, and testable as such.
 
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 import attrs
 import orjson
 
@@ -43,7 +45,7 @@ class MessagesToChatPipe(ChatClientPipe):
         return self.translator.output_text
 
 
-def tell_cache_writes(chat: dict, usage: usage_mod.Usage | None) -> dict:
+def tell_cache_writes(chat: dict[str, Any], usage: usage_mod.Usage | None) -> dict[str, Any]:
     """Chat usage has no place for cache writes, but the Responses usage does
     (``input_tokens_details.cache_write_tokens``) and they are billed at their own rate:
     carry them across from the messages usage so a responses client sees what it paid for."""
@@ -56,7 +58,7 @@ def tell_cache_writes(chat: dict, usage: usage_mod.Usage | None) -> dict:
 class ToResponsesPipe(Pipe):
     """Chat chunks (from a chat upstream, or translated from a messages upstream) -> responses events."""
 
-    def __init__(self, request: dict, *, messages_upstream: bool, model: str, response_id: str,
+    def __init__(self, request: dict[str, Any], *, messages_upstream: bool, model: str, response_id: str,
                  created: int) -> None:
         self.responses = ChatToResponsesStream(request=request, response_id=response_id, created_at=created)
         self.messages = (
@@ -78,7 +80,7 @@ class ToResponsesPipe(Pipe):
             usage = attrs.evolve(usage, service_tier=self._chat_tier)
         return usage
 
-    def _chunks(self, events: list[SSEEvent]):
+    def _chunks(self, events: list[SSEEvent]) -> Iterator[dict[str, Any]]:
         for ev in events:
             if self.messages is not None:
                 if ev.event is None:
@@ -108,7 +110,7 @@ class ToResponsesPipe(Pipe):
         return b"".join(out)
 
     @staticmethod
-    def _encode(events: list[dict]) -> list[bytes]:
+    def _encode(events: list[dict[str, Any]]) -> list[bytes]:
         return [encode(e, event=e["type"]) for e in events]
 
     def closing(self) -> bytes:

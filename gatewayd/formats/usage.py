@@ -15,6 +15,8 @@ docs/billing.md ("What the charge reads from each provider") lists the fields re
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 
@@ -64,31 +66,31 @@ def tool_calls(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
 TIER_MAX_CHARS = 64  # a service tier longer than this is no tier name: read as the default
 
 
-def _int(value) -> int:
+def _int(value: Any) -> int:
     """A token or call count: a positive int, anything else (bool, float, str, negative) 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _dict(value) -> dict:
+def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value) -> list:
+def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def tier_of(value) -> str | None:
+def tier_of(value: Any) -> str | None:
     """A reported ``service_tier``: a short non-empty string, else None (the default tier)."""
     if isinstance(value, str) and 0 < len(value) <= TIER_MAX_CHARS:
         return value
     return None
 
 
-def _part(value, total: int) -> int:
+def _part(value: Any, total: int) -> int:
     return min(_int(value), total)
 
 
-def from_chat(usage: dict | None, service_tier=None) -> Usage | None:
+def from_chat(usage: dict[str, Any] | None, service_tier: Any = None) -> Usage | None:
     """``usage`` of a chat completion or of its final chunk (also of an embeddings answer).
 
     ``prompt_tokens`` includes ``prompt_tokens_details.cached_tokens`` and ``.audio_tokens``;
@@ -111,7 +113,7 @@ def from_chat(usage: dict | None, service_tier=None) -> Usage | None:
     )
 
 
-def from_chat_completion(doc) -> Usage | None:
+def from_chat_completion(doc: Any) -> Usage | None:
     """A chat completion (or a chunk): its ``usage`` and its top-level ``service_tier``."""
     doc = _dict(doc)
     return from_chat(doc.get("usage"), doc.get("service_tier"))
@@ -139,7 +141,7 @@ class ResponsesTally:
         self.containers: set[str] = set()
         self.unnamed_container = False
 
-    def add(self, item) -> None:
+    def add(self, item: Any) -> None:
         item = _dict(item)
         kind = item.get("type")
         name = RESPONSES_TOOL_ITEMS.get(kind) if isinstance(kind, str) else None
@@ -154,7 +156,7 @@ class ResponsesTally:
             return
         self.counts[name] = self.counts.get(name, 0) + 1
 
-    def add_all(self, output) -> "ResponsesTally":
+    def add_all(self, output: Any) -> "ResponsesTally":
         for item in _list(output):
             self.add(item)
         return self
@@ -167,12 +169,12 @@ class ResponsesTally:
         return counts
 
 
-def response_tool_calls(output) -> tuple[tuple[str, int], ...]:
+def response_tool_calls(output: Any) -> tuple[tuple[str, int], ...]:
     """``Usage.tool_calls`` of a Responses ``output`` list."""
     return tool_calls(ResponsesTally().add_all(output).as_dict())
 
 
-def from_responses(usage: dict | None) -> Usage | None:
+def from_responses(usage: dict[str, Any] | None) -> Usage | None:
     """``usage`` of a Responses object alone (openai-python's ``ResponseUsage``): tokens only.
     :func:`from_response` reads the whole response, tool calls and tier included."""
     if not isinstance(usage, dict):
@@ -189,7 +191,7 @@ def from_responses(usage: dict | None) -> Usage | None:
     )
 
 
-def from_response(response) -> Usage | None:
+def from_response(response: Any) -> Usage | None:
     """A whole Responses object: ``usage``, ``service_tier`` and the billed tool calls among
     its ``output`` items. None when it carries no ``usage`` (see :func:`response_tool_calls`
     for what it did call all the same)."""
@@ -225,7 +227,7 @@ MESSAGES_SERVER_TOOLS = {
 MESSAGES_SERVER_TOOL_FIELDS = {"web_search_requests": "web_search", "web_fetch_requests": "web_fetch"}
 
 
-def from_messages(usage: dict | None) -> Usage | None:
+def from_messages(usage: dict[str, Any] | None) -> Usage | None:
     """``usage`` of a message, of ``message_start.message`` or of ``message_delta``
     (anthropic-sdk-python's ``Usage`` / ``MessageDeltaUsage``).
 
@@ -277,7 +279,7 @@ def _larger(a: Usage, b: Usage) -> Usage:
     )
 
 
-def merge_messages_stream(start: Usage | None, delta: dict | None) -> Usage | None:
+def merge_messages_stream(start: Usage | None, delta: dict[str, Any] | None) -> Usage | None:
     """A messages stream reports input in ``message_start`` and the cumulative counts in each
     ``message_delta`` (which may restate input, cache and server tool counts): field by field
     the larger of the two, as every count is cumulative."""
@@ -287,7 +289,7 @@ def merge_messages_stream(start: Usage | None, delta: dict | None) -> Usage | No
     return latest if start is None else _larger(start, latest)
 
 
-def server_tool_name(block) -> str | None:
+def server_tool_name(block: Any) -> str | None:
     """The tool_prices name of a ``server_tool_use`` content block, or None."""
     block = _dict(block)
     if block.get("type") != "server_tool_use":
@@ -309,12 +311,12 @@ class MessagesTally:
         self.blocks: dict[str, int] = {}
         self.containers: set[str] = set()
 
-    def start(self, data) -> None:
+    def start(self, data: Any) -> None:
         message = _dict(_dict(data).get("message"))
         usage = message.get("usage")
         self._report(usage, message.get("container"))
 
-    def delta(self, data) -> None:
+    def delta(self, data: Any) -> None:
         data = _dict(data)
         usage = data.get("usage")
         self._report(usage, _dict(data.get("delta")).get("container"))
@@ -323,7 +325,7 @@ class MessagesTally:
         if self.reported is not None and "output_tokens" in _dict(usage):
             self.reported = attrs.evolve(self.reported, output_tokens=_int(_dict(usage).get("output_tokens")))
 
-    def _report(self, usage, container) -> None:
+    def _report(self, usage: Any, container: Any) -> None:
         container_id = _dict(container).get("id")
         if isinstance(container_id, str):
             self.containers.add(container_id)
@@ -334,12 +336,12 @@ class MessagesTally:
             self.tools_reported = True
         self.reported = latest if self.reported is None else _larger(self.reported, latest)
 
-    def block_start(self, data) -> None:
+    def block_start(self, data: Any) -> None:
         name = server_tool_name(_dict(data).get("content_block"))
         if name is not None:
             self.blocks[name] = self.blocks.get(name, 0) + 1
 
-    def feed(self, event: str | None, data) -> None:
+    def feed(self, event: str | None, data: Any) -> None:
         """Any event of the stream (by its SSE event name or its ``type``)."""
         kind = event or _dict(data).get("type")
         if kind == "message_start":
@@ -366,7 +368,7 @@ class MessagesTally:
         return attrs.evolve(self.reported, tool_calls=calls)
 
 
-def message_tally(message) -> MessagesTally:
+def message_tally(message: Any) -> MessagesTally:
     """A whole messages-format reply read as :class:`MessagesTally` reads a completed
     stream: its ``usage``, its ``container`` and its ``server_tool_use`` blocks."""
     message = _dict(message)
@@ -377,7 +379,7 @@ def message_tally(message) -> MessagesTally:
     return tally
 
 
-def from_message(message) -> Usage | None:
+def from_message(message: Any) -> Usage | None:
     """A whole messages-format reply's usage; None when it carries no ``usage``."""
     tally = message_tally(message)
     return tally.usage(complete=True) if tally.reported is not None else None
@@ -386,12 +388,12 @@ def from_message(message) -> Usage | None:
 # --- Gemini ----------------------------------------------------------------------------------
 
 
-def _modality_tokens(details, modality: str) -> int:
+def _modality_tokens(details: Any, modality: str) -> int:
     return sum(_int(entry.get("tokenCount")) for entry in _list(details)
                if isinstance(entry, dict) and entry.get("modality") == modality)
 
 
-def from_gemini(usage: dict | None) -> Usage | None:
+def from_gemini(usage: dict[str, Any] | None) -> Usage | None:
     """``usageMetadata`` of a Gemini answer (or of the last stream chunk that carried it;
     google-genai's ``GenerateContentResponseUsageMetadata``).
 
@@ -420,7 +422,7 @@ def from_gemini(usage: dict | None) -> Usage | None:
     )
 
 
-def gemini_search_queries(doc) -> dict[int, int]:
+def gemini_search_queries(doc: Any) -> dict[int, int]:
     """Per candidate index, how many Google Search queries grounded it
     (``candidates[].groundingMetadata.webSearchQueries``)."""
     found: dict[int, int] = {}
@@ -445,7 +447,7 @@ class GeminiTally:
         self.reported: Usage | None = None
         self.queries: dict[int, int] = {}
 
-    def feed(self, doc) -> None:
+    def feed(self, doc: Any) -> None:
         doc = _dict(doc)
         meta = doc.get("usageMetadata")
         if isinstance(meta, dict):
@@ -466,7 +468,7 @@ class GeminiTally:
         return attrs.evolve(self.reported, tool_calls=calls)
 
 
-def from_gemini_answer(doc) -> Usage | None:
+def from_gemini_answer(doc: Any) -> Usage | None:
     """A whole Gemini answer: ``usageMetadata`` and its grounding queries; None without
     usage metadata."""
     tally = GeminiTally()

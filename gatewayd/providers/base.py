@@ -127,7 +127,7 @@ def translate(fn, *args, **kwargs):
 
 def passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
     """The provider's status and body, unchanged (plus Retry-After when it sent one)."""
-    headers = {}
+    headers: dict[str, str] = {}
     for name in ("retry-after", "x-should-retry"):
         if name in error.headers:
             headers[name] = error.headers[name]

@@ -126,7 +126,7 @@ class GeminiToChatPipe(ChatClientPipe):
     def feed(self, events: list[SSEEvent]) -> bytes:
         out = b"".join(encode(chunk) for chunk in _chunks(self.translator, events, self._sent))
         self._sent = self._sent or bool(out)
-        self.usage = self.translator.usage
+        self._usage = self.translator.usage
         self.complete = self.translator.finished
         self.failed = self.translator.failed
         return out
@@ -155,7 +155,7 @@ class GeminiToResponsesPipe(Pipe):
                 out.append(self._encode(self.responses.fail(chunk["error"])))
                 continue
             out.append(self._encode(self.responses.feed(chunk)))
-        self.usage = self.chat.usage
+        self._usage = self.chat.usage
         self.complete = self.chat.finished
         joined = b"".join(out)
         self._sent = self._sent or bool(joined)

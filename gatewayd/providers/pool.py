@@ -76,7 +76,7 @@ class ConnectionPool:
     def _connection(self, origin: httpcore.Origin) -> tuple[httpcore.AsyncHTTPConnection, list]:
         """The freshest reusable idle connection to ``origin``, or a new one; and the stale ones seen."""
         stack = self.idle.get((origin.scheme, origin.host, origin.port))
-        stale = []
+        stale: list[httpcore.AsyncHTTPConnection] = []
         while stack:
             connection = stack.pop()
             if connection.is_idle() and not connection.has_expired():

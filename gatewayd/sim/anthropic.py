@@ -10,6 +10,7 @@ Every stream event has an ``event:`` line (the SDKs drop events without one):
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 
@@ -124,14 +125,14 @@ def extract(body: dict) -> Prompt:
     )
     choice = body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
-    forced = choice.get("name") if kind == "tool" else None
+    forced = choice.get("name") if kind == "tool" and isinstance(choice, dict) else None
     thinking = body.get("thinking")
     return Prompt(
         user_text=user_text,
         tool_result=text_of(results[-1].get("content"), ("text",)) if results else None,
         ends_with_user=last.get("role") == "user" and not results,
         tools=tools,
-        tool_choice={"none": "none", "any": "required", "tool": "required"}.get(kind, "auto"),
+        tool_choice={"none": "none", "any": "required", "tool": "required"}.get(str(kind), "auto"),
         forced_tool=forced if isinstance(forced, str) else None,
         max_tokens=body["max_tokens"],
         stop=tuple(s for s in body.get("stop_sequences") or () if isinstance(s, str)),
@@ -183,7 +184,8 @@ def _server_blocks(plan: Plan, n: int) -> list[tuple[dict, dict]]:
     for index, name, query, refused in calls:
         tool_id = server_tool_id(n, index)
         if name == "web_fetch":
-            use = {"type": "server_tool_use", "id": tool_id, "name": name, "input": {"url": f"https://example.com/sim/{index}"}}
+            use: dict[str, Any] = {"type": "server_tool_use", "id": tool_id, "name": name,
+                                   "input": {"url": f"https://example.com/sim/{index}"}}
             content: dict | list = (
                 {"type": "web_fetch_tool_result_error", "error_code": "max_uses_exceeded"} if refused else
                 {"type": "web_fetch_result", "url": use["input"]["url"], "retrieved_at": "2025-01-01T00:00:00Z",

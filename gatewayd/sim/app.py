@@ -16,7 +16,8 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
 from functools import partial
 
 import attrs
@@ -116,9 +117,10 @@ class SimState:
         return {"markers": self.markers, "prompt_cache": self.prompt_cache is not None}
 
     def record(self, body: bytes) -> Recorded:
-        scope = request.scope
+        scope: Mapping[str, Any] = request.scope
         entry = Recorded(
-            next(self._seq), time.time(), scope["method"], scope["path"], scope["query_string"], scope["headers"], body
+            next(self._seq), time.time(), scope["method"], scope["path"], scope["query_string"], list(scope["headers"]),
+            body
         )
         self.log.append(entry)
         return entry
@@ -263,7 +265,12 @@ GEMINI = _wire(gemini, "gemini", google_error, _google_headers)
 # -- connection faults -----------------------------------------------------------------
 
 
-async def abort_connection(scope: dict) -> bool:
+async def _request_body() -> bytes:
+    """The request's body as bytes (Quart types ``get_data`` as bytes only when every argument is given)."""
+    return await request.get_data(cache=True, as_text=False, parse_form_data=False)
+
+
+async def abort_connection(scope: Mapping[str, Any]) -> bool:
     """Close this request's client connection at once; False if the server is not hypercorn.
 
     The ASGI ``send`` hypercorn gives the app is ``HTTPStream.app_send``; the stream's
@@ -282,7 +289,7 @@ async def abort_connection(scope: dict) -> bool:
     return True
 
 
-async def _close_connection(entry: Recorded, scope: dict) -> None:
+async def _close_connection(entry: Recorded, scope: Mapping[str, Any]) -> None:
     """Close the connection and wait to be cancelled by the resulting disconnect."""
     entry.dropped = True
     if await abort_connection(scope):
@@ -314,7 +321,7 @@ async def _before_reply(faults: Faults, entry: Recorded, error: Callable[..., Re
 
 
 async def _drive(
-    events: Iterator[tuple[bytes, int]], faults: Faults, entry: Recorded, wire: Wire, scope: dict
+    events: Iterator[tuple[bytes, int]], faults: Faults, entry: Recorded, wire: Wire, scope: Mapping[str, Any]
 ) -> AsyncIterator[bytes]:
     """Write a stream's events, applying the mid-stream faults.
 
@@ -393,7 +400,7 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
     """One model request. Gemini puts the model and the streaming choice in the URL
     (``url_model``, ``url_stream``); its ``streamGenerateContent`` without ``alt=sse``
     answers a JSON array (here of one element: the whole answer)."""
-    raw = await request.get_data()
+    raw = await _request_body()
     entry = state.record(raw)
     denied = wire.check_headers(request.headers)
     if denied is not None:
@@ -442,7 +449,7 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
 
 
 async def _embed(state: SimState, check_headers: Callable[..., Response | None] = _openai_headers) -> Response:
-    raw = await request.get_data()
+    raw = await _request_body()
     entry = state.record(raw)
     denied = check_headers(request.headers)
     if denied is not None:
@@ -494,7 +501,7 @@ def create_sim_app() -> QuartTrio:
     async def gemini_models(target: str) -> Response:
         model, _, method = target.rpartition(":")
         if not model or method not in ("generateContent", "streamGenerateContent"):
-            entry = state.record(await request.get_data())
+            entry = state.record(await _request_body())
             return _done(entry, google_error(404, f"Method not found: {request.path}"))
         sse = request.args.get("alt") == "sse"
         streaming = method == "streamGenerateContent"
@@ -542,7 +549,7 @@ def create_sim_app() -> QuartTrio:
 
     @app.put("/_sim/settings")
     async def put_settings() -> Response:
-        doc = _load(await request.get_data())
+        doc = _load(await _request_body())
         if doc is None or not set(doc) <= {"markers", "prompt_cache"} or not isinstance(
                 doc.get("markers", ""), str) or not isinstance(doc.get("prompt_cache", False), bool):
             return openai_error(400, 'expected {"markers": "<markers>", "prompt_cache": true|false}')
@@ -561,7 +568,7 @@ def create_sim_app() -> QuartTrio:
     @app.route("/", defaults={"rest": ""}, methods=methods)
     @app.route("/<path:rest>", methods=methods)
     async def not_found(rest: str) -> Response:
-        entry = state.record(await request.get_data())
+        entry = state.record(await _request_body())
         message = f"Unknown request URL: {request.method} {request.path}."
         if request.path.startswith("/v1beta/"):
             return _done(entry, google_error(404, message))

@@ -203,7 +203,7 @@ def count_words(value, protocol: str | None = None) -> int:
     """
     if isinstance(value, str):
         return len(value.split())
-    media_types = _MEDIA_TYPES.get(protocol, {})
+    media_types = _MEDIA_TYPES.get(protocol or "", {})
     total = 0
     stack = [value]
     while stack:
@@ -566,7 +566,7 @@ def text_of(content, part_types: tuple[str, ...] = ("text", "input_text", "outpu
         return content
     if isinstance(content, list):
         texts = [
-            part.get("text")
+            part["text"]
             for part in content
             if isinstance(part, dict) and part.get("type") in part_types and isinstance(part.get("text"), str)
         ]

@@ -57,13 +57,15 @@ def _inputs(value) -> list[tuple[str, int]] | None:
         return None
 
     if isinstance(value, str):
-        return [one(value)]
-    if not isinstance(value, list) or not value:
+        found = [one(value)]
+    elif not isinstance(value, list) or not value:
         return None
-    if all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-        return [one(value)]
-    found = [one(item) for item in value]
-    return None if None in found else found
+    elif all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        found = [one(value)]
+    else:
+        found = [one(item) for item in value]
+    pairs = [pair for pair in found if pair is not None]
+    return pairs if len(pairs) == len(found) else None
 
 
 def validate(body: dict) -> tuple[str, str | None] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 
@@ -213,7 +214,7 @@ def _blocked(plan: Plan, body: dict, n: int) -> dict:
 def _call_part(call, plan: Plan) -> dict:
     """When the model thought, its first function call carries the thought signature (as
     Gemini signs the first call of a turn)."""
-    part = {"functionCall": {"name": call.name, "args": call.input}}
+    part: dict[str, Any] = {"functionCall": {"name": call.name, "args": call.input}}
     if plan.thinking and call.index == 0:
         part["thoughtSignature"] = plan.signature
     return part

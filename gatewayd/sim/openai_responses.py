@@ -47,7 +47,8 @@ _PHASES = {"web_search": ("in_progress", "searching", "completed"),
            "code_interpreter": ("in_progress", "interpreting", "completed")}
 
 
-def validate(body: dict) -> tuple[str, str | None] | None:
+def validate(body: dict) -> tuple[str, str | None] | tuple[str, str | None, str | None] | None:
+    """The 400 a body earns, as (message, param[, code]); None when it is valid."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return "Missing required parameter: 'model'.", "model"
@@ -155,7 +156,7 @@ def _server_item(call, body: dict, n: int) -> dict:
 def _items(plan: Plan, body: dict, n: int) -> list[dict]:
     """The finished output items, in order: reasoning, message, function calls."""
     status = "incomplete" if plan.stop == "max_tokens" else "completed"
-    items = []
+    items: list[dict] = []
     if plan.thinking:
         item = {"id": f"rs_sim_{n}", "type": "reasoning", "summary": []}
         if "reasoning.encrypted_content" in (body.get("include") or ()):
@@ -182,7 +183,7 @@ def _items(plan: Plan, body: dict, n: int) -> list[dict]:
 
 
 def _response(plan: Plan, body: dict, n: int, created: int, status: str, output: list) -> dict:
-    reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+    reasoning = got if isinstance(got := body.get("reasoning"), dict) else {}
     return {
         "id": response_id(n),
         "object": "response",

@@ -6,7 +6,8 @@ number of instances on one database: ``gatewayd.store.postgres``). Nothing outsi
 package writes SQL or sees a ``sqlite3`` / ``psycopg`` type. Every method below is a
 coroutine unless marked; accounts and keys travel as ``gatewayd.records.Account`` /
 ``Key`` (the directory's cached objects), other values are the frozen records of
-``gatewayd.store.base``.
+``gatewayd.store.base``. ``gatewayd.store.contract.Store`` is the same list as a
+``typing.Protocol`` that mypy holds both stores to.
 
 Lifecycle
     ``open_store(config)`` (migrations applied, this instance registered),
@@ -66,9 +67,10 @@ Instances
 from __future__ import annotations
 
 from gatewayd.config import Config, ConfigError
+from gatewayd.store.contract import Store
 
 
-async def open_store(config: Config, *, worker_index: int = 0):
+async def open_store(config: Config, *, worker_index: int = 0) -> Store:
     """The store ``config.database_url`` names, migrated and with this instance registered.
 
     ``worker_index``: the worker number under ``serve --workers N`` (0 otherwise). On

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import attrs
 
@@ -87,8 +88,8 @@ def highest_allowed_spend(limit_nano: int, held_nano: int, late_nano: int,
     return math.floor((1 + tolerance) * (limit_nano - held_nano) + late_nano)
 
 
-def build_audit(sums: dict, accounts: list[AuditAccount], keys: list[AuditKey],
-                tolerance: Fraction | None = None) -> dict:
+def build_audit(sums: dict[str, Any], accounts: list[AuditAccount], keys: list[AuditKey],
+                tolerance: Fraction | None = None) -> dict[str, Any]:
     """The report from the stores' sums (``SQLStore._audit_sums``) and their accounts and keys;
     ``tolerance``: ``HOLD_TOLERANCE`` unless given (the stores' sums must use the same one)."""
     tolerance = HOLD_TOLERANCE if tolerance is None else tolerance

@@ -89,7 +89,7 @@ class Settlement:
     cached_tokens: int = 0
     cache_write_tokens: int = 0
     cost_nano: int = 0
-    breakdown: dict | None = attrs.field(default=None, hash=False)
+    breakdown: dict[str, Any] | None = attrs.field(default=None, hash=False)
 
     def breakdown_json(self) -> str | None:
         """The ``breakdown`` column's text."""
@@ -104,7 +104,7 @@ class Payment:
     note: str
     created_at: str
 
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, Any]:
         return attrs.asdict(self)
 
 
@@ -115,7 +115,7 @@ USAGE_FIELDS = (
 )
 
 
-def parse_breakdown(text: str | None) -> dict | None:
+def parse_breakdown(text: str | None) -> dict[str, Any] | None:
     """A stored ``breakdown`` column (JSON text) as the document it holds; None when the row has
     none (written before the column existed, or settled without one) or it cannot be read."""
     if not text:
@@ -149,7 +149,8 @@ class UsageRow:
     provider: str | None  # the provider that served it (the last one tried when none did)
     attempts: int  # routes tried
     hold_nano: int | None  # what was held for it (None: settled before the column existed)
-    breakdown: dict | None = attrs.field(hash=False)  # Bill.doc(): what cost_nano is made of (None: not recorded)
+    # Bill.doc(): what cost_nano is made of (None: not recorded)
+    breakdown: dict[str, Any] | None = attrs.field(hash=False)
 
     @classmethod
     def from_row(cls, row: Any) -> UsageRow:
@@ -158,7 +159,7 @@ class UsageRow:
         values["breakdown"] = parse_breakdown(values["breakdown"])
         return cls(**values)
 
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, Any]:
         """The admin API's JSON for a row (``id`` is internal: the request id names a row)."""
         out = attrs.asdict(self)
         del out["id"]

@@ -54,16 +54,16 @@ import functools
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import psycopg
 import trio
 from psycopg.rows import dict_row
 
 from gatewayd.records import utc_now_iso
-from gatewayd.store.base import StoreUnavailable
+from gatewayd.store.base import Hold, StoreUnavailable
 from gatewayd.store.pg_link import Link, LinkDown, PgTx
-from gatewayd.store.sql import instance_host
+from gatewayd.store.sql import R, Tx, instance_host
 
 log = logging.getLogger("gatewayd.store")
 
@@ -87,6 +87,12 @@ class InstanceMaintenance:
     slot_name: str
     _maintenance: Link
 
+    if TYPE_CHECKING:  # provided by PostgresStore, the one class this is mixed into
+        async def _read(self, job: Callable[[Tx], R]) -> R: ...
+
+        @staticmethod
+        def _apply_settled(hold: Hold, row: dict[str, Any]) -> None: ...
+
     def _init_maintenance(self, url: str) -> None:
         self._maintenance = Link(url, autocommit=True, row_factory=dict_row)
         self._beating_since: float | None = None  # when the current run of answered heartbeats began
@@ -94,22 +100,24 @@ class InstanceMaintenance:
         # the lease: when the last answered heartbeat was sent (registration counts as one)
         self._lease_from = time.monotonic()
         self._fence_reported = False
-        self._pending: list[tuple[Any, Any, int, float]] = []  # (hold, settle job, cost, when it went to the background)
+        # (hold, settle job, cost, when it went to the background)
+        self._pending: list[tuple[Hold, Callable[[Tx], Any], int, float]] = []
         self._unknown: dict[str, float | None] = {}  # request id -> when the database first answered after
 
-    async def _maint(self, job) -> Any:
+    async def _maint(self, job: Callable[[Tx], R]) -> R:
         """``job(tx)`` in one transaction on the maintenance link, bounded by ``MAINTENANCE_TIMEOUT_S``."""
 
-        def run(conn: psycopg.Connection) -> Any:
+        def run(conn: psycopg.Connection) -> R:
             with conn.transaction():
                 return job(PgTx(conn))
 
         try:
-            return await self._maintenance.call(run, timeout=MAINTENANCE_TIMEOUT_S)
+            result: R = await self._maintenance.call(run, timeout=MAINTENANCE_TIMEOUT_S)
+            return result
         except LinkDown as e:
             raise StoreUnavailable(f"PostgreSQL: {e}") from None
 
-    def _register(self, tx) -> None:
+    def _register(self, tx: Tx) -> None:
         tx.run("INSERT INTO instances (id, host, pid, slot, started_at) VALUES (?, ?, ?, ?, ?)"
                " ON CONFLICT (id) DO NOTHING", (self.instance_id, instance_host(), os.getpid(), self.slot_name,
                                                utc_now_iso()))
@@ -117,7 +125,7 @@ class InstanceMaintenance:
     # -- heartbeat and judging --------------------------------------------------------------
 
     async def heartbeat(self) -> None:
-        def beat(tx) -> None:
+        def beat(tx: Tx) -> None:
             if not tx.run("UPDATE instances SET heartbeat_at = clock_timestamp() WHERE id = ?", (self.instance_id,)):
                 # declared dead while we could not reach the database (our holds were released): register again
                 self._register(tx)
@@ -157,7 +165,7 @@ class InstanceMaintenance:
                 and time.monotonic() - self._last_beat <= MAX_BEAT_GAP_S
                 and self._last_beat - self._beating_since > DEAD_AFTER_S)
 
-    async def instances(self) -> list[dict]:
+    async def instances(self) -> list[dict[str, Any]]:
         return await self._read(lambda tx: tx.rows(
             "SELECT id, host, pid, started_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8"
             " AS heartbeat_age_s FROM instances ORDER BY started_at"))
@@ -176,7 +184,7 @@ class InstanceMaintenance:
             released += await self._maint(functools.partial(self._release_instance, row["id"], DEAD_AFTER_S))
         return released
 
-    def _release_instance(self, instance_id: str, silent_for: float, tx, *, certain: bool = False) -> int:
+    def _release_instance(self, instance_id: str, silent_for: float, tx: Tx, *, certain: bool = False) -> int:
         """Release the holds of an instance silent for ``silent_for`` s (the database's clock).
 
         ``certain``: it is known dead (its slot was reclaimed): its holds are released for
@@ -250,7 +258,7 @@ class InstanceMaintenance:
             return
         wanted = sorted(self._unknown)
 
-        def release(tx) -> list[str]:
+        def release(tx: Tx) -> list[str]:
             holds = tx.rows("DELETE FROM holds WHERE instance_id = ? AND request_id = ANY(?) RETURNING request_id,"
                             " account_id, key_id, amount_nano", (self.instance_id, wanted))
             for h in holds:

@@ -40,7 +40,7 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "
               "tcp_user_timeout": 10_000}
 
 
-def keepalives(url: str) -> dict:
+def keepalives(url: str) -> dict[str, Any]:
     """``KEEPALIVES`` less what the operator's URL sets itself (theirs wins)."""
     given = conninfo_to_dict(url)
     return {name: value for name, value in KEEPALIVES.items() if name not in given}
@@ -59,7 +59,7 @@ class PgTx:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
 
-    def rows(self, sql: str, args: Any = ()) -> list:
+    def rows(self, sql: str, args: Any = ()) -> list[Any]:
         return self.conn.execute(_pg(sql), args).fetchall()
 
     def one(self, sql: str, args: Any = ()) -> Any:
@@ -75,7 +75,7 @@ class LinkDown(Exception):
 
 class Link:
     def __init__(self, url: str, *, autocommit: bool, setup: Callable[[psycopg.Connection], None] | None = None,
-                 row_factory=None) -> None:
+                 row_factory: psycopg.rows.RowFactory[Any] | None = None) -> None:
         self.url = url
         self.autocommit = autocommit
         self.setup = setup  # run on every new connection (e.g. LISTEN)
@@ -101,7 +101,7 @@ class Link:
 
     def _work(self, fn: Callable[[psycopg.Connection], Any], timeout: float, fired: threading.Event) -> Any:
         if self.conn is None or self.conn.closed:
-            kwargs = {"row_factory": self.row_factory} if self.row_factory is not None else {}
+            kwargs: dict[str, Any] = {"row_factory": self.row_factory} if self.row_factory is not None else {}
             conn = psycopg.connect(self.url, autocommit=self.autocommit,
                                    connect_timeout=max(2, math.ceil(timeout)), **keepalives(self.url), **kwargs)
             try:

@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import time
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
 import psycopg
 import psycopg_pool
@@ -63,7 +63,9 @@ from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
     Job,
+    R,
     SQLStore,
+    Tx,
     account_from_row,
     instance_host,
     key_from_row,
@@ -115,7 +117,7 @@ class OutcomeUnknown(StoreUnavailable):
     """The database stopped answering after the work was sent: it may or may not have committed."""
 
 
-def migrate(url: str, folder=None) -> int:
+def migrate(url: str, folder: Traversable | None = None) -> int:
     """Apply every ``migrations/postgres/NNNN_*.sql`` not yet recorded, under an advisory lock:
     instances starting together on an empty database take turns, and the second finds the
     work done. A file runs when its own number is missing (not when it is above the
@@ -201,7 +203,8 @@ class PostgresStore(InstanceMaintenance, SQLStore):
 
     # -- primitives ---------------------------------------------------------------------
 
-    def _run(self, job: Job, deadline: float, one_statement: bool, statement_timeout_ms: int | None) -> Any:
+    def _run(self, job: Callable[[Tx], R], deadline: float, one_statement: bool,
+             statement_timeout_ms: int | None) -> R:
         """``job`` on a pool connection, in a worker thread; everything by ``deadline`` (``time.monotonic``).
 
         The pool's connection check and the job (its commit included) run under the
@@ -249,8 +252,8 @@ class PostgresStore(InstanceMaintenance, SQLStore):
                 conn.autocommit = False
             self.pool.putconn(conn)
 
-    async def _call(self, job: Job, queue: trio.CapacityLimiter, *, one_statement: bool = False,
-                    deadline_s: float | None = None, cancellable: bool = True) -> Any:
+    async def _call(self, job: Callable[[Tx], R], queue: trio.CapacityLimiter, *, one_statement: bool = False,
+                    deadline_s: float | None = None, cancellable: bool = True) -> R:
         """Run ``job`` on a pool connection, all of it (queue, pool, connection check, the
         statements) within ``deadline_s`` (``POOL_WAIT_S`` by default), or ``StoreUnavailable``.
 
@@ -282,11 +285,12 @@ class PostgresStore(InstanceMaintenance, SQLStore):
                 raise StoreUnavailable(f"PostgreSQL: {_first_line(e)}") from None
             finally:
                 queue.release()
+        raise AssertionError("unreachable: nothing cancels the shielding scope, so its block returned or raised")
 
-    async def _write(self, job: Job, *, deadline_s: float = WRITE_DEADLINE_S) -> Any:
+    async def _write(self, job: Callable[[Tx], R], *, deadline_s: float = WRITE_DEADLINE_S) -> R:
         return await self._call(job, self._requests, deadline_s=deadline_s, cancellable=False)
 
-    async def _read(self, job: Job, *, deadline_s: float = READ_DEADLINE_S) -> Any:
+    async def _read(self, job: Callable[[Tx], R], *, deadline_s: float = READ_DEADLINE_S) -> R:
         return await self._call(job, self._requests, deadline_s=deadline_s)
 
     async def ping(self) -> None:
@@ -296,7 +300,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
     def _is_unique_violation(self, error: Exception) -> bool:
         return isinstance(error, psycopg.errors.UniqueViolation)
 
-    def _lock_account_for_keys(self, tx: PgTx, account_id: str) -> None:
+    def _lock_account_for_keys(self, tx: Tx, account_id: str) -> None:
         tx.one("SELECT id FROM accounts WHERE id = ? FOR UPDATE", (account_id,))
 
     async def flush(self) -> None:
@@ -324,7 +328,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
     # -- directory ----------------------------------------------------------------------
 
     async def load_directory(self) -> tuple[list[Account], list[Key]]:
-        def read(tx: PgTx) -> tuple[list, list]:
+        def read(tx: Tx) -> tuple[list[Any], list[Any]]:
             accounts = [account_from_row(r, r["held_nano"])
                         for r in tx.rows(f"SELECT {ACCOUNT_COLUMNS}, held_nano FROM accounts")]
             keys = [key_from_row(r, r["held_nano"]) for r in tx.rows(
@@ -353,7 +357,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             account.total_paid_nano = row["total_paid_nano"]
         return account
 
-    def _credit_payment(self, account: Account, amount_nano: int, stored: dict) -> None:
+    def _credit_payment(self, account: Account, amount_nano: int, stored: dict[str, Any]) -> None:
         # the database is the truth; set, not add: the change feed may have reloaded the
         # account (payment included) before this runs
         account.credit_nano, account.total_paid_nano = stored["credit_nano"], stored["total_paid_nano"]
@@ -447,7 +451,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
                 delay = min(delay * 2, 4.0)
 
     @staticmethod
-    def _apply_settled(hold: Hold, row: dict) -> None:
+    def _apply_settled(hold: Hold, row: dict[str, Any]) -> None:
         if not row["settled"]:
             return  # an earlier attempt had settled it
         hold.key.spent_nano, hold.key.held_nano, hold.key.last_used_at = (
@@ -456,7 +460,8 @@ class PostgresStore(InstanceMaintenance, SQLStore):
 
     # -- changes and rate limits ----------------------------------------------------------
 
-    async def follow_changes(self, apply, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def follow_changes(self, apply: Callable[[Change], Awaitable[None]], *,
+                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """``await apply(Change)`` for every account or key whose rules another instance (or this
         one) changed: LISTEN on ``pg_changes``, which triggers NOTIFY at commit.
 
@@ -502,13 +507,13 @@ class PostgresStore(InstanceMaintenance, SQLStore):
         """Admit and record one request of ``account_id`` on ``model_id`` (None), or the seconds
         until a slot frees: a sliding log in one row, under its row lock, by the database's clock."""
 
-        def take(tx: PgTx) -> float | None:
+        def take(tx: Tx) -> float | None:
             tx.run("INSERT INTO rate_windows (account_id, model_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                    (account_id, model_id))
             row = tx.one("SELECT times, extract(epoch FROM clock_timestamp())::float8 AS now FROM rate_windows"
                          " WHERE account_id = ? AND model_id = ? FOR UPDATE", (account_id, model_id))
-            now = row["now"]
-            times = [t for t in row["times"] if t > now - window_s]
+            now: float = row["now"]
+            times: list[float] = [t for t in row["times"] if t > now - window_s]
             if len(times) >= requests:
                 if len(times) != len(row["times"]):
                     tx.run("UPDATE rate_windows SET times = ? WHERE account_id = ? AND model_id = ?",
@@ -522,10 +527,10 @@ class PostgresStore(InstanceMaintenance, SQLStore):
 
     # -- audit --------------------------------------------------------------------------
 
-    async def audit(self, accounts: Iterable[Account] = (), keys: Iterable[Key] = ()) -> dict:
+    async def audit(self, accounts: Iterable[Account] = (), keys: Iterable[Key] = ()) -> dict[str, Any]:
         """The invariant from the database alone, in one snapshot (right while traffic flows)."""
 
-        def read(tx: PgTx) -> dict:
+        def read(tx: Tx) -> dict[str, Any]:
             tx.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             sums = self._audit_sums(tx)
             stored = [AuditAccount(r["id"], r["email"], r["credit_nano"], r["total_paid_nano"], r["held_nano"])
@@ -590,3 +595,9 @@ def _first_line(error: BaseException) -> str:
 def _where(url: str) -> str:
     """host:port/db of a URL, never its password."""
     return url.rsplit("@", 1)[-1].split("://", 1)[-1].split("?", 1)[0]
+
+
+if TYPE_CHECKING:  # mypy holds this store to the whole contract (gatewayd.store.contract)
+    from gatewayd.store.contract import Store
+
+    _keeps_the_contract: type[Store] = PostgresStore

@@ -14,7 +14,10 @@ The jobs here take a ``Tx`` (``gatewayd.store.sql``): the same SQL on both store
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:
+    from gatewayd.store.sql import Tx
 
 FIELDS = ("attempts", "window_start", "locked_until", "lockouts", "last_at")
 
@@ -28,10 +31,11 @@ _LOCK_ROW = (
 _WRITE_ROW = ("UPDATE signin_attempts SET attempts = ?, window_start = ?, locked_until = ?, lockouts = ?, last_at = ?"
               " WHERE bucket = ?")
 
-Decide = Callable[[dict[str, dict]], tuple[dict[str, dict], Any]]
+BucketStates = dict[str, dict[str, Any]]  # bucket -> its row (FIELDS)
+Decide = Callable[[BucketStates], tuple[BucketStates, Any]]
 
 
-def take(tx, buckets: Iterable[str], now: float, decide: Decide) -> Any:
+def take(tx: Tx, buckets: Iterable[str], now: float, decide: Decide) -> Any:
     """Lock each bucket's row, let ``decide(states) -> (new states, result)`` judge, write, return result."""
     states = {}
     for bucket in sorted(set(buckets)):
@@ -44,7 +48,7 @@ def take(tx, buckets: Iterable[str], now: float, decide: Decide) -> Any:
     return result
 
 
-def settle_success(tx, cleared: Iterable[str], refunded: Iterable[str]) -> None:
+def settle_success(tx: Tx, cleared: Iterable[str], refunded: Iterable[str]) -> None:
     """A successful sign-in: ``cleared`` buckets start over (lockouts forgiven too); each of
     ``refunded`` gives back the attempt it lent (an address is not held to its successes)."""
     cleared, refunded = set(cleared), set(refunded) - set(cleared)
@@ -55,7 +59,7 @@ def settle_success(tx, cleared: Iterable[str], refunded: Iterable[str]) -> None:
             tx.run("UPDATE signin_attempts SET attempts = attempts - 1 WHERE bucket = ? AND attempts > 0", (bucket,))
 
 
-def forget(tx, quiet_since: float, now: float, *, skip_locked: bool) -> int:
+def forget(tx: Tx, quiet_since: float, now: float, *, skip_locked: bool) -> int:
     """Delete the buckets with no attempt since ``quiet_since`` and no lockout running.
     ``skip_locked`` (PostgreSQL): rows an attempt holds are left for next time, so this
     never waits on an attempt that might be waiting on it."""

@@ -15,13 +15,15 @@ import datetime as dt
 import ipaddress
 import os
 import socket
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 import orjson
 
 from gatewayd.money import MAX_PAID_NANO
 from gatewayd.records import Account, Key, expiry_instant, new_id, utc_now_iso
 from gatewayd.store.audit import NAMED_AT_MOST, over_hold_condition
+from gatewayd.store.signin_attempts import Decide
+from gatewayd.store.usage_queries import UsageFilter
 from gatewayd.store.base import (
     USAGE_FIELDS,
     EmailTaken,
@@ -47,12 +49,13 @@ KEY_COLUMNS = (
 
 
 class Tx(Protocol):
-    def rows(self, sql: str, args: Any = ()) -> list: ...
+    def rows(self, sql: str, args: Any = ()) -> list[Any]: ...
     def one(self, sql: str, args: Any = ()) -> Any: ...
     def run(self, sql: str, args: Any = ()) -> int: ...
 
 
 Job = Callable[[Tx], Any]
+R = TypeVar("R")  # what a job returns, and so its _read / _write
 
 
 def account_from_row(row: Any, held_nano: int = 0) -> Account:
@@ -96,7 +99,7 @@ def key_from_row(row: Any, held_nano: int = 0) -> Key:
     return key
 
 
-def key_params(key: Key) -> tuple:
+def key_params(key: Key) -> tuple[Any, ...]:
     """The editable fields of a key as stored: name, limit, expiry, models, IPs, group, concurrency cap."""
     return (
         key.name,
@@ -109,7 +112,7 @@ def key_params(key: Key) -> tuple:
     )
 
 
-def usage_where(query: UsageQuery) -> tuple[str, list]:
+def usage_where(query: UsageQuery) -> tuple[str, list[Any]]:
     """Always scoped by account first: no filter can reach another account's rows."""
     clauses, args = ["account_id = ?"], [query.account_id]
     for column, op, value in (("key_id", "=", query.key_id), ("model", "=", query.model),
@@ -133,14 +136,17 @@ class SQLStore:
 
     kind = "sql"
     instance_id: str
-    # True while this instance must start no upstream work (PostgreSQL: its lease may have run
-    # out, see pg_instances); one process alone on its database is never fenced
-    fenced = False
 
-    async def _write(self, job: Job) -> Any:  # pragma: no cover - provided by each store
+    @property
+    def fenced(self) -> bool:
+        """True while this instance must start no upstream work (PostgreSQL: its lease may have
+        run out, see pg_instances); one process alone on its database is never fenced."""
+        return False
+
+    async def _write(self, job: Callable[[Tx], R]) -> R:  # pragma: no cover - provided by each store
         raise NotImplementedError
 
-    async def _read(self, job: Job) -> Any:  # pragma: no cover - provided by each store
+    async def _read(self, job: Callable[[Tx], R]) -> R:  # pragma: no cover - provided by each store
         raise NotImplementedError
 
     def _is_unique_violation(self, error: Exception) -> bool:  # pragma: no cover - provided by each store
@@ -205,7 +211,7 @@ class SQLStore:
         if not 0 < amount_nano <= MAX_PAID_NANO:
             raise PaymentTooLarge(0)
 
-        def insert(tx: Tx) -> tuple[Payment, dict]:
+        def insert(tx: Tx) -> tuple[Payment, dict[str, Any]]:
             # the bound is in the UPDATE itself, so it holds against payments made at the same time
             # on another instance: past MAX_PAID_NANO the 64-bit sums of the audit would overflow
             paid = tx.rows("UPDATE accounts SET credit_nano = credit_nano + ?, total_paid_nano = total_paid_nano + ?"
@@ -222,7 +228,7 @@ class SQLStore:
         self._credit_payment(account, amount_nano, stored)
         return payment
 
-    def _credit_payment(self, account: Account, amount_nano: int, stored: dict) -> None:
+    def _credit_payment(self, account: Account, amount_nano: int, stored: dict[str, Any]) -> None:
         """Show a payment on the cached account: ``stored`` has the row's new credit and total."""
         raise NotImplementedError  # pragma: no cover - each store says where its truth is
 
@@ -274,7 +280,8 @@ class SQLStore:
 
         def update(tx: Tx) -> str:
             tx.run("UPDATE keys SET status = ? WHERE id = ? AND status != 'deleted'", (status, key_id))
-            return tx.one("SELECT status FROM keys WHERE id = ?", (key_id,))["status"]
+            stored: str = tx.one("SELECT status FROM keys WHERE id = ?", (key_id,))["status"]
+            return stored
 
         return await self._write(update)
 
@@ -311,13 +318,14 @@ class SQLStore:
             f"SELECT {USAGE_COLUMNS} FROM usage WHERE {where} ORDER BY id DESC LIMIT ?", (*args, limit)))
         return [UsageRow.from_row(r) for r in rows]
 
-    async def usage_export(self, where, *, before_id: int | None, limit: int) -> tuple[list[dict], int | None]:
+    async def usage_export(self, where: UsageFilter, *, before_id: int | None,
+                           limit: int) -> tuple[list[dict[str, Any]], int | None]:
         """``usage_queries.usage_page``: a keyset page of any filter (the admin API's usage and export)."""
         from gatewayd.store.usage_queries import usage_page
 
         return await self._read(lambda tx: usage_page(tx, where, before_id=before_id, limit=limit))
 
-    async def usage_report(self, where) -> dict:
+    async def usage_report(self, where: UsageFilter) -> dict[str, Any]:
         """``usage_queries.usage_report``: requests, tokens and cost per model, per key and in total."""
         from gatewayd.store.usage_queries import usage_report
 
@@ -348,7 +356,8 @@ class SQLStore:
         def get(tx: Tx) -> str:
             tx.run("INSERT INTO settings (name, value) VALUES ('console_secret', ?) ON CONFLICT (name) DO NOTHING",
                    (candidate,))
-            return tx.one("SELECT value FROM settings WHERE name = 'console_secret'")["value"]
+            secret: str = tx.one("SELECT value FROM settings WHERE name = 'console_secret'")["value"]
+            return secret
 
         return await self._write(get)
 
@@ -367,7 +376,7 @@ class SQLStore:
             "SELECT 1 AS ended FROM ended_sessions WHERE session_id = ? AND until_epoch > ?", (session_id, now)))
         return row is not None
 
-    async def take_signin_attempt(self, buckets: Iterable[str], now: float, decide) -> Any:
+    async def take_signin_attempt(self, buckets: Iterable[str], now: float, decide: Decide) -> Any:
         """``signin_attempts.take``: an attempt counted in every bucket before its password is
         checked, in one transaction (``decide`` is the throttle's policy)."""
         from gatewayd.store import signin_attempts
@@ -418,7 +427,7 @@ class SQLStore:
 
     # -- audit ------------------------------------------------------------------------
 
-    def _audit_sums(self, tx: Tx) -> dict:
+    def _audit_sums(self, tx: Tx) -> dict[str, Any]:
         def sums(sql: str) -> dict[str, int]:
             return {r["id"]: int(r["total"]) for r in tx.rows(sql)}
 

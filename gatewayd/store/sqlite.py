@@ -34,20 +34,22 @@ import os
 import sqlite3
 import time
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
 import trio
 
 from gatewayd.local_files import check_database_files, open_nofollow
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
-from gatewayd.store.base import Hold, Refusal, Settlement, StoreError
+from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreError
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
-    Job,
     SQLStore,
+    R,
+    Tx,
     account_from_row,
     key_from_row,
     new_instance_id,
@@ -59,7 +61,7 @@ HOLD_FLUSH_INTERVAL_S = 0.2
 HEARTBEAT_INTERVAL_S = 5.0
 
 
-def migrate(conn: sqlite3.Connection, folder=None) -> int:
+def migrate(conn: sqlite3.Connection, folder: Traversable | None = None) -> int:
     """Apply every ``migrations/NNNN_*.sql`` not yet recorded, in order; returns the highest version.
 
     Each applied version has its own row, and a file is applied when *its* number is
@@ -114,7 +116,7 @@ class SQLiteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
-    def rows(self, sql: str, args: Any = ()) -> list:
+    def rows(self, sql: str, args: Any = ()) -> list[Any]:
         return self.conn.execute(sql, args).fetchall()
 
     def one(self, sql: str, args: Any = ()) -> Any:
@@ -161,7 +163,7 @@ class SQLiteStore(SQLStore):
             setup.close()
         self.writer = BatchWriter(path)
         self.instance_id = new_instance_id()
-        self._unflushed: dict[str, tuple] = {}  # request_id -> hold row not yet queued for the database
+        self._unflushed: dict[str, tuple[Any, ...]] = {}  # request_id -> hold row not yet queued for the database
         self._closed = False
         host, pid = process_identity()
         now = time.time()
@@ -171,17 +173,19 @@ class SQLiteStore(SQLStore):
 
     # -- primitives ---------------------------------------------------------------------
 
-    async def write(self, job) -> Any:
+    async def write(self, job: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``job(conn)`` (a raw sqlite3 job) in this tick's batch and wait for its commit."""
         return await self.writer.write(job)
 
-    async def _write(self, job: Job) -> Any:
-        return await self.writer.write(lambda conn: job(SQLiteTx(conn)))
+    async def _write(self, job: Callable[[Tx], R]) -> R:
+        result: R = await self.writer.write(lambda conn: job(SQLiteTx(conn)))
+        return result
 
-    async def _read(self, job: Job) -> Any:
-        return await self.writer.read(lambda conn: job(SQLiteTx(conn)))
+    async def _read(self, job: Callable[[Tx], R]) -> R:
+        result: R = await self.writer.read(lambda conn: job(SQLiteTx(conn)))
+        return result
 
-    def read_blocking(self, fn) -> Any:
+    def read_blocking(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         return self.writer.read_blocking(fn)
 
     def _is_unique_violation(self, error: Exception) -> bool:
@@ -207,7 +211,7 @@ class SQLiteStore(SQLStore):
     # -- directory ----------------------------------------------------------------------
 
     async def load_directory(self) -> tuple[list[Account], list[Key]]:
-        def read(tx: SQLiteTx) -> tuple[list, list]:
+        def read(tx: Tx) -> tuple[list[Any], list[Any]]:
             accounts = [account_from_row(r) for r in tx.rows(f"SELECT {ACCOUNT_COLUMNS} FROM accounts")]
             keys = [key_from_row(r) for r in tx.rows(
                 f"SELECT {KEY_COLUMNS} FROM keys k JOIN accounts a ON a.id = k.account_id")]
@@ -229,7 +233,7 @@ class SQLiteStore(SQLStore):
         """This process is the only one moving money: the cached object is the truth."""
         return account
 
-    def _credit_payment(self, account: Account, amount_nano: int, stored: dict) -> None:
+    def _credit_payment(self, account: Account, amount_nano: int, stored: dict[str, Any]) -> None:
         # the cached object is the truth (charges reach the file later, in the writer's queue)
         account.credit_nano += amount_nano
         account.total_paid_nano += amount_nano
@@ -334,7 +338,8 @@ class SQLiteStore(SQLStore):
             conn.execute("DELETE FROM instances WHERE id != ?", (self.instance_id,))
             return len(rows)
 
-        return await self.writer.write(job)
+        released: int = await self.writer.write(job)
+        return released
 
     async def maintain(self) -> None:
         """Forever: write the rows of holds open longer than ``HOLD_FLUSH_INTERVAL_S``; heartbeat."""
@@ -346,7 +351,8 @@ class SQLiteStore(SQLStore):
                 last_beat = time.monotonic()
                 await self.heartbeat()
 
-    async def follow_changes(self, apply, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def follow_changes(self, apply: Callable[[Change], Awaitable[None]], *,
+                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Changes made by other instances: none, since one process serves the file and every
         change is made (and applied to its cache) in it. Returns only when cancelled."""
         task_status.started()
@@ -354,13 +360,13 @@ class SQLiteStore(SQLStore):
 
     # -- audit --------------------------------------------------------------------------
 
-    async def audit(self, accounts: Iterable[Account], keys: Iterable[Key]) -> dict:
+    async def audit(self, accounts: Iterable[Account], keys: Iterable[Key]) -> dict[str, Any]:
         """Stored ledger vs payments/usage rows, and this process's memory (the holds) vs the rows."""
         await self.flush()
         cached_accounts = {a.id: a for a in accounts}
         cached_keys = {k.id: k for k in keys}
 
-        def read(tx: SQLiteTx) -> dict:
+        def read(tx: Tx) -> dict[str, Any]:
             sums = self._audit_sums(tx)
             stored = []
             for r in tx.rows("SELECT id, email, credit_nano, total_paid_nano FROM accounts ORDER BY created_at"):
@@ -370,10 +376,16 @@ class SQLiteStore(SQLStore):
                                            cached.credit_nano if cached else None))
             stored_keys = []
             for r in tx.rows("SELECT id, spent_nano, spend_limit_nano FROM keys ORDER BY created_at"):
-                cached = cached_keys.get(r["id"])
+                cached_key = cached_keys.get(r["id"])
                 stored_keys.append(AuditKey(r["id"], r["spent_nano"], r["spend_limit_nano"],
-                                            cached.held_nano if cached else 0,
-                                            cached.spent_nano if cached else None))
+                                            cached_key.held_nano if cached_key else 0,
+                                            cached_key.spent_nano if cached_key else None))
             return build_audit(sums, stored, stored_keys)
 
         return await self._read(read)
+
+
+if TYPE_CHECKING:  # mypy holds this store to the whole contract (gatewayd.store.contract)
+    from gatewayd.store.contract import Store
+
+    _keeps_the_contract: type[Store] = SQLiteStore

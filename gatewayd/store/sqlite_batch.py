@@ -59,7 +59,8 @@ class BatchWriter:
 
     async def write(self, job: Job) -> Any:
         """Run ``job(conn)`` in this tick's batch and wait for its commit."""
-        pending = _Pending(job, trio.Event())
+        committed = trio.Event()
+        pending = _Pending(job, committed)
         self._pending.append(pending)
         if not self._committing:
             self._committing = True
@@ -73,7 +74,7 @@ class BatchWriter:
             finally:
                 self._committing = False
         else:
-            await pending.event.wait()
+            await committed.wait()
         if pending.error is not None:
             raise pending.error
         return pending.result

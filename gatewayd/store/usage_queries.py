@@ -32,7 +32,7 @@ class UsageFilter:
     since: str | None = None  # UTC ISO, inclusive
     until: str | None = None  # UTC ISO, exclusive
 
-    def where(self) -> tuple[str, list]:
+    def where(self) -> tuple[str, list[Any]]:
         clauses, args = [], []
         for column, value in (("account_id", self.account_id), ("key_id", self.key_id), ("model", self.model),
                               ("status", self.status)):
@@ -48,7 +48,7 @@ class UsageFilter:
         return (" AND ".join(clauses) or "TRUE"), args
 
 
-def usage_row(row: Any) -> dict:
+def usage_row(row: Any) -> dict[str, Any]:
     doc = {name: row[name] for name in USAGE_COLUMNS}
     doc["stream"] = bool(doc["stream"])
     doc["breakdown"] = parse_breakdown(doc["breakdown"])  # the document, not its text (None on older rows)
@@ -56,7 +56,7 @@ def usage_row(row: Any) -> dict:
 
 
 def usage_page(tx: Any, where: UsageFilter, *, before_id: int | None, limit: int
-               ) -> tuple[list[dict], int | None]:
+               ) -> tuple[list[dict[str, Any]], int | None]:
     """Up to ``limit`` rows older than ``before_id`` (newest first), and the cursor of the next page."""
     sql, args = where.where()
     if before_id is not None:
@@ -74,7 +74,7 @@ _SUMS = ("count(*) AS requests, coalesce(sum(input_tokens), 0) AS input_tokens,"
          " coalesce(sum(cache_write_tokens), 0) AS cache_write_tokens, coalesce(sum(cost_nano), 0) AS cost_nano")
 
 
-def usage_report(tx: Any, where: UsageFilter) -> dict:
+def usage_report(tx: Any, where: UsageFilter) -> dict[str, Any]:
     """Requests, tokens and cost summed per model, per key, and in total."""
     sql, args = where.where()
     by_model = tx.rows(
@@ -86,7 +86,7 @@ def usage_report(tx: Any, where: UsageFilter) -> dict:
     return {"by_model": [_ints(r) for r in by_model], "by_key": [_ints(r) for r in by_key], "total": _ints(total)}
 
 
-def _ints(row: Any) -> dict:
+def _ints(row: Any) -> dict[str, Any]:
     """Sums as plain ints (PostgreSQL's sum() of bigint is numeric)."""
     return {name: int(row[name]) if name not in ("model", "account_id", "key_id") else row[name]
             for name in row.keys()}
