@@ -340,7 +340,8 @@ def _providers(raw: Any) -> dict[str, Provider]:
         name = s.str("name")
         if name in providers:
             raise ConfigError(f"providers[{i}].name: duplicate provider {name!r}")
-        base_url = s.str("base_url").rstrip("/")
+        base_url = (s.str("base_url", None) or adapters.default_base_url(protocol, s.table)
+                    or s.str("base_url")).rstrip("/")
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
         api_key = s.str("api_key", None)

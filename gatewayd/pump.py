@@ -31,7 +31,6 @@ from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.tab import Outcome, Tab
 from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import GatewayError, UpstreamError, our_fault
-from gatewayd.formats.sse import SSESplitter
 from gatewayd.providers.base import Route
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ class StreamPump:
         self.tab = tab
         self.target = target
         self.pipe = route.make_pipe()
-        self.splitter = SSESplitter()
+        self.splitter = route.make_splitter()  # SSE, or Bedrock's event stream
         self.chunks = response.aiter_raw()
         self.started = False  # bytes reached (were yielded towards) the client
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gatewayd.providers import anthropic, azure_openai, gemini, openai
+from gatewayd.providers import anthropic, azure_openai, bedrock, gemini, openai
 from gatewayd.providers.base import Builder, SettingError
 
 __all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "builder", "client_formats", "default_family",
@@ -24,6 +24,7 @@ ADAPTERS = {
     "anthropic": anthropic,
     "azure-openai": azure_openai,
     "gemini": gemini,
+    "bedrock": bedrock,
 }
 
 CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings")
@@ -52,6 +53,13 @@ def sim_base_path(protocol: str) -> str:
 def provider_keys(protocol: str) -> frozenset[str]:
     """The ``[[providers]]`` keys only ``protocol`` takes (beyond name, protocol, base_url and the key)."""
     return getattr(ADAPTERS[protocol], "PROVIDER_KEYS", frozenset())
+
+
+def default_base_url(protocol: str, table: Mapping[str, Any]) -> str | None:
+    """The ``base_url`` a ``[[providers]]`` table of ``protocol`` gets when it sets none
+    (Bedrock's regional endpoint); None: the key is required."""
+    default = getattr(ADAPTERS[protocol], "default_base_url", None)
+    return default(table) if default is not None else None
 
 
 def provider_settings(protocol: str, table: Mapping[str, Any]) -> dict[str, Any]:
