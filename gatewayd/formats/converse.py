@@ -199,7 +199,9 @@ class ConverseToMessagesStream:
             self._started = True
             out.append(("message_start", {"type": "message_start", "message": {
                 "id": self.message_id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-                "stop_reason": None, "stop_sequence": None}}))
+                "stop_reason": None, "stop_sequence": None,
+                # Converse reports usage only at the end (metadata): zeros here, as SDKs require the field
+                "usage": {"input_tokens": 0, "output_tokens": 0}}}))
 
     def feed(self, name: str | None, data: dict) -> list[tuple[str, dict]]:
         out: list[tuple[str, dict]] = []
