@@ -340,10 +340,7 @@ def _providers(raw: Any) -> dict[str, Provider]:
         name = s.str("name")
         if name in providers:
             raise ConfigError(f"providers[{i}].name: duplicate provider {name!r}")
-        base_url = (s.str("base_url", None) or adapters.default_base_url(protocol, s.table)
-                    or s.str("base_url")).rstrip("/")
-        if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
+        base_url = s.str("base_url", None)
         api_key = s.str("api_key", None)
         key_env = s.str("api_key_env", None)
         if api_key is None and key_env is not None:
@@ -352,6 +349,10 @@ def _providers(raw: Any) -> dict[str, Provider]:
             settings = adapters.provider_settings(protocol, s.table)
         except adapters.SettingError as e:
             raise ConfigError(f"providers[{i}].{e.key}: {e.problem}") from None
+        # checked after the protocol's own keys: a default base_url (Bedrock's) is made from them
+        base_url = (base_url or adapters.default_base_url(protocol, s.table) or s.str("base_url")).rstrip("/")
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
         providers[name] = Provider(name=name, protocol=protocol, base_url=base_url, api_key=api_key,
                                    settings=settings)
     return providers
