@@ -120,7 +120,8 @@ class Config:
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
         Each protocol's adapter says where under the simulator its API lives."""
         providers = {
-            name: attrs.evolve(p, base_url=sim_url + adapters.sim_base_path(p.protocol), api_key="sim-key")
+            name: attrs.evolve(p, base_url=sim_url + adapters.sim_base_path(p.protocol), api_key="sim-key",
+                               settings=adapters.sim_settings(p.protocol, p.settings))
             for name, p in self.providers.items()
         }
         models = {
@@ -440,7 +441,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 if "embeddings" not in adapters.client_formats(route.provider.protocol):
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
-        base = _rates(s, anthropic_defaults=routes[0].provider.protocol == "anthropic")
+        base = _rates(s, anthropic_defaults=adapters.anthropic_rates(routes[0].provider.protocol, routes[0].upstream_id))
         models[model_id] = Model(
             id=model_id,
             routes=routes,

@@ -76,7 +76,6 @@ input_price = 3.00
 output_price = 15.00
 cached_input_price = 0.30
 cache_write_price = 3.75
-cache_write_1h_price = 6.00
 max_output_tokens = 64000
 
 [[models]]

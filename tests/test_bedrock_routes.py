@@ -213,3 +213,19 @@ def test_cli_prints_one_line_and_exits_2_for_an_unset_credential_variable(tmp_pa
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip().splitlines() == [
         "gatewayd: config error: providers[0].aws_access_key_id_env: environment variable T_UNSET_ID is not set"]
+
+
+async def test_demo_signs_with_the_simulators_keys(world):
+    """``--demo`` points Bedrock at the simulator and signs with its key pair, which the
+    simulator's SigV4 check accepts."""
+    from gatewayd.providers.bedrock import _request
+    from gatewayd.sim import bedrock as sim_bedrock
+
+    relay, *_ = world
+    config = relay.config.with_simulator("http://127.0.0.1:9")
+    target = config.models["solo"].routes[0]
+    assert target.provider.base_url == "http://127.0.0.1:9/bedrock"
+    request = _request(Upstream(connect_timeout_s=1, stream_idle_timeout_s=1), target, b"{}", "invoke", stream=False)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    assert sim_bedrock.check_signature("POST", request.url.raw_path.decode(), "", headers, b"{}") is None
+    assert request.url.raw_path == b"/bedrock/model/anthropic.claude-x-v1%3A0/invoke"

@@ -53,7 +53,8 @@ from gatewayd.providers.anthropic import DEFAULT_TRANSLATED_MAX_TOKENS, answer_u
 from gatewayd.providers.base import Call, Route, SettingError, dropped_tools_headers, encode_body, translate, with_changes
 from gatewayd.providers.bedrock_auth import AwsAuth
 
-__all__ = ["PROVIDER_KEYS", "ROUTES", "SIM_BASE_PATH", "default_base_url", "provider_settings", "uses_invoke"]
+__all__ = ["PROVIDER_KEYS", "ROUTES", "SIM_BASE_PATH", "default_base_url", "provider_settings", "sim_settings",
+           "uses_invoke"]
 
 SIM_BASE_PATH = "/bedrock"  # where the simulator serves this protocol (``--demo``)
 BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
@@ -71,6 +72,16 @@ def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
     return {"region": region, "auth": AwsAuth.from_table(table, region)}
 
 
+def sim_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``--demo``: signed with the simulator's own access key and secret."""
+    from botocore.credentials import Credentials
+
+    from gatewayd.sim.bedrock import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+
+    region = settings["region"]
+    return {**settings, "auth": AwsAuth(region=region, source=Credentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY))}
+
+
 def default_base_url(table: Mapping[str, Any]) -> str | None:
     region = table.get("region")
     return f"https://bedrock-runtime.{region}.amazonaws.com" if isinstance(region, str) else None
@@ -79,6 +90,9 @@ def default_base_url(table: Mapping[str, Any]) -> str | None:
 def uses_invoke(upstream_id: str) -> bool:
     """Anthropic models (and their inference profiles) take InvokeModel; the rest Converse."""
     return "anthropic." in upstream_id
+
+
+serves_claude = uses_invoke  # Claude on Bedrock bills cache writes by Anthropic's rule (1.25x, 1h 2x)
 
 
 def _request(upstream, target: ModelRoute, body: bytes, action: str, *, stream: bool):
