@@ -31,6 +31,7 @@ from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.tab import Outcome, Tab
 from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import GatewayError, UpstreamError, our_fault
+from gatewayd.formats.errors import InvalidAnswer
 from gatewayd.providers.base import Route
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ class StreamPump:
                     return
                 budget -= len(chunk)
                 self.pipe.feed(self.splitter.feed(chunk))
-        except (httpx.HTTPError, UpstreamError, orjson.JSONDecodeError):
+        except (httpx.HTTPError, UpstreamError, orjson.JSONDecodeError, InvalidAnswer):
             return  # the provider broke off or timed out: the usage seen so far, then the fallback
 
     async def _settle(self, status: Outcome) -> None:

@@ -10,9 +10,11 @@ logged (tests/sim/provider_bill.py), cache reads and both write TTLs included.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -339,3 +341,34 @@ def test_a_bedrock_api_key_is_sent_as_bearer(gateway, sim, funded):
     received = sim.last_request(marker)
     assert received["headers"]["authorization"] == f"Bearer {sim_bedrock.API_KEY}"
     assert received["path"] == "/bedrock/model/global.anthropic.claude-haiku-4-5-20251001-v1:0/invoke"  # the log shows the path decoded
+
+
+@pytest.mark.parametrize("path, model", [("/v1/messages", CLAUDE), ("/v1/chat/completions", CLAUDE),
+                                         ("/v1/chat/completions", NOVA)])
+def test_a_client_that_leaves_mid_stream_pays_the_providers_bill(gateway, sim, funded, path, model):
+    """The pump reads the Bedrock stream on to its usage (message_delta / Converse metadata)."""
+    account, _, secret = funded
+    marker = tag()
+    text = f"long {marker} [[sim:words=200]] [[sim:fault=chunk_delay_ms:10]]"
+    body = ({"model": model, "max_tokens": 1000, "stream": True, "messages": [{"role": "user", "content": text}]}
+            if path == "/v1/messages" else {"model": model, "stream": True,
+                                            "messages": [{"role": "user", "content": text}]})
+    got = b""
+    with httpx.Client(timeout=15) as http:
+        with http.stream("POST", gateway.url + path, json=body, headers={"authorization": f"Bearer {secret}"}) as r:
+            assert r.status_code == 200
+            for chunk in r.iter_raw():
+                got += chunk
+                if got.count(b"\n\n") >= 6:
+                    break
+    for _ in range(100):  # the gateway settles once it has read the provider's stream to its end
+        rows = gateway.admin.usage(account["id"])
+        if rows and rows[0]["status"] != "pending":
+            break
+        time.sleep(0.1)
+    [row] = rows
+    entry = sim.last_request(marker)
+    assert entry["cancelled"] is False and row["status"] == "client_disconnected"
+    kind = "converse" if model == NOVA else "messages"
+    assert row["cost_nano"] == provider_bill(kind, entry["answer"], PRICES[model])
+    assert row["output_tokens"] == 200

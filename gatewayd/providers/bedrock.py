@@ -37,7 +37,6 @@ from gatewayd.billing.features import messages_asks, messages_changes, require_p
 from gatewayd.catalogue import Model, ModelRoute
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
 from gatewayd.formats import pipes
-from gatewayd.formats.chat_to_messages import chat_request_to_messages
 from gatewayd.formats.converse import (
     ConverseToMessagesStream, converse_response_to_message, encode_event, messages_request_to_converse,
 )
@@ -49,7 +48,8 @@ from gatewayd.formats.responses_output import envelope
 from gatewayd.formats.sse import SSEEvent
 from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPipe, tell_cache_writes
 from gatewayd.formats.usage import from_message
-from gatewayd.providers.anthropic import DEFAULT_TRANSLATED_MAX_TOKENS, answer_usage, produced_usage
+# the chat -> messages step and the answer's usage are the Anthropic route's own rules
+from gatewayd.providers.anthropic import _to_messages, answer_usage, produced_usage
 from gatewayd.providers.base import Call, Route, SettingError, dropped_tools_headers, encode_body, translate, with_changes
 from gatewayd.providers.bedrock_auth import AwsAuth
 
@@ -141,16 +141,6 @@ def chat_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
 
 
 # -- the messages body both APIs start from ------------------------------------------------
-
-
-def _to_messages(chat_body: dict, model: Model, target: ModelRoute) -> dict:
-    """A chat body as a messages body (capped, priced): as on the Anthropic route."""
-    default_max = min(model.max_output_tokens, DEFAULT_TRANSLATED_MAX_TOKENS)
-    body = translate(chat_request_to_messages, chat_body, upstream_model=target.upstream_id,
-                     default_max_tokens=default_max)
-    body.update(messages_changes(body, model))
-    require_prices(model, messages_asks(body, model))
-    return body
 
 
 def _invoke_body(body: dict) -> bytes:
