@@ -441,7 +441,8 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 if "embeddings" not in adapters.client_formats(route.provider.protocol):
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
-        base = _rates(s, anthropic_defaults=adapters.anthropic_rates(routes[0].provider.protocol, routes[0].upstream_id))
+        first = routes[0]
+        base = _rates(s, anthropic_defaults=adapters.anthropic_rates(first.provider.protocol, first.upstream_id))
         models[model_id] = Model(
             id=model_id,
             routes=routes,

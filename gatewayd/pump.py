@@ -139,10 +139,14 @@ class StreamPump:
             except (AttemptFailed, GatewayError):
                 raise  # decided above (a refusal before any byte, or the shutdown cut): not a fault
             except UpstreamError as e:
-                # a pipe raises it only for a refusal in the first event (a blocked prompt), before
-                # any byte reached the client: answered as the provider's error, nothing charged
+                # a pipe or splitter raises it only for a refusal in the first event (a blocked
+                # prompt; Bedrock's exception frame), before any byte reached the client: answered as
+                # the provider's error, nothing charged; a 429 or 5xx gives way to the next route,
+                # as that status on the status line would
                 status = Outcome.UPSTREAM_ERROR
-                raise AttemptFailed(None, status.value, upstream=e, retryable=False,
+                retryable = e.status == 429 or e.status >= 500
+                raise AttemptFailed(None, status.value, upstream=e, retryable=retryable,
+                                    retry_after_s=self.route.retry_after(e) if retryable else None,
                                     reason=f"refused: {e.message(for_operator=True)[:200]}") from None
             except httpx.ReadTimeout:
                 status = Outcome.IDLE_TIMEOUT

@@ -70,6 +70,17 @@ async def _body(data: bytes):
     yield data
 
 
+def _events(text: str) -> list[dict]:
+    """An Anthropic stream saying ``text``: 10 tokens in, 5 out."""
+    return [{"type": "message_start", "message": {**MESSAGE, "content": [], "usage": {
+        "input_tokens": 10, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}},
+        {"type": "message_stop"}]
+
+
 class Clouds:
     def __init__(self) -> None:
         self.bedrock = "ok"  # "ok" | "throttle" | "throttle_after_30s" | "stream_throttle"
@@ -78,6 +89,10 @@ class Clouds:
     async def handle(self, request: httpx.Request) -> httpx.Response:
         host = request.url.host
         self.seen.append(host.split(".")[0])
+        if host == "k.test" and orjson.loads(request.content).get("stream"):
+            return httpx.Response(200, content=_body(b"".join(
+                b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n"
+                for e in _events("from anthropic"))))
         if host == "k.test":
             return httpx.Response(200, content=_body(orjson.dumps({**MESSAGE, "content": [
                 {"type": "text", "text": "from anthropic"}]})))
@@ -90,14 +105,8 @@ class Clouds:
         if self.bedrock == "stream_throttle":
             return httpx.Response(200, content=_body(exception_frame("throttlingException", "Too many tokens")))
         if request.url.path.endswith("-stream"):
-            events = [{"type": "message_start", "message": {**MESSAGE, "content": [], "usage": {
-                "input_tokens": 10, "output_tokens": 1}}},
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "from bedrock"}},
-                {"type": "content_block_stop", "index": 0},
-                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}},
-                {"type": "message_stop"}]
-            return httpx.Response(200, content=_body(b"".join(chunk_frame(orjson.dumps(e)) for e in events)))
+            frames = b"".join(chunk_frame(orjson.dumps(e)) for e in _events("from bedrock"))
+            return httpx.Response(200, content=_body(frames))
         return httpx.Response(200, content=_body(orjson.dumps({**MESSAGE, "content": [
             {"type": "text", "text": "from bedrock"}]})))
 
@@ -174,6 +183,16 @@ async def test_an_exception_frame_before_any_event_is_the_providers_429_and_cost
     await store.flush()
     [row] = await store.usage_rows(UsageQuery(account_id=account.id), 10)
     assert (row.status, row.cost_nano) == ("upstream_error", 0)
+
+
+async def test_an_exception_frame_before_any_event_gives_way_to_the_next_route(world):
+    relay, secret, clouds, store, account = world
+    clouds.bedrock = "stream_throttle"
+    status, _, out = await chat(relay, secret, model="c", stream=True)
+    assert status == 200 and b"from anthropic" in out and clouds.seen == ["bedrock-runtime", "k"]
+    await store.flush()
+    [row] = await store.usage_rows(UsageQuery(account_id=account.id), 10)
+    assert (row.provider, row.attempts, row.status, row.cost_nano) == ("k", 2, "ok", 10 * 1000 + 5 * 2000)
 
 
 def _bedrock(extra: str) -> str:

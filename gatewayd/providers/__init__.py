@@ -16,8 +16,8 @@ from typing import Any, Mapping
 from gatewayd.providers import anthropic, azure_openai, bedrock, gemini, openai
 from gatewayd.providers.base import Builder, SettingError
 
-__all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "anthropic_rates", "builder", "client_formats", "default_family",
-           "provider_keys", "provider_settings", "sim_base_path", "sim_settings"]
+__all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "anthropic_rates", "builder", "client_formats",
+           "default_base_url", "default_family", "provider_keys", "provider_settings", "sim_base_path", "sim_settings"]
 
 ADAPTERS = {
     "openai": openai,
