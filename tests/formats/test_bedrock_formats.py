@@ -161,3 +161,34 @@ def test_the_adapters_signature_is_what_the_simulator_recomputes():
     headers["host"] = "127.0.0.1:9"
     refused = sim_bedrock.check_signature("POST", path, "", headers, body)
     assert refused.status_code == 403 and refused.headers["x-amzn-ErrorType"].startswith("InvalidSignatureException")
+
+
+async def test_temporary_credentials_are_refreshed_in_a_worker_thread_and_used_meanwhile():
+    """Near expiry, a request starts one refresh off the event loop and signs with the still
+    valid credentials; the next request signs with the new ones."""
+    import threading
+    from datetime import datetime, timedelta, timezone
+
+    import trio
+    from botocore.credentials import RefreshableCredentials
+
+    calls = []
+
+    def refresh():
+        calls.append(threading.current_thread() is threading.main_thread())
+        expiry = datetime.now(timezone.utc) + timedelta(hours=1)
+        return {"access_key": f"AKIDNEW{len(calls)}", "secret_key": "s", "token": "t", "expiry_time": expiry.isoformat()}
+
+    soon = (datetime.now(timezone.utc) + timedelta(minutes=20)).isoformat()  # inside neither window yet
+    source = RefreshableCredentials.create_from_metadata(
+        {"access_key": "AKIDOLD", "secret_key": "s", "token": "t", "expiry_time": soon}, refresh, "test")
+    auth = AwsAuth(region="us-east-1", source=source)
+    assert auth.credentials().access_key == "AKIDOLD" and calls == []
+    source._expiry_time = datetime.now(timezone.utc) + timedelta(minutes=12)  # noqa: SLF001 - inside the advisory window
+    assert auth.credentials().access_key == "AKIDOLD"  # signed with these while the refresh runs
+    auth.credentials()  # one refresh at a time
+    with trio.fail_after(5):
+        while auth._refreshing:  # noqa: SLF001
+            await trio.sleep(0.01)
+    assert calls == [False]  # once, not on the event loop's thread
+    assert auth.credentials().access_key == "AKIDNEW1"
