@@ -34,7 +34,7 @@ import orjson
 
 from gatewayd.billing.estimate import ANTHROPIC_MEDIA, estimate_input_tokens
 from gatewayd.billing.features import messages_asks, messages_changes, require_prices
-from gatewayd.catalogue import Model, ModelRoute
+from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
 from gatewayd.formats import pipes
 from gatewayd.formats.converse import (
@@ -88,7 +88,9 @@ def default_base_url(table: Mapping[str, Any]) -> str | None:
 
 
 def uses_invoke(upstream_id: str) -> bool:
-    """Anthropic models (and their inference profiles) take InvokeModel; the rest Converse."""
+    """Anthropic models (and their inference profiles) take InvokeModel; the rest Converse
+    (an application inference profile's ARN names no model: it goes through Converse, which
+    serves Claude too, translated)."""
     return "anthropic." in upstream_id
 
 
@@ -115,8 +117,6 @@ def _bedrock_error(error: UpstreamError) -> tuple[int, str, str, dict[str, str]]
     message = None
     if isinstance(doc, dict):
         message = next((doc[k] for k in ("message", "Message") if isinstance(doc.get(k), str)), None)
-        if message is None and isinstance(doc.get("error"), dict):  # a gateway or proxy in between
-            message = error.message()
     name = error.headers.get("x-amzn-errortype", "").split(":", 1)[0]
     message = message or error.message()
     status = error.status
@@ -233,7 +233,7 @@ class ConversePipe(pipes.Pipe):
 class _Kind:
     """What differs between the two APIs: the path, the body and the answer's reading."""
 
-    def __init__(self, target: ModelRoute, model: Model) -> None:
+    def __init__(self, target: ModelRoute) -> None:
         self.invoke = uses_invoke(target.upstream_id)
         self.target = target
         self.message_id = "msg_bdrk_" + os.urandom(12).hex()
@@ -267,7 +267,7 @@ def messages(call: Call, target: ModelRoute, upstream) -> Route:
     """A messages client: Claude's body passes through (edited in the bytes); a Converse
     model's is translated."""
     body, model = call.body, call.model
-    kind = _Kind(target, model)
+    kind = _Kind(target)
     bounds = messages_changes(body, model)
     asks = messages_asks({**body, **bounds} if bounds else body, model)
     require_prices(model, asks)
@@ -297,7 +297,7 @@ def messages(call: Call, target: ModelRoute, upstream) -> Route:
 def chat(call: Call, target: ModelRoute, upstream) -> Route:
     """A chat client: chat -> messages (-> Converse) and back."""
     body, model = call.body, call.model
-    kind = _Kind(target, model)
+    kind = _Kind(target)
     messages_body = _to_messages(body, model, target)
     wants_usage = call.stream and (body.get("stream_options") or {}).get("include_usage") is True
     estimate = estimate_input_tokens(messages_body, "messages", ANTHROPIC_MEDIA)
@@ -325,7 +325,7 @@ def chat(call: Call, target: ModelRoute, upstream) -> Route:
 def responses(call: Call, target: ModelRoute, upstream) -> Route:
     """A responses client: responses -> chat -> messages (-> Converse) and back."""
     body, model = call.body, call.model
-    kind = _Kind(target, model)
+    kind = _Kind(target)
     messages_body = _to_messages(translate(responses_request_to_chat, body), model, target)
     created = int(time.time())
     response_id = "resp_" + os.urandom(12).hex()
