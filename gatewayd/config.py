@@ -121,7 +121,8 @@ class Config:
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
         Each protocol's adapter says where under the simulator its API lives."""
         providers = {
-            name: attrs.evolve(p, base_url=sim_url + adapters.sim_base_path(p.protocol), api_key="sim-key")
+            name: attrs.evolve(p, base_url=sim_url + adapters.sim_base_path(p.protocol), api_key="sim-key",
+                               settings=adapters.sim_settings(p.protocol, p.settings))
             for name, p in self.providers.items()
         }
         models = {
@@ -341,9 +342,7 @@ def _providers(raw: Any) -> dict[str, Provider]:
         name = s.str("name")
         if name in providers:
             raise ConfigError(f"providers[{i}].name: duplicate provider {name!r}")
-        base_url = s.str("base_url").rstrip("/")
-        if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
+        base_url = s.str("base_url", None)
         api_key = s.str("api_key", None)
         key_env = s.str("api_key_env", None)
         if api_key is None and key_env is not None:
@@ -352,6 +351,10 @@ def _providers(raw: Any) -> dict[str, Provider]:
             settings = adapters.provider_settings(protocol, s.table)
         except adapters.SettingError as e:
             raise ConfigError(f"providers[{i}].{e.key}: {e.problem}") from None
+        # checked after the protocol's own keys: a default base_url (Bedrock's) is made from them
+        base_url = (base_url or adapters.default_base_url(protocol, s.table) or s.str("base_url")).rstrip("/")
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
         providers[name] = Provider(name=name, protocol=protocol, base_url=base_url, api_key=api_key,
                                    settings=settings)
     return providers
@@ -439,7 +442,8 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 if "embeddings" not in adapters.client_formats(route.provider.protocol):
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
-        base = _rates(s, anthropic_defaults=routes[0].provider.protocol == "anthropic")
+        first = routes[0]
+        base = _rates(s, anthropic_defaults=adapters.anthropic_rates(first.provider.protocol, first.upstream_id))
         models[model_id] = Model(
             id=model_id,
             routes=routes,

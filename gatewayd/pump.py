@@ -31,7 +31,7 @@ from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.tab import Outcome, Tab
 from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import GatewayError, UpstreamError, our_fault
-from gatewayd.formats.sse import SSESplitter
+from gatewayd.formats.errors import InvalidAnswer
 from gatewayd.providers.base import Route
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class StreamPump:
         self.tab = tab
         self.target = target
         self.pipe = route.make_pipe()
-        self.splitter = SSESplitter()
+        self.splitter = route.make_splitter()  # SSE, or Bedrock's event stream
         self.chunks = response.aiter_raw()
         self.started = False  # bytes reached (were yielded towards) the client
 
@@ -139,10 +139,14 @@ class StreamPump:
             except (AttemptFailed, GatewayError):
                 raise  # decided above (a refusal before any byte, or the shutdown cut): not a fault
             except UpstreamError as e:
-                # a pipe raises it only for a refusal in the first event (a blocked prompt), before
-                # any byte reached the client: answered as the provider's error, nothing charged
+                # a pipe or splitter raises it only for a refusal in the first event (a blocked
+                # prompt; Bedrock's exception frame), before any byte reached the client: answered as
+                # the provider's error, nothing charged; a 429 or 5xx gives way to the next route,
+                # as that status on the status line would
                 status = Outcome.UPSTREAM_ERROR
-                raise AttemptFailed(None, status.value, upstream=e, retryable=False,
+                retryable = e.status == 429 or e.status >= 500
+                raise AttemptFailed(None, status.value, upstream=e, retryable=retryable,
+                                    retry_after_s=self.route.retry_after(e) if retryable else None,
                                     reason=f"refused: {e.message(for_operator=True)[:200]}") from None
             except httpx.ReadTimeout:
                 status = Outcome.IDLE_TIMEOUT
@@ -217,7 +221,7 @@ class StreamPump:
                     return
                 budget -= len(chunk)
                 self.pipe.feed(self.splitter.feed(chunk))
-        except (httpx.HTTPError, UpstreamError, orjson.JSONDecodeError):
+        except (httpx.HTTPError, UpstreamError, orjson.JSONDecodeError, InvalidAnswer):
             return  # the provider broke off or timed out: the usage seen so far, then the fallback
 
     async def _settle(self, status: Outcome) -> None:

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gatewayd.providers import anthropic, azure_openai, gemini, openai
+from gatewayd.providers import anthropic, azure_openai, bedrock, gemini, openai
 from gatewayd.providers.base import Builder, SettingError
 
-__all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "builder", "client_formats", "default_family",
-           "provider_keys", "provider_settings", "sim_base_path"]
+__all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "anthropic_rates", "builder", "client_formats",
+           "default_base_url", "default_family", "provider_keys", "provider_settings", "sim_base_path", "sim_settings"]
 
 ADAPTERS = {
     "openai": openai,
     "anthropic": anthropic,
     "azure-openai": azure_openai,
     "gemini": gemini,
+    "bedrock": bedrock,
 }
 
 CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings")
@@ -52,6 +53,26 @@ def sim_base_path(protocol: str) -> str:
 def provider_keys(protocol: str) -> frozenset[str]:
     """The ``[[providers]]`` keys only ``protocol`` takes (beyond name, protocol, base_url and the key)."""
     return getattr(ADAPTERS[protocol], "PROVIDER_KEYS", frozenset())
+
+
+def default_base_url(protocol: str, table: Mapping[str, Any]) -> str | None:
+    """The ``base_url`` a ``[[providers]]`` table of ``protocol`` gets when it sets none
+    (Bedrock's regional endpoint); None: the key is required."""
+    default = getattr(ADAPTERS[protocol], "default_base_url", None)
+    return default(table) if default is not None else None
+
+
+def anthropic_rates(protocol: str, upstream_id: str) -> bool:
+    """Whether a model whose first route is this one defaults to Anthropic's cache-write rates
+    (1.25x input for 5 minutes, 2x for 1 hour): Claude, wherever it is bought."""
+    claude = getattr(ADAPTERS[protocol], "serves_claude", None)
+    return claude(upstream_id) if claude is not None else protocol == "anthropic"
+
+
+def sim_settings(protocol: str, settings: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A provider's settings for ``--demo``: credentials the simulator accepts (Bedrock's SigV4 keys)."""
+    adapt = getattr(ADAPTERS[protocol], "sim_settings", None)
+    return adapt(settings) if adapt is not None else settings
 
 
 def provider_settings(protocol: str, table: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from gatewayd.errors import BodyError, UpstreamError, retry_after_seconds
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.raw_json import set_top_level_fields
+from gatewayd.formats.sse import SSESplitter
 from gatewayd.formats.responses_tools import DROPPED_REASON, plan_tools
 from gatewayd.formats.usage import Usage
 
@@ -75,6 +76,8 @@ class Route:
     # what the upstream body may be billed for besides its input (billing.estimate.hold_nano);
     # None: input and output_tokens at the base rates (embeddings)
     asks: Asks | None = None
+    # the upstream stream's framing -> events for the pipe: SSE, or AWS's event stream (Bedrock)
+    make_splitter: Callable[[], Any] = SSESplitter
 
 
 Builder = Callable[[Call, ModelRoute, Any], Route]  # (call, route, upstream transport) -> Route

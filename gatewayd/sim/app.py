@@ -27,7 +27,7 @@ from hypercorn.events import Closed
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from . import anthropic, embeddings, gemini, openai_chat, openai_responses
+from . import anthropic, bedrock, embeddings, gemini, openai_chat, openai_responses
 from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, parse_markers, plan
 from .operator_ids import operator_id_message
 from .prompt_cache import PromptCache
@@ -507,6 +507,8 @@ def create_sim_app() -> QuartTrio:
         streaming = method == "streamGenerateContent"
         return await _answer(state, GEMINI, url_model=model, url_stream=streaming and sse,
                              as_array=streaming and not sse)
+
+    bedrock.register(app, state)  # POST /bedrock/model/{modelId}/{action} (docs/simulator.md)
 
     @app.post("/v1/embeddings")
     async def embed() -> Response:

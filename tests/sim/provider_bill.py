@@ -13,6 +13,9 @@ same document; the simulator's request log holds it as ``answer``):
   interpreter is billed per distinct ``container_id``);
 - ``"messages"``: the Anthropic ``message`` (or its ``usage``; ``usage.service_tier`` and
   ``usage.server_tool_use.*_requests``);
+- ``"converse"``: Bedrock's ``Converse`` answer (``usage``: ``inputTokens`` without the cache,
+  ``cacheReadInputTokens`` at the cached rate, ``cacheWriteInputTokens`` at the write rate);
+  Claude on Bedrock (InvokeModel) answers the Anthropic ``message``: ``"messages"``;
 - ``"gemini"``: the ``GenerateContentResponse`` (``usageMetadata``; each
   ``groundingMetadata.webSearchQueries`` entry is one search, as Gemini 3 bills).
 
@@ -139,6 +142,18 @@ def _gemini(answer: dict, prices: dict) -> Fraction:
             + Fraction(output) * r["output"] + _tools(prices, {"web_search": searches}))
 
 
+def _converse(answer: dict, prices: dict) -> Fraction:
+    usage = answer.get("usage") if "usage" in answer else answer
+    uncached = usage["inputTokens"]
+    read = usage.get("cacheReadInputTokens") or 0
+    writes = usage.get("cacheWriteInputTokens") or 0
+    r = _rates(prices, None, _is_long(prices, uncached + read + writes))
+    write = r["cache_write"] if r["cache_write"] is not None else Fraction(5, 4) * r["input"]
+    return (Fraction(uncached) * r["input"]
+            + Fraction(read) * (r["cached_input"] if r["cached_input"] is not None else r["input"])
+            + writes * Fraction(write) + Fraction(usage["outputTokens"]) * r["output"])
+
+
 def provider_bill(protocol: str, answer: dict, prices: dict) -> int:
     """Nano-dollars the provider bills for ``answer`` (see the module docstring)."""
     if protocol == "chat":
@@ -151,6 +166,8 @@ def provider_bill(protocol: str, answer: dict, prices: dict) -> int:
         total = _anthropic(answer, prices)
     elif protocol == "gemini":
         total = _gemini(answer, prices)
+    elif protocol == "converse":
+        total = _converse(answer, prices)
     else:
         raise ValueError(f"unknown protocol {protocol!r}")
     return _round(total)

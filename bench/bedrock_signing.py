@@ -1,0 +1,60 @@
+"""What Bedrock costs the hot path: SigV4 signing per request, event-stream decoding per stream.
+
+Both run on the event loop (signing when the route is built, decoding in the stream pipe),
+so each must stay far below the loop's 2 ms budget. Measured against what the Anthropic
+route does in the same place (nothing to sign; SSE splitting of the same events).
+
+    .venv/bin/python bench/bedrock_signing.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from botocore.credentials import Credentials
+
+from gatewayd.formats.eventstream import EventStreamSplitter, chunk_frame
+from gatewayd.formats.sse import SSESplitter, encode
+from gatewayd.providers.bedrock_auth import AwsAuth
+
+URL = "https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+
+
+def per_call_us(fn, n: int) -> float:
+    fn()
+    began = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - began) / n * 1e6
+
+
+def main() -> None:
+    auth = AwsAuth(region="us-east-1", source=Credentials("AKIDEXAMPLE", "secret", "token"))
+    headers = {"content-type": "application/json", "accept": "application/json"}
+    print("SigV4 signing (headers for one request):")
+    for size in (1_000, 100_000, 1_000_000, 10_000_000):
+        body = b'{"messages":[{"role":"user","content":"' + b"x" * size + b'"}]}'
+        n = 2000 if size <= 100_000 else 50 if size <= 1_000_000 else 5
+        print(f"  body {size:>10,} B: {per_call_us(lambda: auth.headers(URL, body, headers), n):8.1f} us")
+
+    events = [{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"word{i} "}}
+              for i in range(1000)]
+    frames = b"".join(chunk_frame(orjson.dumps(e)) for e in events)
+    sse = b"".join(encode(e, event="content_block_delta") for e in events)
+    chunk = 4096
+
+    def decode(data: bytes, make) -> None:
+        splitter = make()
+        for i in range(0, len(data), chunk):
+            splitter.feed(data[i:i + chunk])
+
+    es = per_call_us(lambda: decode(frames, lambda: EventStreamSplitter(invoke=True)), 20)
+    ss = per_call_us(lambda: decode(sse, SSESplitter), 20)
+    print(f"stream of 1,000 text deltas, read in {chunk} B chunks:")
+    print(f"  event-stream (botocore, CRCs, base64): {es / 1000:6.2f} us an event ({len(frames):,} B)")
+    print(f"  SSE (the Anthropic route):             {ss / 1000:6.2f} us an event ({len(sse):,} B)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""How a Bedrock request is authorized: SigV4 (botocore) or a Bedrock API key.
+
+The provider's credentials are resolved once, when the config is read:
+
+- ``api_key_env``: a Bedrock API key, sent as ``Authorization: Bearer`` (no signing);
+- ``aws_access_key_id_env`` / ``aws_secret_access_key_env`` (/ ``aws_session_token_env``):
+  static keys read from those environment variables;
+- otherwise botocore's default chain (environment, shared config and credentials files,
+  SSO, container and instance roles). The chain may read files and call the instance
+  metadata service, so it runs once per process (at start-up, before any request) and
+  is shared by later reloads.
+
+Signing itself is CPU only (an HMAC chain and a SHA-256 of the body: see
+``bench/bedrock_signing.py`` for its cost) and runs on the event loop. Temporary
+credentials (a role's) are kept frozen and refreshed ahead of expiry *off* the event loop:
+a request that finds them inside botocore's advisory window starts one refresh in a worker
+thread (``trio.to_thread``) and signs with the still-valid frozen ones meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Mapping
+
+import trio
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials, ReadOnlyCredentials, RefreshableCredentials
+from botocore.exceptions import BotoCoreError
+from botocore.session import Session
+
+from gatewayd.providers.base import SettingError
+
+log = logging.getLogger("gatewayd")
+
+SERVICE = "bedrock"
+_chain: object | None = None  # the default chain's credentials, resolved once per process
+
+
+def _env(table: Mapping, key: str, required: bool = True) -> str | None:
+    name = table.get(key)
+    if name is None:
+        if required:
+            raise SettingError(key, "required with the other aws_*_env settings")
+        return None
+    if not isinstance(name, str) or not name:
+        raise SettingError(key, "must name an environment variable")
+    value = os.environ.get(name)
+    if not value:
+        raise SettingError(key, f"environment variable {name} is not set")
+    return value
+
+
+def _default_chain():
+    global _chain
+    if _chain is None:
+        try:
+            _chain = Session().get_credentials() or False
+        except BotoCoreError as e:
+            raise SettingError("credentials", f"the AWS credential chain failed: {e}") from None
+    return _chain or None
+
+
+class AwsAuth:
+    """One provider's Bedrock credentials; :meth:`headers` authorizes a request."""
+
+    def __init__(self, *, region: str, api_key: str | None = None, source=None) -> None:
+        self.region = region
+        self.api_key = api_key
+        self.source = source  # botocore Credentials / RefreshableCredentials, when signing
+        self._frozen: ReadOnlyCredentials | None = source.get_frozen_credentials() if source is not None else None
+        self._refreshing = False
+
+    @classmethod
+    def from_table(cls, table: Mapping, region: str) -> "AwsAuth":
+        if table.get("api_key_env") is not None:
+            return cls(region=region, api_key=_env(table, "api_key_env"))
+        if table.get("api_key") is not None:
+            return cls(region=region, api_key=str(table["api_key"]))
+        keys = ("aws_access_key_id_env", "aws_secret_access_key_env")
+        if any(table.get(k) is not None for k in (*keys, "aws_session_token_env")):
+            access, secret = (_env(table, k) for k in keys)
+            token = _env(table, "aws_session_token_env", required=False)
+            return cls(region=region, source=Credentials(access, secret, token))
+        chain = _default_chain()
+        if chain is None:
+            raise SettingError("credentials", "no AWS credentials found (set aws_access_key_id_env and "
+                                              "aws_secret_access_key_env, api_key_env, or configure the AWS chain)")
+        return cls(region=region, source=chain)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, AwsAuth) and (self.region, self.api_key, self._frozen) == (
+            other.region, other.api_key, other._frozen)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def credentials(self) -> ReadOnlyCredentials | None:
+        """The frozen credentials to sign with; starts a refresh off the loop when they near expiry."""
+        source = self.source
+        if isinstance(source, RefreshableCredentials) and not self._refreshing and source.refresh_needed():
+            try:
+                trio.lowlevel.spawn_system_task(self._refresh)
+                self._refreshing = True
+            except RuntimeError:  # outside trio (a script): nothing to refresh on
+                pass
+        return self._frozen
+
+    async def _refresh(self) -> None:
+        try:
+            self._frozen = await trio.to_thread.run_sync(self.source.get_frozen_credentials)
+        except Exception:  # noqa: BLE001 - any failure of the chain: logged, the old credentials kept
+            log.exception("gatewayd: refreshing the AWS credentials failed; retrying on the next request")
+        finally:
+            self._refreshing = False
+
+    def headers(self, url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
+        """``headers`` plus the authorization: the Bearer key, or SigV4 over the method, the
+        URL as sent (its path percent-encoded as it goes on the wire), these headers, the
+        host and the body's SHA-256."""
+        if self.api_key is not None:
+            return {**headers, "authorization": f"Bearer {self.api_key}"}
+        request = AWSRequest(method="POST", url=url, data=body, headers=dict(headers))
+        SigV4Auth(self.credentials(), SERVICE, self.region).add_auth(request)
+        return dict(request.headers.items())
