@@ -192,6 +192,28 @@ def set_top_level_fields(raw: bytes, parsed: dict, changes: dict[str, object]) -
     return _insert_first(raw, inserts) if inserts else raw
 
 
+def remove_top_level_field(raw: bytes, parsed: dict, key: str) -> bytes | None:
+    """``raw`` without its top-level ``key`` (``parsed``, the caller's parse of ``raw``, has
+    it), or None when the bytes cannot be edited so: the key spelled more than once or with a
+    ``\\u`` escape anywhere, or a value other than a string or number (the caller re-encodes).
+    Vertex AI names the model in the URL and takes none in the body."""
+    if not isinstance(parsed, dict) or key not in parsed:
+        return None
+    span = _only_key_span(raw, key, numbers=isinstance(parsed[key], (int, float)))
+    if span is None:
+        return None
+    start = raw.rfind(orjson.dumps(key), 0, span[0])
+    end = _skip_whitespace(raw, span[1])
+    if raw[end] == 0x2C:  # ",": a member follows; it takes this one's place
+        return raw[:start] + raw[_skip_whitespace(raw, end + 1):]
+    before = start - 1  # the last member: drop the comma before it, if any
+    while before > 0 and raw[before] in _WHITESPACE:
+        before -= 1
+    if raw[before] == 0x2C:
+        return raw[:before] + raw[end:]
+    return raw[:start] + raw[end:]
+
+
 def duplicate_top_level_key(raw: bytes, parsed: dict) -> str | None:
     """A key that occurs more than once at the top level of ``raw`` (``parsed`` is its orjson
     parse), else None.

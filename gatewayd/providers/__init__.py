@@ -13,17 +13,21 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gatewayd.providers import anthropic, azure_openai, gemini, openai
+import attrs
+
+from gatewayd.providers import anthropic, azure_openai, gemini, openai, vertex
+from gatewayd.catalogue import Provider
 from gatewayd.providers.base import Builder, SettingError
 
-__all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "builder", "client_formats", "default_family",
-           "provider_keys", "provider_settings", "sim_base_path"]
+__all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "builder", "client_formats", "default_base_url",
+           "default_family", "provider_keys", "provider_settings", "sim_base_path", "simulated"]
 
 ADAPTERS = {
     "openai": openai,
     "anthropic": anthropic,
     "azure-openai": azure_openai,
     "gemini": gemini,
+    "vertex": vertex,
 }
 
 CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings")
@@ -59,3 +63,20 @@ def provider_settings(protocol: str, table: Mapping[str, Any]) -> dict[str, Any]
     (:class:`SettingError` names the key and the problem)."""
     read = getattr(ADAPTERS[protocol], "provider_settings", None)
     return read(table) if read is not None else {}
+
+
+def default_base_url(protocol: str, settings: Mapping[str, Any]) -> str | None:
+    """The ``base_url`` of a provider whose table sets none, when its protocol has one
+    (Vertex AI's regional endpoint); None: the key is required."""
+    default = getattr(ADAPTERS[protocol], "default_base_url", None)
+    return default(settings) if default is not None else None
+
+
+def simulated(provider: Provider, sim_url: str) -> Provider:
+    """``provider`` pointed at the built-in simulator (``--demo``): its base URL under the
+    simulator and a key the simulator takes, or what its adapter says (Vertex AI: the
+    simulator's own service account)."""
+    simulate = getattr(ADAPTERS[provider.protocol], "simulated", None)
+    if simulate is not None:
+        return simulate(provider, sim_url)
+    return attrs.evolve(provider, base_url=sim_url + sim_base_path(provider.protocol), api_key="sim-key")

@@ -20,6 +20,10 @@ import httpx
 
 from gatewayd.providers.pool import ACCOUNT_EXTENSION, ConnectionPool
 
+# a request extension: ``async (request) -> None`` that sets the request's credentials just
+# before it is sent (Vertex AI's OAuth tokens: fetched, in a thread, only when they expire)
+AUTHORIZE_EXTENSION = "gatewayd.authorize"
+
 
 class Upstream:
     def __init__(self, *, connect_timeout_s: float, stream_idle_timeout_s: float, max_connections: int = 1000) -> None:
@@ -53,6 +57,9 @@ class Upstream:
         and before it, it cannot (issue 25: a client gone while we connected pays nothing)."""
         if account is not None:
             request.extensions[ACCOUNT_EXTENSION] = account
+        authorize = request.extensions.get(AUTHORIZE_EXTENSION)
+        if authorize is not None:
+            await authorize(request)
         if on_sent is None:
             return await self.transport.handle_async_request(request)
         request.stream = _Handed(request.stream, on_sent)
