@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from typing import Any
 
@@ -43,6 +44,7 @@ JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 DEMO_EMAIL = "gatewayd-demo@sim-project.iam.gserviceaccount.com"
 VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
+_API_VERSION = re.compile(r"20[0-9]{2}-[01][0-9]-[0-3][0-9]")
 DEFAULT_TOKEN_TTL_S = 3600
 MAX_ASSERTION_LIFETIME_S = 3600  # Google refuses an assertion valid for longer
 _JSON = "application/json"
@@ -160,9 +162,11 @@ def claude_error(status: int, message: str, *, retry_after_s: int | None = None,
 
 
 def validate_claude(body: dict, *, model: str) -> tuple[str, str | None] | None:
-    """Vertex's rawPredict body: the version Vertex names, then Anthropic's own checks (the
-    model is the URL's)."""
-    if body.get("anthropic_version") != VERTEX_ANTHROPIC_VERSION:
+    """Vertex's rawPredict body: an ``anthropic_version`` (Vertex's ``vertex-2023-10-16``, or
+    an Anthropic API version date, which recent ``AnthropicVertex`` clients send), then
+    Anthropic's own checks (the model is the URL's)."""
+    version = body.get("anthropic_version")
+    if not isinstance(version, str) or not (version == VERTEX_ANTHROPIC_VERSION or _API_VERSION.fullmatch(version)):
         return f"anthropic_version: Input should be '{VERTEX_ANTHROPIC_VERSION}'", "anthropic_version"
     return anthropic.validate({**body, "model": model})
 
