@@ -458,3 +458,48 @@ def test_tokens_are_cached_and_refreshed_before_they_expire(daemon, sims):
         assert len(daemon.admin.usage(account["id"])) == 4
     finally:
         vsim.http.put("/_sim/vertex", json={"token_ttl_s": 3600}).raise_for_status()
+
+
+# -- --demo ---------------------------------------------------------------------------------
+
+
+def test_demo_routes_a_vertex_model_to_the_built_in_simulator(sa_path, tmp_path):
+    """``--demo`` points a Vertex provider at the in-process simulator and signs with the
+    simulator's demo service account: Claude and Gemini on Vertex answer with the demo key."""
+    import signal
+
+    from tests.live import _spawn
+
+    config = tmp_path / "demo.toml"
+    config.write_text(f"""
+[[providers]]
+name = "vertex"
+protocol = "vertex"
+project = "{PROJECT}"
+region = "global"
+credentials_file = "{sa_path}"
+[[models]]
+id = "vx-claude"
+{CLAUDE_RATES}provider = "vertex"
+upstream_id = "{CLAUDE}"
+[[models]]
+id = "vx-gemini"
+input_price = 0.30
+output_price = 2.50
+provider = "vertex"
+upstream_id = "gemini-2.5-flash"
+""")
+    proc, output = _spawn([str(BIN / "gatewayd"), "serve", "--demo", "--config", str(config), "--listen",
+                           "127.0.0.1:0", "--data-dir", str(tmp_path / "data")])
+    try:
+        base_url = output.wait_for(r"demo is running at (http://\S+)", 60, proc).group(1)
+        secret = output.wait_for(r"demo key: (sk-\S+)", 10, proc).group(1)
+        claude = anthropic.Anthropic(base_url=base_url, api_key=secret, max_retries=0).messages.create(
+            model="vx-claude", max_tokens=50, messages=[{"role": "user", "content": "Hello!"}])
+        assert claude.content[0].text == "This is a simulated reply to: Hello!." and claude.model == CLAUDE
+        gemini = openai.OpenAI(base_url=base_url + "/v1", api_key=secret, max_retries=0).chat.completions.create(
+            model="vx-gemini", messages=[{"role": "user", "content": "Hello!"}])
+        assert gemini.choices[0].message.content == "This is a simulated reply to: Hello!."
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
