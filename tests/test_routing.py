@@ -259,7 +259,7 @@ def test_route_config_errors_are_one_line(tmp_path, model_toml, message):
     ("", 'providers[0].api_version: required for protocol azure-openai (e.g. "2024-10-21")'),
     ("api_version = 20241021\n", 'providers[0].api_version: must be a non-empty string (e.g. "2024-10-21")'),
     ('api_version = " "\n', 'providers[0].api_version: must be a non-empty string (e.g. "2024-10-21")'),
-    ('api_version = "2024-10-21"\nregion = "eu"\n', "providers[0].region: unknown key"),
+    ('api_version = "2024-10-21"\nzone = "eu"\n', "providers[0].zone: unknown key"),
 ])
 def test_azure_needs_its_api_version(tmp_path, extra, message):
     """Declared and checked by the Azure adapter (providers/azure_openai.py), not by the loader."""

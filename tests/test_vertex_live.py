@@ -143,7 +143,8 @@ def sa_path(sims, key_pair, tmp_path_factory):
 @pytest.fixture(scope="module")
 def daemon(sims, sa_path, tmp_path_factory):
     anth, vsim = sims
-    d = Daemon(tmp_path_factory.mktemp("vertex-daemon"), anth.url, extra=vertex_models(vsim.url, sa_path))
+    d = Daemon(tmp_path_factory.mktemp("vertex-daemon"), anth.url, extra=vertex_models(vsim.url, sa_path),
+               server="stream_idle_timeout_s = 2\n")
     yield d
     d.stop()
 
@@ -387,6 +388,55 @@ def test_messages_to_a_gemini_model_on_vertex_is_refused(daemon):
     assert response.status_code == 400 and response.json()["type"] == "error"
     assert "does not speak the messages format" in response.json()["error"]["message"]
     assert daemon.admin.balance(account["id"])["balance_nano"] == 10_000_000_000
+
+
+# -- streams cut short: the client leaves, the provider goes silent ---------------------------
+
+
+def stream_request(model: str, text: str) -> tuple[str, dict]:
+    if model == "vx-claude":
+        return "/v1/messages", {"model": model, "max_tokens": 1000, "stream": True,
+                                "messages": [{"role": "user", "content": text}]}
+    return "/v1/chat/completions", {"model": model, "stream": True, "messages": [{"role": "user", "content": text}]}
+
+
+@pytest.mark.parametrize("model", ["vx-claude", "vx-gemini"])
+def test_client_that_leaves_mid_stream_pays_what_vertex_bills(daemon, sims, model):
+    """The gateway reads Vertex's stream on to its usage after the client hung up."""
+    _, vsim = sims
+    account, _, secret = new_account(daemon)
+    marker = tag()
+    path, body = stream_request(model, f"{marker} [[sim:words=150]] [[sim:fault=chunk_delay_ms:5]]")
+    with httpx.Client(timeout=30) as http:
+        with http.stream("POST", daemon.url + path, json=body,
+                         headers={"authorization": f"Bearer {secret}", "anthropic-version": "2023-06-01"}) as response:
+            assert response.status_code == 200
+            request_id = response.headers["x-request-id"]
+            got = b""
+            for chunk in response.iter_raw():
+                got += chunk
+                if got.count(b"\n\n") >= 8:
+                    break
+    row = settled_row(daemon, account["id"], request_id)
+    received = vsim.last_request(marker)
+    assert received["cancelled"] is False and received["completed"] is True
+    assert row["status"] == "client_disconnected"
+    assert row["cost_nano"] == provider_bill(PRICES[model][0], received["answer"], PRICES[model][1]) > 0
+
+
+@pytest.mark.parametrize("model", ["vx-claude", "vx-gemini"])
+def test_vertex_silent_mid_stream_is_cut_at_the_idle_timeout(daemon, model):
+    account, _, secret = new_account(daemon)
+    path, body = stream_request(model, f"{tag()} [[sim:words=20]] [[sim:fault=stall_after:3]]")
+    started = time.monotonic()
+    with httpx.Client(timeout=30) as http:
+        response = http.post(daemon.url + path, json=body,
+                             headers={"authorization": f"Bearer {secret}", "anthropic-version": "2023-06-01"})
+    assert response.status_code == 200 and time.monotonic() - started < 8
+    last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
+    assert json.loads(last[6:])["error"]["type"] == "timeout_error"
+    row = settled_row(daemon, account["id"], response.headers["x-request-id"])
+    assert row["status"] == "idle_timeout" and row["output_tokens"] >= 3 and row["cost_nano"] > 0
 
 
 # -- failover across clouds, cool-down ------------------------------------------------------

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 from urllib.parse import quote
 
 import attrs
@@ -168,8 +168,9 @@ def retry_after(error: UpstreamError) -> float | None:
 
 
 def _vertex_route(build: Builder, call: Call, target: ModelRoute, upstream, parsed: dict | None) -> Route:
-    publisher, _ = publisher_model(target.upstream_id)
-    on_vertex = _OnVertex(upstream, target, publisher, parsed)
+    """The route ``build`` (an Anthropic or Gemini builder) makes, sent to Vertex: its errors
+    told with Google's retry hint, a 401 forgetting the token it was sent with."""
+    on_vertex = _OnVertex(upstream, target, publisher_model(target.upstream_id)[0], parsed)
     route = build(call, target, on_vertex)
     told = route.upstream_error
     tokens: AccessTokens = target.provider.settings["credentials"]
@@ -188,30 +189,28 @@ def _vertex_route(build: Builder, call: Call, target: ModelRoute, upstream, pars
     return route
 
 
-def _publisher(target: ModelRoute) -> str:
-    return publisher_model(target.upstream_id)[0]
+def _claude(target: ModelRoute) -> bool:
+    return publisher_model(target.upstream_id)[0] == "anthropic"
 
 
 def messages(call: Call, target: ModelRoute, upstream) -> Route:
     """A messages client: Claude on Vertex, the client's bytes with two edits."""
-    if _publisher(target) != "anthropic":
+    if not _claude(target):
         raise BodyError(f"model {call.model.id} is served by a Gemini model on Vertex AI, which does not speak "
                         "the messages format: call it on /v1/chat/completions or /v1/responses")
     return _vertex_route(anthropic.messages, call, target, upstream, call.body)
 
 
-def _either(for_anthropic: Builder, for_gemini: Builder) -> Builder:
-    def build(call: Call, target: ModelRoute, upstream) -> Route:
-        if _publisher(target) == "anthropic":
-            return _vertex_route(for_anthropic, call, target, upstream, None)
-        return _vertex_route(for_gemini, call, target, upstream, None)
-
-    build.__doc__ = f"A {for_anthropic.__name__} client: Claude or Gemini on Vertex, translated both ways."
-    return build
+def chat(call: Call, target: ModelRoute, upstream) -> Route:
+    """A chat client: Claude (chat -> messages) or Gemini (chat -> generateContent) on Vertex."""
+    build = anthropic.chat if _claude(target) else gemini.chat
+    return _vertex_route(build, call, target, upstream, None)
 
 
-ROUTES: dict[str, Callable[[Call, ModelRoute, Any], Route]] = {
-    "messages": messages,
-    "chat": _either(anthropic.chat, gemini.chat),
-    "responses": _either(anthropic.responses, gemini.responses),
-}
+def responses(call: Call, target: ModelRoute, upstream) -> Route:
+    """A responses client: through chat to Claude or Gemini on Vertex, and back."""
+    build = anthropic.responses if _claude(target) else gemini.responses
+    return _vertex_route(build, call, target, upstream, None)
+
+
+ROUTES = {"messages": messages, "chat": chat, "responses": responses}
