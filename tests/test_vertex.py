@@ -18,7 +18,7 @@ from werkzeug.datastructures import Headers
 from gatewayd.catalogue import ModelRoute
 from gatewayd.config import ConfigError, load_config
 from gatewayd.errors import BodyError, UpstreamError
-from gatewayd.formats.raw_json import remove_top_level_field
+from gatewayd.formats.raw_json import replace_top_level_member
 from gatewayd.providers import vertex
 from gatewayd.providers.base import Call
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION, Upstream
@@ -143,8 +143,8 @@ def test_messages_pass_through_with_two_edits_in_the_bytes(tmp_path, sa_file):
     assert str(request.url) == ("http://vx.test/v1/projects/my-project/locations/us-east5/publishers/anthropic/models/"
                                 "claude-sonnet-4-5@20250929:streamRawPredict")
     sent = request.content
-    # the bytes kept as the client wrote them (spacing, 0.50, UTF-8), model gone, version first
-    assert sent == (b'{"anthropic_version":"vertex-2023-10-16","max_tokens": 100,  "temperature": 0.50, '
+    # the bytes kept as the client wrote them (spacing, 0.50, UTF-8), the version where the model was
+    assert sent == (b'{"anthropic_version":"vertex-2023-10-16", "max_tokens": 100,  "temperature": 0.50, '
                     b'"messages": [{"role": "user", "content": "caf\xc3\xa9"}]}')
     assert request.headers["anthropic-beta"] == "a,b"
     assert "x-api-key" not in request.headers and "anthropic-version" not in request.headers
@@ -202,15 +202,17 @@ def test_vertex_errors_keep_status_and_tell_the_retry_hint(tmp_path, sa_file):
     assert "retry-after" not in headers
 
 
-def test_remove_top_level_field_in_the_bytes():
-    def removed(raw: bytes) -> bytes | None:
-        return remove_top_level_field(raw, orjson.loads(raw), "model")
+def test_replace_top_level_member_in_the_bytes():
+    def replaced(raw: bytes, members=None) -> bytes | None:
+        return replace_top_level_member(raw, orjson.loads(raw), "model", members or {})
 
-    assert removed(b'{"model":"x","a":1}') == b'{"a":1}'
-    assert removed(b'{"a":1, "model" : "x" }') == b'{"a":1}'
-    assert removed(b'{"model":"x"}') == b"{}"
-    assert removed(b'{"a":{"b":2},"model":"m","c":[1]}') == b'{"a":{"b":2},"c":[1]}'
-    assert removed(b'{"a":{"model":"z"},"model":"m"}') is None  # twice: the caller re-encodes
+    assert replaced(b'{"model":"x","a":1}') == b'{"a":1}'
+    assert replaced(b'{"a":1, "model" : "x" }') == b'{"a":1 }'
+    assert replaced(b'{"model":"x"}') == b"{}"
+    assert replaced(b'{"a":{"b":2},"model":"m","c":[1]}') == b'{"a":{"b":2},"c":[1]}'
+    assert replaced(b'{"a":1, "model": "m" ,"c":2}', {"v": "1"}) == b'{"a":1, "v":"1" ,"c":2}'
+    assert replaced(b'{"a":{"model":"z"},"model":"m"}') is None  # twice: the caller re-encodes
+    assert replaced(b'{"model":"m","v":"0"}', {"v": "1"}) is None  # v is there: not a second one
     assert vertex.messages_body(b'{"a":{"model":"z"},"model":"m"}', {"a": {"model": "z"}, "model": "m"}) == \
         b'{"a":{"model":"z"},"anthropic_version":"vertex-2023-10-16"}'
 

@@ -553,3 +553,23 @@ upstream_id = "gemini-2.5-flash"
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def test_a_revoked_token_is_refused_then_replaced(daemon, sims):
+    """Vertex's 401 is answered as it came (the request is not retried) and the token is
+    dropped: the next request fetches a new one."""
+    _, vsim = sims
+    account, _, secret = new_account(daemon)
+    client = anthropic.Anthropic(base_url=daemon.url, api_key=secret, max_retries=0)
+    client.messages.create(model="vx-claude", max_tokens=20, messages=[{"role": "user", "content": tag()}])
+    vsim.http.put("/_sim/vertex", json={"revoke_tokens": True}).raise_for_status()
+    with pytest.raises(anthropic.AuthenticationError) as refused:
+        client.messages.create(model="vx-claude", max_tokens=20, messages=[{"role": "user", "content": tag()}])
+    assert refused.value.body["error"]["message"].startswith("Request had invalid authentication credentials")
+    before = vsim.http.get("/_sim/vertex").json()["tokens_issued"]
+    marker = tag()
+    client.messages.create(model="vx-claude", max_tokens=20, messages=[{"role": "user", "content": marker}])
+    assert vsim.http.get("/_sim/vertex").json()["tokens_issued"] == before + 1
+    assert vsim.last_request(marker)["status"] == 200
+    rows = daemon.admin.usage(account["id"])
+    assert [r["status"] for r in rows] == ["ok", "upstream_error", "ok"][::-1] and rows[1]["cost_nano"] == 0

@@ -192,26 +192,33 @@ def set_top_level_fields(raw: bytes, parsed: dict, changes: dict[str, object]) -
     return _insert_first(raw, inserts) if inserts else raw
 
 
-def remove_top_level_field(raw: bytes, parsed: dict, key: str) -> bytes | None:
-    """``raw`` without its top-level ``key`` (``parsed``, the caller's parse of ``raw``, has
-    it), or None when the bytes cannot be edited so: the key spelled more than once or with a
-    ``\\u`` escape anywhere, or a value other than a string or number (the caller re-encodes).
-    Vertex AI names the model in the URL and takes none in the body."""
-    if not isinstance(parsed, dict) or key not in parsed:
+def replace_top_level_member(raw: bytes, parsed: dict, key: str, members: dict[str, object]) -> bytes | None:
+    """``raw`` with its top-level member ``key`` replaced by ``members`` (keys ``parsed`` lacks;
+    none: the member removed), or None when the bytes cannot be edited so: the key spelled
+    more than once or with a ``\\u`` escape anywhere, or a value other than a string or
+    number (the caller re-encodes). One copy of the bytes: Vertex AI takes a messages body
+    with ``anthropic_version`` where ``model`` was (the URL names the model)."""
+    if not isinstance(parsed, dict) or key not in parsed or any(k in parsed for k in members):
         return None
-    span = _only_key_span(raw, key, numbers=isinstance(parsed[key], (int, float)))
+    value = parsed[key]
+    span = _only_key_span(raw, key, numbers=isinstance(value, (int, float)) and not isinstance(value, bool))
     if span is None:
         return None
     start = raw.rfind(orjson.dumps(key), 0, span[0])
-    end = _skip_whitespace(raw, span[1])
-    if raw[end] == 0x2C:  # ",": a member follows; it takes this one's place
-        return raw[:start] + raw[_skip_whitespace(raw, end + 1):]
-    before = start - 1  # the last member: drop the comma before it, if any
-    while before > 0 and raw[before] in _WHITESPACE:
-        before -= 1
-    if raw[before] == 0x2C:
-        return raw[:before] + raw[end:]
-    return raw[:start] + raw[end:]
+    end = span[1]
+    if not members:
+        after = _skip_whitespace(raw, end)
+        if raw[after] == 0x2C:  # ",": a member follows; it takes this one's place
+            end = _skip_whitespace(raw, after + 1)
+        else:  # the last member: drop the comma before it, if any
+            before = start - 1
+            while before > 0 and raw[before] in _WHITESPACE:
+                before -= 1
+            if raw[before] == 0x2C:
+                start = before
+    replacement = b",".join(orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in members.items())
+    view = memoryview(raw)
+    return b"".join((view[:start], replacement, view[end:]))
 
 
 def duplicate_top_level_key(raw: bytes, parsed: dict) -> str | None:

@@ -46,7 +46,7 @@ import orjson
 from gatewayd.catalogue import Provider, ModelRoute
 from gatewayd.errors import BodyError, UpstreamError
 from gatewayd.formats.gemini_to_chat import retry_delay_s
-from gatewayd.formats.raw_json import remove_top_level_field, set_top_level_fields
+from gatewayd.formats.raw_json import replace_top_level_member
 from gatewayd.providers import anthropic, gemini
 from gatewayd.providers.base import Builder, Call, Route, SettingError, encode_body
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
@@ -118,16 +118,13 @@ def model_url(target: ModelRoute, method: str) -> str:
 
 
 def messages_body(raw: bytes, parsed: dict | None) -> bytes:
-    """A messages body as Vertex takes it: no ``model``, ``anthropic_version`` set. Edited in
-    the bytes when ``parsed`` (the body's parse, before the Anthropic builder set the model
-    and cap in the bytes) allows; re-encoded otherwise."""
-    if parsed is not None and isinstance(parsed.get("model"), str):
-        without = remove_top_level_field(raw, parsed, "model")
-        if without is not None:
-            rest = {k: v for k, v in parsed.items() if k != "model"}
-            edited = set_top_level_fields(without, rest, {"anthropic_version": ANTHROPIC_VERSION})
-            if edited is not None:
-                return edited
+    """A messages body as Vertex takes it: ``anthropic_version`` where ``model`` was. Edited
+    in the bytes when ``parsed`` (the body's parse, before the Anthropic builder set the cap
+    in the bytes) allows; re-encoded otherwise."""
+    if parsed is not None:
+        edited = replace_top_level_member(raw, parsed, "model", {"anthropic_version": ANTHROPIC_VERSION})
+        if edited is not None:
+            return edited
     body = orjson.loads(raw)
     body.pop("model", None)
     body["anthropic_version"] = ANTHROPIC_VERSION
@@ -171,7 +168,10 @@ def _vertex_route(build: Builder, call: Call, target: ModelRoute, upstream, pars
     """The route ``build`` (an Anthropic or Gemini builder) makes, sent to Vertex: its errors
     told with Google's retry hint, a 401 forgetting the token it was sent with."""
     on_vertex = _OnVertex(upstream, target, publisher_model(target.upstream_id)[0], parsed)
-    route = build(call, target, on_vertex)
+    # a pass-through builder sees the client's model id as the provider's, so it leaves the
+    # body's model alone (Vertex drops it, the URL names the model): one edit of the bytes less
+    seen = attrs.evolve(target, upstream_id=call.model.id) if parsed is not None else target
+    route = build(call, seen, on_vertex)
     told = route.upstream_error
     tokens: AccessTokens = target.provider.settings["credentials"]
 

@@ -232,13 +232,16 @@ def register(app, sim_state, answer, wires) -> None:
             doc = None
         accounts = doc.get("service_accounts", {}) if isinstance(doc, dict) else None
         ttl = doc.get("token_ttl_s", state.token_ttl_s) if isinstance(doc, dict) else None
-        if (not isinstance(doc, dict) or not set(doc) <= {"service_accounts", "token_ttl_s"}
+        if (not isinstance(doc, dict) or not set(doc) <= {"service_accounts", "token_ttl_s", "revoke_tokens"}
                 or not isinstance(accounts, dict) or not all(isinstance(v, str) for v in accounts.values())
-                or not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 1):
+                or not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 1
+                or not isinstance(doc.get("revoke_tokens", False), bool)):
             return google_error(400, 'expected {"service_accounts": {"<client_email>": "<public key PEM>"}, '
-                                     '"token_ttl_s": <seconds>}')
+                                     '"token_ttl_s": <seconds>, "revoke_tokens": true}')
         state.service_accounts.update(accounts)
         state.token_ttl_s = ttl
+        if doc.get("revoke_tokens"):
+            state.tokens.clear()
         return Response(orjson.dumps(state.to_json()), 200, content_type=_JSON)
 
     @app.get("/_sim/vertex/service-account")
