@@ -11,11 +11,8 @@ import subprocess
 import httpx
 import orjson
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from werkzeug.datastructures import Headers
 
-from gatewayd.catalogue import ModelRoute
 from gatewayd.config import ConfigError, load_config
 from gatewayd.errors import BodyError, UpstreamError
 from gatewayd.formats.raw_json import replace_top_level_member
@@ -23,13 +20,12 @@ from gatewayd.providers import vertex
 from gatewayd.providers.base import Call
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION, Upstream
 from gatewayd.providers.vertex_auth import AccessTokens, TokenUnavailable, from_service_account_info
+from gatewayd.sim.vertex import new_key_pair
 from tests.live import BIN
 
 
 def service_account(token_uri: str = "http://127.0.0.1:1/token") -> dict:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
+    private, _ = new_key_pair()
     return {"type": "service_account", "project_id": "p-test", "private_key_id": "k1", "private_key": private,
             "client_email": "unit@p-test.iam.gserviceaccount.com", "client_id": "1", "token_uri": token_uri}
 

@@ -21,11 +21,10 @@ import anthropic
 import httpx
 import openai
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
 
 from gatewayd.sim.behaviour import signature_for
+from gatewayd.sim.vertex import new_key_pair
 from tests.faults import new_account, settled_row
 from tests.live import BIN, Daemon, Sim
 from tests.sim.provider_bill import provider_bill
@@ -111,12 +110,7 @@ non_stream_first_byte_timeout_s = 5
 
 @pytest.fixture(scope="module")
 def key_pair():
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    return private, public
+    return new_key_pair()
 
 
 @pytest.fixture(scope="module")
@@ -245,9 +239,7 @@ def test_token_endpoint_verifies_the_signed_assertion(sims, sa_path, tmp_path):
 
     _, vsim = sims
     info = json.loads(open(sa_path).read())
-    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    info["private_key"] = other.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                              serialization.NoEncryption()).decode()
+    info["private_key"] = new_key_pair()[0]
     forged = service_account.Credentials.from_service_account_info(info, scopes=SCOPES)
     with pytest.raises(google.auth.exceptions.RefreshError, match="invalid_grant: Invalid JWT Signature"):
         forged.refresh(google.auth.transport.requests.Request())

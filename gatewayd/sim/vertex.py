@@ -58,9 +58,8 @@ _INVALID_CREDENTIALS = (
 )
 
 
-@functools.cache
-def _demo_key() -> tuple[str, str]:
-    """The process's demo service-account key pair (private PEM, public PEM), made once."""
+def new_key_pair() -> tuple[str, str]:
+    """A fresh RSA key pair for a service account: (private key PEM, public key PEM)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -70,6 +69,9 @@ def _demo_key() -> tuple[str, str]:
     public = key.public_key().public_bytes(serialization.Encoding.PEM,
                                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     return private, public
+
+
+_demo_key = functools.cache(new_key_pair)  # the process's demo service account's key, made once
 
 
 def demo_service_account(sim_url: str) -> dict:
