@@ -54,7 +54,10 @@ class Upstream:
         ``on_sent`` is called once the request's bytes are handed to the provider's
         connection (the first body chunk taken by the connection's writer, or at the latest
         when an answer comes back): from then on the provider can bill the request's input,
-        and before it, it cannot (issue 25: a client gone while we connected pays nothing)."""
+        and before it, it cannot (issue 25: a client gone while we connected pays nothing).
+
+        A request carrying ``AUTHORIZE_EXTENSION`` gets its credentials from it first (Vertex
+        AI: a cached OAuth token; a new one from a worker thread when it is about to expire)."""
         if account is not None:
             request.extensions[ACCOUNT_EXTENSION] = account
         authorize = request.extensions.get(AUTHORIZE_EXTENSION)

@@ -31,8 +31,6 @@ import time
 from typing import Any
 
 import attrs
-import google.auth.exceptions
-import google.auth.jwt
 import orjson
 from quart import Response, request
 
@@ -124,6 +122,9 @@ def _oauth_error(error: str, description: str, status: int = 400) -> Response:
 
 def verify_assertion(state: VertexState, assertion: str, audience: list[str]) -> tuple[str | None, str]:
     """(the service account's email, "") for a valid assertion, else (None, why)."""
+    import google.auth.exceptions  # here: a simulator that never sees Vertex never loads google-auth
+    import google.auth.jwt
+
     try:
         claims = google.auth.jwt.decode(assertion, verify=False)
     except (ValueError, google.auth.exceptions.GoogleAuthError):
