@@ -148,7 +148,8 @@ def load(credentials_file: str | None) -> AccessTokens:
         try:
             info = json.loads(text)
         except ValueError:
-            raise SettingError("credentials_file", f"{credentials_file} is not JSON (a service-account key file?)") from None
+            raise SettingError("credentials_file",
+                               f"{credentials_file} is not JSON (a service-account key file?)") from None
         if not isinstance(info, dict):
             raise SettingError("credentials_file", f"{credentials_file} is not a JSON object")
         return from_service_account_info(info, credentials_file)

@@ -135,7 +135,7 @@ def verify_assertion(state: VertexState, assertion: str, audience: list[str]) ->
         return None, "Invalid grant: account not found"
     try:
         claims = google.auth.jwt.decode(assertion, certs=key, audience=audience)
-    except (ValueError, google.auth.exceptions.GoogleAuthError) as e:  # a bad signature, expired, issued in the future, wrong audience
+    except (ValueError, google.auth.exceptions.GoogleAuthError) as e:  # bad signature, expired, future, audience
         text = str(e)
         if "signature" in text.lower():
             return None, "Invalid JWT Signature."
