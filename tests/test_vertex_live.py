@@ -565,3 +565,31 @@ def test_a_revoked_token_is_refused_then_replaced(daemon, sims):
     assert vsim.last_request(marker)["status"] == 200
     rows = daemon.admin.usage(account["id"])
     assert [r["status"] for r in rows] == ["ok", "upstream_error", "ok"][::-1] and rows[1]["cost_nano"] == 0
+
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+PDF = "JVBERi0xLjQKJcOkw7zDtsOfCjEgMCBvYmoKPDwvVHlwZS9DYXRhbG9nPj4KZW5kb2JqCnRyYWlsZXIKPDwvUm9vdCAxIDAgUj4+CiUlRU9G"
+
+
+def test_images_and_pdfs_reach_claude_and_gemini_on_vertex_billed_exactly(daemon, sims):
+    _, vsim = sims
+    account, _, secret = new_account(daemon)
+    marker = tag()
+    raw = anthropic.Anthropic(base_url=daemon.url, api_key=secret, max_retries=0).messages.with_raw_response.create(
+        model="vx-claude", max_tokens=100, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
+            {"type": "text", "text": f"describe {marker}"}]}])
+    received = vsim.last_request(marker)
+    assert [block["type"] for block in received["json"]["messages"][0]["content"]] == ["image", "document", "text"]
+    row = assert_billed_exactly(daemon, vsim, account, raw.headers["x-request-id"], marker, "vx-claude")
+    assert row["input_tokens"] > 2500  # the simulator counts an image 1,000 tokens and a document 1,500
+    marker = tag()
+    chat = openai.OpenAI(base_url=daemon.url + "/v1", api_key=secret, max_retries=0).chat.completions.with_raw_response
+    raw = chat.create(model="vx-gemini", messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}},
+        {"type": "text", "text": f"describe {marker}"}]}])
+    parts = vsim.last_request(marker)["json"]["contents"][0]["parts"]
+    assert parts[0] == {"inlineData": {"mimeType": "image/png", "data": PIXEL}}
+    row = assert_billed_exactly(daemon, vsim, account, raw.headers["x-request-id"], marker, "vx-gemini")
+    assert row["input_tokens"] > 1000
