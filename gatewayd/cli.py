@@ -112,8 +112,8 @@ def check_config(path: str = typer.Argument(..., metavar="FILE", help="The TOML 
 
 @app.command()
 def simulate(listen: str = typer.Option("127.0.0.1:9090", "--listen", help="HOST:PORT to serve on.")) -> None:
-    """Run the upstream simulator alone: the OpenAI, Azure OpenAI, Anthropic, Gemini and AWS
-    Bedrock wire protocols (rules in docs/simulator.md)."""
+    """Run the upstream simulator alone: the OpenAI, Azure OpenAI, Anthropic, Gemini, AWS
+    Bedrock and Vertex AI wire protocols (rules in docs/simulator.md)."""
     from gatewayd.sim import main_simulate
 
     main_simulate(listen)

@@ -120,11 +120,7 @@ class Config:
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
         Each protocol's adapter says where under the simulator its API lives."""
-        providers = {
-            name: attrs.evolve(p, base_url=sim_url + adapters.sim_base_path(p.protocol), api_key="sim-key",
-                               settings=adapters.sim_settings(p.protocol, p.settings))
-            for name, p in self.providers.items()
-        }
+        providers = {name: adapters.simulated(p, sim_url) for name, p in self.providers.items()}
         models = {
             mid: attrs.evolve(m, routes=tuple(attrs.evolve(r, provider=providers[r.provider.name]) for r in m.routes))
             for mid, m in self.models.items()
@@ -342,19 +338,18 @@ def _providers(raw: Any) -> dict[str, Provider]:
         name = s.str("name")
         if name in providers:
             raise ConfigError(f"providers[{i}].name: duplicate provider {name!r}")
-        base_url = s.str("base_url", None)
-        api_key = s.str("api_key", None)
-        key_env = s.str("api_key_env", None)
-        if api_key is None and key_env is not None:
-            api_key = os.environ.get(key_env) or None
         try:
             settings = adapters.provider_settings(protocol, s.table)
         except adapters.SettingError as e:
             raise ConfigError(f"providers[{i}].{e.key}: {e.problem}") from None
-        # checked after the protocol's own keys: a default base_url (Bedrock's) is made from them
-        base_url = (base_url or adapters.default_base_url(protocol, s.table) or s.str("base_url")).rstrip("/")
+        default_base_url = adapters.default_base_url(protocol, settings)
+        base_url = (s.str("base_url") if default_base_url is None else s.str("base_url", default_base_url)).rstrip("/")
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
+        api_key = s.str("api_key", None)
+        key_env = s.str("api_key_env", None)
+        if api_key is None and key_env is not None:
+            api_key = os.environ.get(key_env) or None
         providers[name] = Provider(name=name, protocol=protocol, base_url=base_url, api_key=api_key,
                                    settings=settings)
     return providers

@@ -199,6 +199,6 @@ def test_gatewayd_simulate_help_names_every_protocol_it_speaks():
     result = CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "200"})
     text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())
     names = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini", "azure-openai": "Azure OpenAI",
-             "bedrock": "AWS Bedrock"}
+             "bedrock": "AWS Bedrock", "vertex": "Vertex AI"}
     assert set(names) == set(ADAPTERS)
     assert all(name in text for name in names.values()), text

@@ -261,7 +261,7 @@ def test_route_config_errors_are_one_line(tmp_path, model_toml, message):
     ('api_version = " "\n', 'providers[0].api_version: must be a non-empty string (e.g. "2024-10-21")'),
     ('api_version = "2024-10-21"\ncolour = "eu"\n', "providers[0].colour: unknown key"),
     ('api_version = "2024-10-21"\nregion = "eu"\n',
-     "providers[0].region: not a setting of protocol azure-openai (only of bedrock)"),
+     "providers[0].region: not a setting of protocol azure-openai (only of bedrock, vertex)"),
 ])
 def test_azure_needs_its_api_version(tmp_path, extra, message):
     """Declared and checked by the Azure adapter (providers/azure_openai.py), not by the loader."""

@@ -193,6 +193,35 @@ def set_top_level_fields(raw: bytes, parsed: dict[str, Any], changes: dict[str, 
     return _insert_first(raw, inserts) if inserts else raw
 
 
+def replace_top_level_member(raw: bytes, parsed: dict[str, Any], key: str, members: dict[str, object]) -> bytes | None:
+    """``raw`` with its top-level member ``key`` replaced by ``members`` (keys ``parsed`` lacks;
+    none: the member removed), or None when the bytes cannot be edited so: the key spelled
+    more than once or with a ``\\u`` escape anywhere, or a value other than a string or
+    number (the caller re-encodes). One copy of the bytes: Vertex AI takes a messages body
+    with ``anthropic_version`` where ``model`` was (the URL names the model)."""
+    if not isinstance(parsed, dict) or key not in parsed or any(k in parsed for k in members):
+        return None
+    value = parsed[key]
+    span = _only_key_span(raw, key, numbers=isinstance(value, (int, float)) and not isinstance(value, bool))
+    if span is None:
+        return None
+    start = raw.rfind(orjson.dumps(key), 0, span[0])
+    end = span[1]
+    if not members:
+        after = _skip_whitespace(raw, end)
+        if raw[after] == 0x2C:  # ",": a member follows; it takes this one's place
+            end = _skip_whitespace(raw, after + 1)
+        else:  # the last member: drop the comma before it, if any
+            before = start - 1
+            while before > 0 and raw[before] in _WHITESPACE:
+                before -= 1
+            if raw[before] == 0x2C:
+                start = before
+    replacement = b",".join(orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in members.items())
+    view = memoryview(raw)
+    return b"".join((view[:start], replacement, view[end:]))
+
+
 def duplicate_top_level_key(raw: bytes, parsed: dict[str, Any]) -> str | None:
     """A key that occurs more than once at the top level of ``raw`` (``parsed`` is its orjson
     parse), else None.

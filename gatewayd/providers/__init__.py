@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gatewayd.providers import anthropic, azure_openai, bedrock, gemini, openai
+import attrs
+
+from gatewayd.catalogue import Provider
+from gatewayd.providers import anthropic, azure_openai, bedrock, gemini, openai, vertex
 from gatewayd.providers.base import Builder, SettingError
 
 __all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "anthropic_rates", "builder", "client_formats",
-           "default_base_url", "default_family", "provider_keys", "provider_settings", "sim_base_path", "sim_settings"]
+           "default_base_url", "default_family", "provider_keys", "provider_settings", "sim_base_path", "simulated"]
 
 ADAPTERS = {
     "openai": openai,
@@ -25,6 +28,7 @@ ADAPTERS = {
     "azure-openai": azure_openai,
     "gemini": gemini,
     "bedrock": bedrock,
+    "vertex": vertex,
 }
 
 CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings")
@@ -55,13 +59,6 @@ def provider_keys(protocol: str) -> frozenset[str]:
     return getattr(ADAPTERS[protocol], "PROVIDER_KEYS", frozenset())
 
 
-def default_base_url(protocol: str, table: Mapping[str, Any]) -> str | None:
-    """The ``base_url`` a ``[[providers]]`` table of ``protocol`` gets when it sets none
-    (Bedrock's regional endpoint); None: the key is required."""
-    default = getattr(ADAPTERS[protocol], "default_base_url", None)
-    return default(table) if default is not None else None
-
-
 def anthropic_rates(protocol: str, upstream_id: str) -> bool:
     """Whether a model whose first route is this one defaults to Anthropic's cache-write rates
     (1.25x input for 5 minutes, 2x for 1 hour): Claude, wherever it is bought."""
@@ -69,14 +66,26 @@ def anthropic_rates(protocol: str, upstream_id: str) -> bool:
     return claude(upstream_id) if claude is not None else protocol == "anthropic"
 
 
-def sim_settings(protocol: str, settings: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A provider's settings for ``--demo``: credentials the simulator accepts (Bedrock's SigV4 keys)."""
-    adapt = getattr(ADAPTERS[protocol], "sim_settings", None)
-    return adapt(settings) if adapt is not None else settings
-
-
 def provider_settings(protocol: str, table: Mapping[str, Any]) -> dict[str, Any]:
     """Those keys of a ``[[providers]]`` table, validated by the protocol's adapter
     (:class:`SettingError` names the key and the problem)."""
     read = getattr(ADAPTERS[protocol], "provider_settings", None)
     return read(table) if read is not None else {}
+
+
+def default_base_url(protocol: str, settings: Mapping[str, Any]) -> str | None:
+    """The ``base_url`` of a provider whose table sets none, when its protocol has one
+    (Bedrock's and Vertex AI's regional endpoints, made from the validated ``settings``);
+    None: the key is required."""
+    default = getattr(ADAPTERS[protocol], "default_base_url", None)
+    return default(settings) if default is not None else None
+
+
+def simulated(provider: Provider, sim_url: str) -> Provider:
+    """``provider`` pointed at the built-in simulator (``--demo``): its base URL under the
+    simulator and a key the simulator takes, or what its adapter says (Bedrock: the
+    simulator's SigV4 keys; Vertex AI: the simulator's own service account)."""
+    simulate = getattr(ADAPTERS[provider.protocol], "simulated", None)
+    if simulate is not None:
+        return simulate(provider, sim_url)
+    return attrs.evolve(provider, base_url=sim_url + sim_base_path(provider.protocol), api_key="sim-key")

@@ -30,11 +30,12 @@ import time
 from typing import Any, Mapping
 from urllib.parse import quote
 
+import attrs
 import orjson
 
 from gatewayd.billing.estimate import ANTHROPIC_MEDIA, estimate_input_tokens
 from gatewayd.billing.features import messages_asks, messages_changes, require_prices
-from gatewayd.catalogue import ModelRoute
+from gatewayd.catalogue import ModelRoute, Provider
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
 from gatewayd.formats import pipes
 from gatewayd.formats.converse import (
@@ -53,7 +54,7 @@ from gatewayd.providers.anthropic import _to_messages, answer_usage, produced_us
 from gatewayd.providers.base import Call, Route, SettingError, dropped_tools_headers, encode_body, translate, with_changes
 from gatewayd.providers.bedrock_auth import AwsAuth
 
-__all__ = ["PROVIDER_KEYS", "ROUTES", "SIM_BASE_PATH", "default_base_url", "provider_settings", "sim_settings",
+__all__ = ["PROVIDER_KEYS", "ROUTES", "SIM_BASE_PATH", "default_base_url", "provider_settings", "simulated",
            "uses_invoke"]
 
 SIM_BASE_PATH = "/bedrock"  # where the simulator serves this protocol (``--demo``)
@@ -72,19 +73,22 @@ def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
     return {"region": region, "auth": AwsAuth.from_table(table, region)}
 
 
-def sim_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``--demo``: signed with the simulator's own access key and secret."""
+def simulated(provider: Provider, sim_url: str) -> Provider:
+    """``--demo``: the provider pointed at the built-in simulator, signed with the
+    simulator's own access key and secret."""
     from botocore.credentials import Credentials
 
     from gatewayd.sim.bedrock import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
-    region = settings["region"]
-    return {**settings, "auth": AwsAuth(region=region, source=Credentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY))}
+    region = provider.settings["region"]
+    auth = AwsAuth(region=region, source=Credentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY))
+    return attrs.evolve(provider, base_url=sim_url + SIM_BASE_PATH, api_key="sim-key",
+                        settings={**provider.settings, "auth": auth})
 
 
-def default_base_url(table: Mapping[str, Any]) -> str | None:
-    region = table.get("region")
-    return f"https://bedrock-runtime.{region}.amazonaws.com" if isinstance(region, str) else None
+def default_base_url(settings: Mapping[str, Any]) -> str:
+    """Bedrock's regional runtime endpoint."""
+    return f"https://bedrock-runtime.{settings['region']}.amazonaws.com"
 
 
 def uses_invoke(upstream_id: str) -> bool:

@@ -20,6 +20,10 @@ import httpx
 
 from gatewayd.providers.pool import ACCOUNT_EXTENSION, ConnectionPool
 
+# a request extension: ``async (request) -> None`` that sets the request's credentials just
+# before it is sent (Vertex AI's OAuth tokens: fetched, in a thread, only when they expire)
+AUTHORIZE_EXTENSION = "gatewayd.authorize"
+
 
 class Upstream:
     def __init__(self, *, connect_timeout_s: float, stream_idle_timeout_s: float, max_connections: int = 1000) -> None:
@@ -50,9 +54,15 @@ class Upstream:
         ``on_sent`` is called once the request's bytes are handed to the provider's
         connection (the first body chunk taken by the connection's writer, or at the latest
         when an answer comes back): from then on the provider can bill the request's input,
-        and before it, it cannot (issue 25: a client gone while we connected pays nothing)."""
+        and before it, it cannot (issue 25: a client gone while we connected pays nothing).
+
+        A request carrying ``AUTHORIZE_EXTENSION`` gets its credentials from it first (Vertex
+        AI: a cached OAuth token; a new one from a worker thread when it is about to expire)."""
         if account is not None:
             request.extensions[ACCOUNT_EXTENSION] = account
+        authorize = request.extensions.get(AUTHORIZE_EXTENSION)
+        if authorize is not None:
+            await authorize(request)
         if on_sent is None:
             return await self.transport.handle_async_request(request)
         request.stream = _Handed(request.stream, on_sent)

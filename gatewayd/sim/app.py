@@ -572,12 +572,15 @@ def create_sim_app() -> QuartTrio:
     async def not_found(rest: str) -> Response:
         entry = state.record(await _request_body())
         message = f"Unknown request URL: {request.method} {request.path}."
-        if request.path.startswith("/v1beta/"):
+        if request.path.startswith(("/v1beta/", "/vertex/")):
             return _done(entry, google_error(404, message))
         if request.headers.get("anthropic-version"):
             return _done(entry, anthropic_error(404, message))
         return _done(entry, openai_error(404, message))
 
+    from .vertex import register as register_vertex  # imports this module: registered once it is loaded
+
+    register_vertex(app, state, _answer, (MESSAGES, GEMINI))
     return app
 
 

@@ -41,7 +41,7 @@ from quart import Response, request
 from gatewayd.formats.eventstream import chunk_frame, event_frame, exception_frame
 from . import anthropic
 from . import app as sim_app
-from .behaviour import CONTENT, FINISH, HEAD, Plan, Prompt, Tool, count_words, fragments, pieces, plan, text_of
+from .behaviour import CONTENT, FINISH, HEAD, Plan, Prompt, Tool, count_words, fragments, pieces, plan
 
 ACCESS_KEY_ID = "AKIAGATEWAYDSIMULATOR"
 SECRET_ACCESS_KEY = "gatewayd-simulator-secret-access-key"
