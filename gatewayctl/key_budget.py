@@ -25,8 +25,8 @@ def budget_fields(body: dict[str, Any], budget: str | None, period: str | None, 
 
     if period is not None and period not in ("day", "week", "month"):
         raise typer.BadParameter(f"must be day, week or month (got {period!r})", param_hint="'--budget-period'")
+    exclusive({"--budget": budget is not None, "--no-budget": no_budget})
     cleared = no_budget or (budget is not None and budget.strip().lower() == "none")
-    exclusive({"--budget": budget is not None and not cleared, "--no-budget": no_budget})
     if cleared:
         if period is not None:
             raise typer.BadParameter("a budget period needs a budget", param_hint="'--budget-period'")

@@ -101,10 +101,6 @@ class Account:
             "created_at": self.created_at,
             "has_password": self.password_hash is not None,
             "max_concurrent": self.max_concurrent,
-            "budget_nano": self.budget_nano,
-            "budget_period": self.budget_period,
-            "budget_period_start": self.budget_period_start,
-            "budget_spent_nano": self.budget_spent_nano,
         }
 
     def balance(self) -> dict:
@@ -168,4 +164,8 @@ class Key:
             "created_at": self.created_at,
             "last_used_at": self.last_used_at,
             "max_concurrent": self.max_concurrent,
+            "budget_nano": self.budget_nano,
+            "budget_period": self.budget_period,
+            "budget_period_start": self.budget_period_start,
+            "budget_spent_nano": self.budget_spent_nano,
         }
