@@ -330,7 +330,6 @@ def account_update(
     if timezone is not None:
         body["timezone"] = timezone
     max_concurrent_field(body, max_concurrent, no_max_concurrent)
-    budget_fields(body, budget, budget_period, no_budget)
     if not body:
         raise nothing_to_change()
     s = session(socket, json_output)
