@@ -37,6 +37,7 @@ from rich.console import Console
 from gatewayctl import render
 from gatewayctl.client import AdminClient, AdminError, resolve_socket, segment
 from gatewayctl.fair_share import MaxConcurrentOpt, NoMaxConcurrentOpt, max_concurrent_field
+from gatewayctl.key_budget import BudgetOpt, BudgetPeriodOpt, NoBudgetOpt, budget_fields
 from gatewayd.billing import breakdown
 from gatewayd.control_chars import escape_control_characters
 from gatewayd.money import MoneyError, format_usd, usd_to_nano
@@ -453,11 +454,14 @@ def key_create(
     allow_ip: AllowIpOpt = None,
     group: GroupOpt = None,
     max_concurrent: MaxConcurrentOpt = None,
+    budget: BudgetOpt = None,
+    budget_period: BudgetPeriodOpt = None,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Create a key for an account and print its secret (shown this once)."""
     body: dict[str, Any] = {"name": name}
+    budget_fields(body, budget, budget_period)
     if spend_limit is not None:
         body["spend_limit_nano"] = spend_limit
     if expires is not None:
@@ -513,6 +517,9 @@ def key_update(
     no_group: Annotated[bool, typer.Option("--no-group", help="Use no group.")] = False,
     max_concurrent: MaxConcurrentOpt = None,
     no_max_concurrent: NoMaxConcurrentOpt = False,
+    budget: BudgetOpt = None,
+    budget_period: BudgetPeriodOpt = None,
+    no_budget: NoBudgetOpt = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -539,6 +546,7 @@ def key_update(
     if group is not None or no_group:
         body["group"] = group
     max_concurrent_field(body, max_concurrent, no_max_concurrent)
+    budget_fields(body, budget, budget_period, no_budget)
     if not body:
         raise nothing_to_change()
     s = session(socket, json_output)

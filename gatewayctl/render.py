@@ -92,10 +92,15 @@ KEY = (
     Field("allow_ips", "allowed IPs", text("any")),
     Field("group", "group"),
     Field("max_concurrent", "max concurrent", cap),
+    Field("budget_nano", "budget", usd_or("none")),
+    Field("budget_period", "budget period", text("-")),
+    Field("budget_period_spent_nano", "spent this period", usd_or("-")),
+    Field("budget_left_nano", "budget left", usd_or("-")),
     Field("created_at", "created"),
     Field("last_used_at", "last used", text("never")),
 )
-KEY_COLUMNS = tuple(f for f in KEY if f.key not in ("account_id", "max_concurrent", "created_at"))
+KEY_COLUMNS = tuple(f for f in KEY if f.key not in ("account_id", "max_concurrent", "created_at", "budget_period",
+                                                    "budget_period_spent_nano"))
 
 PAYMENT = (
     Field("id", "id"),

@@ -27,7 +27,8 @@ log = logging.getLogger("gatewayd.changes")
 _ACCOUNT_FIELDS = ("email", "name", "timezone", "password_hash", "groups", "embedding_models", "total_paid_nano",
                    "credit_nano", "max_concurrent")
 _KEY_FIELDS = ("name", "status", "spend_limit_nano", "spent_nano", "expires_on", "models", "allow_ips", "group",
-               "last_used_at", "max_concurrent")
+               "last_used_at", "max_concurrent", "budget_nano", "budget_period", "budget_period_start",
+               "budget_spent_nano")
 
 
 def apply_account(directory: Directory, fresh: Account) -> None:

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
 
+from gatewayd.budgets import PERIODS
 from gatewayd.config import Config
 from gatewayd.control_chars import CONTROL_CHARACTERS
 from gatewayd.money import MAX_PAID_NANO, format_usd
@@ -336,6 +337,17 @@ class Directory:
             raise DirectoryError(f"no group named {group!r} in the configuration")
         return group
 
+    def _check_budget(self, budget_nano: Any, budget_period: Any) -> tuple[int | None, str | None]:
+        """A periodic budget is an amount and a period together, or neither (``gatewayd.budgets``)."""
+        if budget_nano is None:
+            if budget_period is not None:
+                raise DirectoryError("budget_period needs budget_nano (or clear both with budget_nano null)")
+            return None, None
+        amount = _money(budget_nano, "budget_nano")
+        if budget_period not in PERIODS:
+            raise DirectoryError(f"budget_period must be one of {', '.join(PERIODS)} (got {budget_period!r})")
+        return amount, budget_period
+
     async def create_key(
         self,
         account: Account,
@@ -347,9 +359,12 @@ class Directory:
         allow_ips: Any = None,
         group: Any = None,
         max_concurrent: Any = None,
+        budget_nano: Any = None,
+        budget_period: Any = None,
     ) -> tuple[Key, str]:
         """Returns the key and its secret; the secret is never stored, only its hash."""
         name = self._check_key_name(name)
+        budget, period = self._check_budget(budget_nano, budget_period)
         secret = new_secret()
         key = Key(
             id=new_id("key_"),
@@ -367,6 +382,8 @@ class Directory:
             created_at=utc_now_iso(),
             last_used_at=None,
             max_concurrent=parse_max_concurrent(max_concurrent),
+            budget_nano=budget,
+            budget_period=period,
         )
         key.expires_at = expiry_instant(key.expires_on, account.timezone)
         try:
@@ -388,7 +405,8 @@ class Directory:
         """Change only the fields present in ``changes``; null clears an optional field."""
         if key.status == "deleted":
             raise DirectoryError("this key was revoked; revoked keys cannot be changed", status=409, code="key_deleted")
-        allowed = {"name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent"}
+        allowed = {"name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
+                   "budget_nano", "budget_period"}
         unknown = sorted(set(changes) - allowed)
         if unknown:
             raise DirectoryError(f"unknown key field {unknown[0]!r}")
@@ -410,6 +428,11 @@ class Directory:
             new["group"] = self._check_group(changes["group"])
         if "max_concurrent" in changes:
             new["max_concurrent"] = parse_max_concurrent(changes["max_concurrent"])
+        if "budget_nano" in changes or "budget_period" in changes:
+            amount = changes.get("budget_nano", key.budget_nano)
+            # clearing the amount clears the budget; a new amount alone keeps the period
+            period = None if amount is None else changes.get("budget_period", key.budget_period)
+            new["budget_nano"], new["budget_period"] = self._check_budget(amount, period)
         if not new:
             return key
         probe = attrs.evolve(key, **new)  # the key as it will be, stored before memory changes
@@ -421,6 +444,8 @@ class Directory:
                                  code="key_deleted") from None
         for field, value in new.items():
             setattr(key, field, value)
+        if "budget_period" in new:  # the store recounted the period (gatewayd.budgets)
+            key.budget_period_start, key.budget_spent_nano = probe.budget_period_start, probe.budget_spent_nano
         key.expires_at = expiry_instant(key.expires_on, self.accounts[key.account_id].timezone)
         return key
 

@@ -130,6 +130,12 @@ class Key:
     expires_at: float | None = None  # derived from expires_on + the account's zone
     held_nano: int = 0  # open holds on this key, in memory
     max_concurrent: int | None = None  # requests in flight at once; None: [server] max_concurrent_per_key
+    # the periodic budget (gatewayd.budgets): at most budget_nano per day / week / month in the
+    # account's zone; budget_spent_nano is what the usage rows dated from budget_period_start on cost
+    budget_nano: int | None = None
+    budget_period: str | None = None
+    budget_period_start: str | None = None
+    budget_spent_nano: int = 0
 
     def state(self, now: float) -> str:
         """The spec's five states; expired and used-up are derived, never stored."""
@@ -158,4 +164,8 @@ class Key:
             "created_at": self.created_at,
             "last_used_at": self.last_used_at,
             "max_concurrent": self.max_concurrent,
+            "budget_nano": self.budget_nano,
+            "budget_period": self.budget_period,
+            "budget_period_start": self.budget_period_start,
+            "budget_spent_nano": self.budget_spent_nano,
         }

@@ -152,12 +152,17 @@ def test_key_form_to_directory_fields():
     assert form.fields() == {
         "name": "prod", "spend_limit_nano": 1_000_250_000_000, "expires_on": "2030-01-31",
         "models": ["gpt-4.1"], "allow_ips": ["10.0.0.0/8", "192.0.2.1", "::1"], "group": "vip",
+        "budget_nano": None, "budget_period": None,
     }
     empty = KeyForm.from_form(FakeForm(name="k", models=["gpt-4.1"]))  # boxes ticked but "every model" chosen
     assert empty.fields() == {"name": "k", "spend_limit_nano": None, "expires_on": None, "models": None,
-                              "allow_ips": None, "group": None}
+                              "allow_ips": None, "group": None, "budget_nano": None, "budget_period": None}
+    budgeted = KeyForm.from_form(FakeForm(name="k", budget="$12.5", budget_period="week"))
+    assert (budgeted.fields()["budget_nano"], budgeted.fields()["budget_period"]) == (12_500_000_000, "week")
     for bad, field in (({"spend_limit": "abc"}, "spend_limit"), ({"spend_limit": "-1"}, "spend_limit"),
-                       ({"spend_limit": "0.0000000001"}, "spend_limit"), ({"model_scope": "selected"}, "models")):
+                       ({"spend_limit": "0.0000000001"}, "spend_limit"), ({"model_scope": "selected"}, "models"),
+                       ({"budget": "x"}, "budget"), ({"budget": "-1"}, "budget"),
+                       ({"budget": "1", "budget_period": "year"}, "budget")):
         with pytest.raises(FormError) as info:
             KeyForm.from_form(FakeForm(name="k", **bad)).fields()
         assert info.value.field == field

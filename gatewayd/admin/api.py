@@ -20,12 +20,15 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from gatewayd.admin.prices import add_price_routes
+from gatewayd.budgets import budget_view
 from gatewayd.directory import Directory, DirectoryError, parse_max_concurrent
+from gatewayd.store.base import utc_iso
 from gatewayd.store.usage_queries import UsageFilter
 
 JSON = "application/json"
 log = logging.getLogger("gatewayd.admin")
-KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent")
+KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
+              "budget_nano", "budget_period")
 
 
 # The stored times' range: a bound outside it (the end of 9999-12-31, the start of 0001-01-01
@@ -124,7 +127,12 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
                      405)
 
     def key_doc(key) -> dict:
-        return key.public(clock())
+        now = clock()
+        account = directory.accounts.get(key.account_id)
+        zone = account.timezone if account is not None else "UTC"
+        return {**key.public(now), **budget_view(key.budget_nano, key.budget_period, key.budget_period_start,
+                                                  key.budget_spent_nano, key.held_nano, zone,
+                                                  utc_iso(datetime.datetime.fromtimestamp(now, datetime.timezone.utc)))}
 
     @app.post("/admin/v1/accounts")
     async def create_account():

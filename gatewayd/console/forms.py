@@ -49,6 +49,7 @@ _FIELD_OF_MESSAGE = (
     ("no model", "models"),
     ("allow_ips", "allow_ips"),
     ("no group", "group"),
+    ("budget", "budget"),
 )
 
 
@@ -67,6 +68,8 @@ def friendly(message: str) -> str:
         .replace("expires_on must be a date YYYY-MM-DD", "expiry date must be a date YYYY-MM-DD")
         .replace("allow_ips: ", "IP allowlist: ")
         .replace("allow_ips must be", "IP allowlist must be")
+        .replace("budget_nano must be a non-negative integer number of nano-dollars",
+                 "budget must be a dollar amount of zero or more")
         .replace("models must be a non-empty list of model ids (or null for every model)",
                  "choose at least one model, or allow every model")
     )
@@ -81,6 +84,8 @@ class KeyForm:
     models: list[str] = attrs.Factory(list)
     allow_ips: str = ""
     group: str = ""
+    budget: str = ""
+    budget_period: str = "month"
 
     @classmethod
     def from_key(cls, key: Key) -> "KeyForm":
@@ -92,6 +97,8 @@ class KeyForm:
             models=sorted(key.models or ()),
             allow_ips="\n".join(str(n) for n in key.allow_ips or ()),
             group=key.group or "",
+            budget=nano_to_plain_usd(key.budget_nano),
+            budget_period=key.budget_period or "month",
         )
 
     @classmethod
@@ -104,6 +111,8 @@ class KeyForm:
             models=[m for m in form.getlist("models") if m],
             allow_ips=form.get("allow_ips", ""),
             group=form.get("group", "").strip(),
+            budget=form.get("budget", "").strip(),
+            budget_period=form.get("budget_period", "month").strip(),
         )
 
     def fields(self) -> dict[str, Any]:
@@ -115,7 +124,25 @@ class KeyForm:
             "models": self._models(),
             "allow_ips": [e for e in _IP_SEPARATORS.split(self.allow_ips) if e] or None,
             "group": self.group or None,
+            **self._budget(),
         }
+
+    def _budget(self) -> dict[str, Any]:
+        """An empty amount clears the budget (both fields null), as an empty spend limit clears it."""
+        text = self.budget.removeprefix("$").replace(",", "").strip()
+        if not text:
+            return {"budget_nano": None, "budget_period": None}
+        try:
+            nano = usd_to_nano(text)
+        except MoneyError:
+            raise FormError("budget", f"budget must be a dollar amount such as 25 or 12.50 (got {text!r})")
+        if nano < 0:
+            raise FormError("budget", "budget must not be negative")
+        if nano > MAX_SPEND_LIMIT_NANO:
+            raise FormError("budget", "budget must be at most $1,000,000,000")
+        if self.budget_period not in ("day", "week", "month"):
+            raise FormError("budget", "choose a budget period: day, week or month")
+        return {"budget_nano": nano, "budget_period": self.budget_period}
 
     def _spend_limit(self) -> int | None:
         text = self.spend_limit.removeprefix("$").replace(",", "").strip()

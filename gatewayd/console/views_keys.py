@@ -12,20 +12,27 @@ nothing, and the secret never sits in the browser's form-resubmission history).
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 from quart import Blueprint, g, redirect, url_for
 
+from gatewayd.budgets import budget_view
 from gatewayd.console.forms import FormError, KeyForm, field_of, friendly
 from gatewayd.console.web import Console, ConsoleError, checked_form, not_found, page, signed_in
 from gatewayd.directory import MAX_KEY_NAME, MAX_KEYS_PER_ACCOUNT, DirectoryError
 from gatewayd.records import Account, Key
+from gatewayd.store.base import utc_iso
 
 ACTIONS = {"disable": "disabled", "enable": "enabled"}
 
 
-def key_row(key: Key, now: float) -> dict:
-    return {"key": key, "state": key.state(now)}
+def key_row(key: Key, now: float, zone: str = "UTC") -> dict:
+    """A key as the keys page shows it: its state and, with a budget, the period's spend and what is left."""
+    now_iso = utc_iso(dt.datetime.fromtimestamp(now, dt.timezone.utc))
+    return {"key": key, "state": key.state(now),
+            "budget": budget_view(key.budget_nano, key.budget_period, key.budget_period_start,
+                                  key.budget_spent_nano, key.held_nano, zone, now_iso)}
 
 
 def model_choices(console: Console, account: Account, form: KeyForm) -> list[dict]:
@@ -77,7 +84,7 @@ def register(bp: Blueprint, console: Console) -> None:
         account = signed_in()
         now = time.time()
         mine = await console.store.refresh_keys(list(directory.keys_by_account.get(account.id, [])))
-        live = [key_row(k, now) for k in mine if k.status != "deleted"]
+        live = [key_row(k, now, account.timezone) for k in mine if k.status != "deleted"]
         revoked = [key_row(k, now) for k in mine if k.status == "deleted"]
         live.sort(key=lambda r: r["key"].created_at, reverse=True)
         revoked.sort(key=lambda r: r["key"].created_at, reverse=True)

@@ -41,7 +41,8 @@ import attrs
 
 from gatewayd.billing.estimate import HOLD_TOLERANCE
 
-NAMED_AT_MOST = 100  # usage rows over their hold named in one report
+NAMED_AT_MOST = 100
+ADJECTIVE = {"day": "daily", "week": "weekly", "month": "monthly"}  # usage rows over their hold named in one report
 
 
 def over_hold_condition(tolerance: Fraction | None = None) -> str:
@@ -68,12 +69,35 @@ class AuditAccount:
 
 
 @attrs.frozen
+class AuditBudget:
+    """A key's periodic budget as stored (``gatewayd.budgets``)."""
+
+    budget_nano: int
+    period: str
+    period_start: str | None  # None: no usage row since the budget was set (nothing counted yet)
+    spent_nano: int
+
+
+@attrs.frozen
 class AuditKey:
     id: str
     spent_nano: int
     spend_limit_nano: int | None
     held_nano: int
     cached_spent_nano: int | None = None
+    budget: AuditBudget | None = None
+
+
+# the key columns ``audit_budget`` reads
+BUDGET_COLUMNS = "budget_nano, budget_period, budget_period_start, budget_spent_nano"
+
+
+def audit_budget(row: Any) -> AuditBudget | None:
+    """The budget of a key row read with ``BUDGET_COLUMNS`` (None: the key has none)."""
+    if row["budget_period"] is None or row["budget_nano"] is None:
+        return None
+    return AuditBudget(int(row["budget_nano"]), row["budget_period"], row["budget_period_start"],
+                       int(row["budget_spent_nano"]))
 
 
 def lowest_allowed_balance(total_paid_nano: int, held_nano: int, late_nano: int,
@@ -168,6 +192,10 @@ def build_audit(sums: dict[str, Any], accounts: list[AuditAccount], keys: list[A
             elif over > 0:
                 warnings.append(f"spent {over} over its limit (within the hold tolerance: at most"
                                 f" {highest - k.spend_limit_nano})")
+        budget_out = None
+        if k.budget is not None:
+            budget_out = _audit_budget(k.budget, sums.get("key_period_charged", {}).get(k.id, 0),
+                                       late_keys.get(k.id, 0), tolerance, problems, warnings)
         ok = ok and not problems
         keys_out.append({
             "key_id": k.id,
@@ -175,9 +203,32 @@ def build_audit(sums: dict[str, Any], accounts: list[AuditAccount], keys: list[A
             "spend_limit_nano": k.spend_limit_nano,
             "highest_allowed_spent_nano": highest,
             "held_nano": k.held_nano,
+            "budget": budget_out,
             "ok": not problems,
             "problems": problems,
             "warnings": warnings,
         })
     return {"ok": ok, "hold_tolerance": str(tolerance), "problems": general, "accounts": accounts_out,
             "keys": keys_out}
+
+
+def _audit_budget(budget: AuditBudget, period_charged: int, late_nano: int, tolerance: Fraction,
+                  problems: list[str], warnings: list[str]) -> dict[str, Any]:
+    """A key's period budget: its count equals its usage rows since the period's start, and the
+    hold rule bounds the period's spend: every hold charged in it was taken with ``budget -
+    spent in the period - held >= hold``, so its charges are at most ``(1 + t) x budget`` (the
+    open holds are not subtracted: they may belong to a period the stored count has not reached)."""
+    counted = budget.spent_nano if budget.period_start is not None else 0
+    if budget.period_start is not None and counted != period_charged:
+        problems.append(f"budget: spent {counted} in the period from {budget.period_start} != sum of its usage"
+                        f" rows since then {period_charged}")
+    highest = highest_allowed_spend(budget.budget_nano, 0, late_nano, tolerance)
+    if counted > highest:
+        problems.append(f"budget: spent {counted - budget.budget_nano} over its {ADJECTIVE[budget.period]} budget in the"
+                        f" period from {budget.period_start}, beyond what the hold rule allows (at most"
+                        f" {highest - budget.budget_nano} over)")
+    elif counted > budget.budget_nano:
+        warnings.append(f"budget: spent {counted - budget.budget_nano} over its {ADJECTIVE[budget.period]} budget (within"
+                        f" the hold tolerance)")
+    return {"budget_nano": budget.budget_nano, "period": budget.period, "period_start": budget.period_start,
+            "spent_nano": counted, "highest_allowed_spent_nano": highest}

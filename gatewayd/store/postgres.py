@@ -53,8 +53,8 @@ import trio
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from gatewayd.records import Account, Key, utc_now_iso
-from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
+from gatewayd.records import Account, Key
+from gatewayd.store.audit import BUDGET_COLUMNS, AuditAccount, AuditKey, audit_budget, build_audit
 from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
 from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
 from gatewayd.store.pg_instances import Fenced, InstanceMaintenance
@@ -364,9 +364,10 @@ class PostgresStore(InstanceMaintenance, SQLStore):
 
     async def refresh_key(self, key: Key) -> Key:
         row = await self._read(lambda tx: tx.one(
-            "SELECT spent_nano, held_nano, last_used_at FROM keys WHERE id = ?", (key.id,)))
+            "SELECT spent_nano, held_nano, last_used_at, budget_period_start, budget_spent_nano FROM keys"
+            " WHERE id = ?", (key.id,)))
         if row is not None:
-            key.spent_nano, key.held_nano, key.last_used_at = row["spent_nano"], row["held_nano"], row["last_used_at"]
+            _refresh_key_money(key, row)
         return key
 
     async def refresh_keys(self, keys: list[Key]) -> list[Key]:
@@ -375,10 +376,10 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             return keys
         by_id = {key.id: key for key in keys}
         rows = await self._read(lambda tx: tx.rows(
-            "SELECT id, spent_nano, held_nano, last_used_at FROM keys WHERE id = ANY(?)", (list(by_id),)))
+            "SELECT id, spent_nano, held_nano, last_used_at, budget_period_start, budget_spent_nano FROM keys"
+            " WHERE id = ANY(?)", (list(by_id),)))
         for row in rows:
-            key = by_id[row["id"]]
-            key.spent_nano, key.held_nano, key.last_used_at = row["spent_nano"], row["held_nano"], row["last_used_at"]
+            _refresh_key_money(by_id[row["id"]], row)
         return keys
 
     # -- holds and settlement -----------------------------------------------------------
@@ -389,7 +390,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
     ) -> Hold | Refusal:
         if self.fenced:
             raise Fenced(self.fenced_message())
-        args = (request_id, account.id, key.id, model, endpoint, amount_nano, utc_now_iso(), self.instance_id,
+        args = (request_id, account.id, key.id, model, endpoint, amount_nano, self.now_iso(), self.instance_id,
                 instance_host(), os.getpid(), self.slot_name)
         try:
             row = await self._call(lambda tx: tx.one(HOLD, args), self._requests, one_statement=True)
@@ -407,16 +408,18 @@ class PostgresStore(InstanceMaintenance, SQLStore):
                 # charges made through other instances do not notify: this cache learns the
                 # key's spend here, so a key whose limit is used up reads as used-up (a 401)
                 key.spent_nano, key.held_nano = row["key_spent"], row["key_held"]
+                key.budget_period_start, key.budget_spent_nano = row["budget_start"], row["budget_spent"]
             return Refusal("key", row["refused_left"] or 0)
         if row["refused"] == "account":
             return Refusal("account", row["refused_left"] or 0)
         key.spent_nano, key.held_nano = row["key_spent"], row["key_held"]
+        key.budget_period_start, key.budget_spent_nano = row["budget_start"], row["budget_spent"]
         account.credit_nano, account.held_nano, account.total_paid_nano = (
             row["credit"], row["account_held"], row["total_paid"])
         return Hold(request_id, account, key, amount_nano, model, endpoint, stream, time.monotonic())
 
     def _settle_job(self, hold: Hold, result: Settlement, duration_ms: int) -> Job:
-        args = (hold.request_id, hold.account.id, hold.key.id, hold.model, hold.endpoint, utc_now_iso(),
+        args = (hold.request_id, hold.account.id, hold.key.id, hold.model, hold.endpoint, self.now_iso(),
                 int(hold.stream), result.status, result.http_status, result.input_tokens, result.output_tokens,
                 result.cached_tokens, result.cache_write_tokens, result.cost_nano, duration_ms, hold.provider,
                 hold.attempts, hold.amount_nano, result.breakdown_json())
@@ -536,12 +539,19 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             stored = [AuditAccount(r["id"], r["email"], r["credit_nano"], r["total_paid_nano"], r["held_nano"])
                       for r in tx.rows("SELECT id, email, credit_nano, total_paid_nano, held_nano FROM accounts"
                                        " ORDER BY created_at, id")]
-            stored_keys = [AuditKey(r["id"], r["spent_nano"], r["spend_limit_nano"], r["held_nano"])
-                           for r in tx.rows("SELECT id, spent_nano, spend_limit_nano, held_nano FROM keys"
-                                            " ORDER BY created_at, id")]
+            stored_keys = [AuditKey(r["id"], r["spent_nano"], r["spend_limit_nano"], r["held_nano"],
+                                    budget=audit_budget(r))
+                           for r in tx.rows(f"SELECT id, spent_nano, spend_limit_nano, held_nano, {BUDGET_COLUMNS}"
+                                            " FROM keys ORDER BY created_at, id")]
             return build_audit(sums, stored, stored_keys)
 
         return await self._read(read)
+
+
+def _refresh_key_money(key: Key, row: dict[str, Any]) -> None:
+    """The key's money as stored (other instances move it without notifying)."""
+    key.spent_nano, key.held_nano, key.last_used_at = row["spent_nano"], row["held_nano"], row["last_used_at"]
+    key.budget_period_start, key.budget_spent_nano = row["budget_period_start"], row["budget_spent_nano"]
 
 
 def _check_connection(conn: psycopg.Connection, deadline: float) -> bool:

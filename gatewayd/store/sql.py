@@ -44,7 +44,21 @@ ACCOUNT_COLUMNS = (
 )
 KEY_COLUMNS = (
     "k.id, k.account_id, k.name, k.secret_hash, k.secret_hint, k.status, k.spend_limit_nano, k.spent_nano,"
-    " k.expires_on, k.models, k.allow_ips, k.group_name, k.created_at, k.last_used_at, a.timezone, k.max_concurrent"
+    " k.expires_on, k.models, k.allow_ips, k.group_name, k.created_at, k.last_used_at, a.timezone, k.max_concurrent,"
+    " k.budget_nano, k.budget_period, k.budget_period_start, k.budget_spent_nano"
+)
+
+
+# A key's budget period counted afresh from its usage rows (``gatewayd_period_start`` is an SQL
+# function in both stores: migrations 0008 / postgres 0010); NULLs when the key has no budget
+RECOUNT_BUDGET = (
+    "UPDATE keys SET"
+    " budget_period_start = CASE WHEN budget_period IS NULL THEN NULL ELSE gatewayd_period_start(CAST(? AS TEXT),"
+    " budget_period, (SELECT timezone FROM accounts WHERE id = keys.account_id)) END,"
+    " budget_spent_nano = CASE WHEN budget_period IS NULL THEN 0 ELSE (SELECT coalesce(sum(cost_nano), 0)"
+    " FROM usage WHERE key_id = keys.id AND created_at >= gatewayd_period_start(CAST(? AS TEXT), budget_period,"
+    " (SELECT timezone FROM accounts WHERE id = keys.account_id))) END"
+    " WHERE id = ? RETURNING budget_period_start, budget_spent_nano"
 )
 
 
@@ -94,13 +108,18 @@ def key_from_row(row: Any, held_nano: int = 0) -> Key:
         last_used_at=row["last_used_at"],
         held_nano=held_nano,
         max_concurrent=row["max_concurrent"],
+        budget_nano=row["budget_nano"],
+        budget_period=row["budget_period"],
+        budget_period_start=row["budget_period_start"],
+        budget_spent_nano=row["budget_spent_nano"],
     )
     key.expires_at = expiry_instant(key.expires_on, row["timezone"])
     return key
 
 
 def key_params(key: Key) -> tuple[Any, ...]:
-    """The editable fields of a key as stored: name, limit, expiry, models, IPs, group, concurrency cap."""
+    """The editable fields of a key as stored: name, limit, expiry, models, IPs, group, concurrency
+    cap, periodic budget (amount and period)."""
     return (
         key.name,
         key.spend_limit_nano,
@@ -109,6 +128,8 @@ def key_params(key: Key) -> tuple[Any, ...]:
         orjson.dumps([str(n) for n in key.allow_ips]).decode() if key.allow_ips is not None else None,
         key.group,
         key.max_concurrent,
+        key.budget_nano,
+        key.budget_period,
     )
 
 
@@ -136,6 +157,9 @@ class SQLStore:
 
     kind = "sql"
     instance_id: str
+    # the store's clock (UTC text): holds, charges and budget periods are dated by it; a test
+    # sets a fixed instant on its store (``store.now_iso = lambda: "2026-03-29T22:59:59.999Z"``)
+    now_iso: Callable[[], str] = staticmethod(utc_now_iso)
 
     @property
     def fenced(self) -> bool:
@@ -255,8 +279,8 @@ class SQLStore:
                 raise TooManyKeys(key.account_id)
             tx.run(
                 "INSERT INTO keys (id, account_id, secret_hash, secret_hint, status, spent_nano, created_at,"
-                " name, spend_limit_nano, expires_on, models, allow_ips, group_name, max_concurrent)"
-                " VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " name, spend_limit_nano, expires_on, models, allow_ips, group_name, max_concurrent, budget_nano,"
+                " budget_period) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (key.id, key.account_id, key.secret_hash, key.secret_hint, key.status, key.created_at,
                  *key_params(key)),
             )
@@ -264,16 +288,27 @@ class SQLStore:
         await self._write(insert)
 
     async def update_key(self, key: Key) -> None:
-        """Store the editable fields of ``key`` (built by the caller); refused once the key is revoked."""
+        """Store the editable fields of ``key`` (built by the caller); refused once the key is revoked.
 
-        def update(tx: Tx) -> None:
+        A key with a budget has its period recounted from the usage rows in the same
+        transaction (a new period or a new kind of period starts exact), and ``key`` shows
+        the count on return (``gatewayd.budgets``)."""
+
+        def update(tx: Tx) -> Any:
             changed = tx.run(
                 "UPDATE keys SET name = ?, spend_limit_nano = ?, expires_on = ?, models = ?, allow_ips = ?,"
-                " group_name = ?, max_concurrent = ? WHERE id = ? AND status != 'deleted'", (*key_params(key), key.id))
+                " group_name = ?, max_concurrent = ?, budget_nano = ?, budget_period = ?"
+                " WHERE id = ? AND status != 'deleted'", (*key_params(key), key.id))
             if not changed:
                 raise KeyRevoked(key.id)
+            now = self.now_iso()
+            return tx.one(RECOUNT_BUDGET, (now, now, key.id))
 
-        await self._write(update)
+        row = await self._write(update)
+        if key.budget_period is None:
+            key.budget_period_start, key.budget_spent_nano = None, 0
+        else:
+            key.budget_period_start, key.budget_spent_nano = row["budget_period_start"], row["budget_spent_nano"]
 
     async def set_key_status(self, key_id: str, status: str) -> str:
         """enabled / disabled / deleted; returns the stored status after (a revoke always wins)."""
@@ -438,6 +473,11 @@ class SQLStore:
             "held": sums("SELECT account_id AS id, sum(amount_nano) AS total FROM holds GROUP BY account_id"),
             "key_charged": sums("SELECT key_id AS id, sum(cost_nano) AS total FROM usage GROUP BY key_id"),
             "key_held": sums("SELECT key_id AS id, sum(amount_nano) AS total FROM holds GROUP BY key_id"),
+            # the usage rows of each key's counted budget period (gatewayd.budgets)
+            "key_period_charged": sums("SELECT k.id AS id, coalesce(sum(u.cost_nano), 0) AS total FROM keys k"
+                                       " JOIN usage u ON u.key_id = k.id AND u.created_at >= k.budget_period_start"
+                                       " WHERE k.budget_period IS NOT NULL AND k.budget_period_start IS NOT NULL"
+                                       " GROUP BY k.id"),
             # charges made after their hold had been released as interrupted: the hold rule's allowance
             "late_charged": sums("SELECT account_id AS id, sum(cost_nano) AS total FROM usage"
                                  " WHERE charged_after_release = 1 GROUP BY account_id"),

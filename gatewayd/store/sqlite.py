@@ -42,7 +42,8 @@ import trio
 
 from gatewayd.local_files import check_database_files, open_nofollow
 from gatewayd.records import Account, Key, utc_now_iso
-from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
+from gatewayd.budgets import period_start
+from gatewayd.store.audit import BUDGET_COLUMNS, AuditAccount, AuditKey, audit_budget, build_audit
 from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreError
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
@@ -92,12 +93,13 @@ def migrate(conn: sqlite3.Connection, folder: Traversable | None = None) -> int:
 
 
 def statements(script: str) -> list[str]:
-    """Split a migration into statements (executescript would commit behind our back)."""
+    """Split a migration into statements (executescript would commit behind our back); a
+    trigger's body (``BEGIN ... END;``) stays whole: sqlite3 says when a statement is complete."""
     out, buf = [], []
     for line in script.splitlines():
         stripped = line.split("--", 1)[0]
         buf.append(stripped)
-        if stripped.rstrip().endswith(";"):
+        if stripped.rstrip().endswith(";") and sqlite3.complete_statement("\n".join(buf)):
             statement = "\n".join(buf).strip()
             if statement.strip(";").strip():
                 out.append(statement)
@@ -124,6 +126,14 @@ class SQLiteTx:
 
     def run(self, sql: str, args: Any = ()) -> int:
         return self.conn.execute(sql, args).rowcount
+
+
+def _roll_budget(key: Key, now: str, zone: str) -> None:
+    """Bring the cached key's budget count to the period holding ``now``: a new period starts at 0
+    (every usage row is written by this process, dated by its clock, so none is dated in it yet)."""
+    start = period_start(now, key.budget_period or "day", zone)
+    if key.budget_period_start is None or key.budget_period_start < start:
+        key.budget_period_start, key.budget_spent_nano = start, 0
 
 
 class DatabaseInUse(StoreError):
@@ -251,15 +261,23 @@ class SQLiteStore(SQLStore):
         stream: bool,
     ) -> Hold | Refusal:
         """Check and hold with no ``await`` in between: atomic in this (the only) process."""
+        now = self.now_iso()
         if key.spend_limit_nano is not None:
             remaining = key.spend_limit_nano - key.spent_nano - key.held_nano
+            if remaining < amount_nano:
+                return Refusal("key", remaining)
+        if key.budget_nano is not None and key.budget_period is not None:
+            _roll_budget(key, now, account.timezone)
+            remaining = key.budget_nano - key.budget_spent_nano - key.held_nano
+            if key.spend_limit_nano is not None:
+                remaining = min(remaining, key.spend_limit_nano - key.spent_nano - key.held_nano)
             if remaining < amount_nano:
                 return Refusal("key", remaining)
         if account.balance_nano < amount_nano:
             return Refusal("account", account.balance_nano)
         account.held_nano += amount_nano
         key.held_nano += amount_nano
-        self._unflushed[request_id] = (request_id, account.id, key.id, model, endpoint, amount_nano, utc_now_iso(),
+        self._unflushed[request_id] = (request_id, account.id, key.id, model, endpoint, amount_nano, now,
                                        self.instance_id)
         return Hold(request_id, account, key, amount_nano, model, endpoint, stream, time.monotonic())
 
@@ -284,11 +302,14 @@ class SQLiteStore(SQLStore):
         hold.settled = True
         hold_row_queued = self._unflushed.pop(hold.request_id, None) is None
         account, key, cost = hold.account, hold.key, result.cost_nano
-        now = utc_now_iso()
+        now = self.now_iso()
         account.held_nano -= hold.amount_nano
         account.credit_nano -= cost
         key.held_nano -= hold.amount_nano
         key.spent_nano += cost
+        if key.budget_period is not None:  # the usage row's trigger counts it in the file, this in memory
+            _roll_budget(key, now, account.timezone)
+            key.budget_spent_nano += cost
         key.last_used_at = now
         row = (
             hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream), result.status,
@@ -375,11 +396,12 @@ class SQLiteStore(SQLStore):
                                            cached.held_nano if cached else 0,
                                            cached.credit_nano if cached else None))
             stored_keys = []
-            for r in tx.rows("SELECT id, spent_nano, spend_limit_nano FROM keys ORDER BY created_at"):
+            for r in tx.rows(f"SELECT id, spent_nano, spend_limit_nano, {BUDGET_COLUMNS} FROM keys"
+                             " ORDER BY created_at"):
                 cached_key = cached_keys.get(r["id"])
                 stored_keys.append(AuditKey(r["id"], r["spent_nano"], r["spend_limit_nano"],
                                             cached_key.held_nano if cached_key else 0,
-                                            cached_key.spent_nano if cached_key else None))
+                                            cached_key.spent_nano if cached_key else None, budget=audit_budget(r)))
             return build_audit(sums, stored, stored_keys)
 
         return await self._read(read)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import zoneinfo
 from typing import Any, Callable
 
 import trio
+
+from gatewayd.budgets import period_start
 
 Job = Callable[[sqlite3.Connection], Any]
 
@@ -21,7 +24,20 @@ def connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=30000")
     conn.row_factory = sqlite3.Row
+    # the usage triggers' period arithmetic (migrations/0008_key_budgets.sql): zones need zoneinfo
+    conn.create_function("gatewayd_period_start", 3, sql_period_start, deterministic=True)
     return conn
+
+
+def sql_period_start(at: str, period: str | None, zone: str | None) -> str | None:
+    """``gatewayd.budgets.period_start`` for SQL (NULL without a period; an unknown zone is UTC:
+    a trigger must not fail the settlement that fires it)."""
+    if period is None or at is None:
+        return None
+    try:
+        return period_start(at, period, zone or "UTC")
+    except (ValueError, KeyError, zoneinfo.ZoneInfoNotFoundError):
+        return period_start(at, period, "UTC")
 
 
 class _Pending:
