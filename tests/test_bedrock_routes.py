@@ -207,7 +207,9 @@ def _bedrock(extra: str) -> str:
      "providers[0].aws_access_key_id_env: environment variable T_UNSET_ID is not set"),
     ("region = 'us-east-1'\naws_secret_access_key_env = 'HOME'", "providers[0].aws_access_key_id_env: required"),
     ("region = 'us-east-1'", "providers[0].credentials: no AWS credentials found"),
-    ("region = 'us-east-1'\napi_key = 'k'\nproject = 'p'", "providers[0].project: unknown key"),
+    ("region = 'us-east-1'\napi_key = 'k'\ncolour = 'p'", "providers[0].colour: unknown key"),
+    ("region = 'us-east-1'\napi_key = 'k'\nproject = 'p'",
+     "providers[0].project: not a setting of protocol bedrock (only of vertex)"),
 ])
 def test_bad_bedrock_config_names_the_key(tmp_path, monkeypatch, extra, message):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
