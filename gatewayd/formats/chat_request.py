@@ -494,10 +494,10 @@ def _assistant_texts(content, where: str) -> tuple[str, ...]:
 
 
 def _tool_call(call, i: int, k: int, call_names: dict[str, str]) -> ToolCall:
-    function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(call, dict) or call.get("type", "function") != "function":
         where = f"messages[{i}].tool_calls[{k}]"
         raise TranslationError(f"{where} must be a function tool call", f"{where}.type")
+    function = call.get("function")
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str) or not name:
         where = f"messages[{i}].tool_calls[{k}].function.name"
@@ -666,9 +666,12 @@ def _user_id(body: dict) -> str | None:
     """Who the end user is, for the target's abuse tracking: ``metadata.user_id``, else
     ``user``, else ``safety_identifier`` (the first non-empty string)."""
     metadata = body.get("metadata")
-    candidates = (
-        metadata.get("user_id") if isinstance(metadata, dict) else None,
-        body.get("user"),
-        body.get("safety_identifier"),
-    )
-    return next((c for c in candidates if isinstance(c, str) and c), None)
+    if isinstance(metadata, dict):
+        user_id = metadata.get("user_id")
+        if isinstance(user_id, str) and user_id:
+            return user_id
+    for field in ("user", "safety_identifier"):
+        user_id = body.get(field)
+        if isinstance(user_id, str) and user_id:
+            return user_id
+    return None
