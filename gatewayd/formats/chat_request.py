@@ -67,7 +67,7 @@ compare equal whatever their class.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, Union
+from typing import Any, Literal, NamedTuple, Union
 
 import attrs
 import orjson
@@ -151,7 +151,7 @@ Part = Union[str, Image, ImageUrl, Document, Audio]
 class ToolCall(NamedTuple):
     id: str
     name: str
-    arguments: dict
+    arguments: dict[str, Any]
 
 
 class Thinking(NamedTuple):
@@ -181,12 +181,12 @@ class AssistantTurn(NamedTuple):
 
 class ToolResult(NamedTuple):
     """A ``tool`` message. ``content`` is the client's string as sent (possibly empty) or
-    its parts (blank text dropped); ``index`` is the message's position, for errors."""
+    its parts (blank text dropped); ``message`` is its position in ``messages``, for errors."""
 
     call_id: str
     name: str | None
     content: str | tuple[Part, ...]
-    index: int
+    message: int
 
 
 Turn = Union[UserTurn, AssistantTurn, ToolResult]
@@ -194,12 +194,12 @@ Turn = Union[UserTurn, AssistantTurn, ToolResult]
 
 class Tool(NamedTuple):
     """A function tool; ``parameters`` is the client's JSON schema (``None`` when absent);
-    ``index`` its position in ``tools``."""
+    ``position`` its place in ``tools``, for errors."""
 
     name: str
     description: str | None
-    parameters: dict | None
-    index: int
+    parameters: dict[str, Any] | None
+    position: int
 
 
 @attrs.frozen
@@ -211,7 +211,7 @@ class ToolChoice:
 @attrs.frozen
 class ResponseFormat:
     kind: Literal["json_object", "json_schema"]
-    schema: dict | None = None  # json_schema only
+    schema: dict[str, Any] | None = None  # json_schema only
     name: str | None = None
     strict: bool | None = None
 
@@ -273,7 +273,7 @@ def pdf_only(document: Document) -> str:
 # --- fields that no writer can carry ----------------------------------------------------------
 
 
-def _refuse_uncarried_features(body: dict) -> None:
+def _refuse_uncarried_features(body: dict[str, Any]) -> None:
     """Refuse what would change the answer if dropped. Fields that only tune delivery
     (``seed`` where a target has none, penalties, ``store``, ``service_tier``...) are read
     or ignored by the writers."""
@@ -298,7 +298,7 @@ def _blank(text: str) -> bool:
     return not text or text.isspace()
 
 
-def _read_messages(messages) -> tuple[tuple[str, ...], tuple[Turn, ...]]:
+def _read_messages(messages: Any) -> tuple[tuple[str, ...], tuple[Turn, ...]]:
     if not isinstance(messages, list) or not messages:
         raise TranslationError("messages must be a non-empty array", "messages")
     system: list[str] = []
@@ -346,7 +346,7 @@ def _read_messages(messages) -> tuple[tuple[str, ...], tuple[Turn, ...]]:
     return tuple(system), tuple(turns)
 
 
-def _system_texts(content, i: int) -> list[str]:
+def _system_texts(content: Any, i: int) -> list[str]:
     """Content of system/developer messages: a string or text parts."""
     if isinstance(content, str):
         return [] if _blank(content) else [content]
@@ -357,7 +357,7 @@ def _system_texts(content, i: int) -> list[str]:
     return [t for t in texts if not _blank(t)]
 
 
-def _parts(content, i: int) -> tuple[Part, ...]:
+def _parts(content: Any, i: int) -> tuple[Part, ...]:
     """User (and tool) content: a string or content parts; blank text dropped."""
     if isinstance(content, str):
         return () if _blank(content) else (content,)
@@ -386,7 +386,7 @@ def _parts(content, i: int) -> tuple[Part, ...]:
     return tuple(parts)
 
 
-def _image(image_url, where: str) -> Image | ImageUrl:
+def _image(image_url: Any, where: str) -> Image | ImageUrl:
     url = image_url.get("url") if isinstance(image_url, dict) else image_url
     url_where = f"{where}.image_url.url"
     if not isinstance(url, str) or not url:
@@ -399,7 +399,7 @@ def _image(image_url, where: str) -> Image | ImageUrl:
     raise TranslationError("image URLs must be http(s) URLs or base64 data URLs", url_where)
 
 
-def _document(file, where: str) -> Document:
+def _document(file: Any, where: str) -> Document:
     """Inline files only: an uploaded file id lives at the other vendor."""
     if not isinstance(file, dict):
         raise TranslationError(f"{where}.file must be an object", f"{where}.file")
@@ -421,7 +421,7 @@ def _document(file, where: str) -> Document:
     return Document(media_type, data, filename, where)
 
 
-def _audio(audio, where: str) -> Audio:
+def _audio(audio: Any, where: str) -> Audio:
     inner = f"{where}.input_audio"
     if not isinstance(audio, dict) or not isinstance(audio.get("data"), str) or not audio["data"]:
         raise TranslationError(f"{inner}.data must be base64 audio", f"{inner}.data")
@@ -431,7 +431,7 @@ def _audio(audio, where: str) -> Audio:
     return Audio(fmt, audio["data"], where)
 
 
-def _assistant_turn(message: dict, i: int, call_names: dict[str, str]) -> AssistantTurn | None:
+def _assistant_turn(message: dict[str, Any], i: int, call_names: dict[str, str]) -> AssistantTurn | None:
     if message.get("function_call") is not None:
         raise TranslationError("the deprecated function_call field is not supported; use tool_calls",
                                f"messages[{i}].function_call")
@@ -456,7 +456,7 @@ def _assistant_turn(message: dict, i: int, call_names: dict[str, str]) -> Assist
     return AssistantTurn(texts, calls, thinking)
 
 
-def _echoed_thinking(thinking_blocks, where: str) -> tuple[Thinking | RedactedThinking, ...]:
+def _echoed_thinking(thinking_blocks: Any, where: str) -> tuple[Thinking | RedactedThinking, ...]:
     """Only the fields a target accepts are kept (streamed blocks also carry an ``index``);
     a thinking block without a signature cannot be verified upstream, so it is dropped, as
     is a bare ``reasoning_content``."""
@@ -478,7 +478,7 @@ def _echoed_thinking(thinking_blocks, where: str) -> tuple[Thinking | RedactedTh
     return tuple(blocks)
 
 
-def _assistant_texts(content, where: str) -> tuple[str, ...]:
+def _assistant_texts(content: Any, where: str) -> tuple[str, ...]:
     if not isinstance(content, list):
         raise TranslationError(f"{where} must be a string, an array of text parts, or null", where)
     texts = []
@@ -493,12 +493,14 @@ def _assistant_texts(content, where: str) -> tuple[str, ...]:
     return tuple(texts)
 
 
-def _tool_call(call, i: int, k: int, call_names: dict[str, str]) -> ToolCall:
+def _tool_call(call: Any, i: int, k: int, call_names: dict[str, str]) -> ToolCall:
     if not isinstance(call, dict) or call.get("type", "function") != "function":
         where = f"messages[{i}].tool_calls[{k}]"
         raise TranslationError(f"{where} must be a function tool call", f"{where}.type")
     function = call.get("function")
-    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(function, dict):
+        function = {}
+    name = function.get("name")
     if not isinstance(name, str) or not name:
         where = f"messages[{i}].tool_calls[{k}].function.name"
         raise TranslationError(f"{where} must be a non-empty string", where)
@@ -510,7 +512,7 @@ def _tool_call(call, i: int, k: int, call_names: dict[str, str]) -> ToolCall:
     return ToolCall(call_id, name, _arguments(function.get("arguments"), i, k))
 
 
-def _arguments(arguments, i: int, k: int) -> dict:
+def _arguments(arguments: Any, i: int, k: int) -> dict[str, Any]:
     """Never a silent ``{}`` for arguments we cannot read: the model would be told it
     called the tool with nothing."""
     if isinstance(arguments, str):
@@ -533,7 +535,7 @@ def _arguments(arguments, i: int, k: int) -> dict:
     raise TranslationError(f"{where} must be a JSON-encoded string", where)
 
 
-def _tool_result(message: dict, i: int, call_names: dict[str, str]) -> ToolResult:
+def _tool_result(message: dict[str, Any], i: int, call_names: dict[str, str]) -> ToolResult:
     call_id = message.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
         where = f"messages[{i}].tool_call_id"
@@ -554,7 +556,7 @@ def _tool_result(message: dict, i: int, call_names: dict[str, str]) -> ToolResul
 # --- tools ------------------------------------------------------------------------------------
 
 
-def _read_tools(tools) -> tuple[Tool, ...]:
+def _read_tools(tools: Any) -> tuple[Tool, ...]:
     if tools is None:
         return ()
     if not isinstance(tools, list):
@@ -562,7 +564,7 @@ def _read_tools(tools) -> tuple[Tool, ...]:
     return tuple(_tool(tool, i) for i, tool in enumerate(tools))
 
 
-def _tool(tool, i: int) -> Tool:
+def _tool(tool: Any, i: int) -> Tool:
     """``strict`` is not read: no target written so far has a per-tool equivalent."""
     kind = tool.get("type") if isinstance(tool, dict) else None
     if kind != "function":
@@ -581,7 +583,7 @@ def _tool(tool, i: int) -> Tool:
     return Tool(function["name"], description, parameters, i)
 
 
-def _read_tool_choice(choice) -> ToolChoice | None:
+def _read_tool_choice(choice: Any) -> ToolChoice | None:
     if choice is None:
         return None
     if isinstance(choice, str) and choice in _TOOL_CHOICE_MODES:
@@ -600,14 +602,14 @@ def _read_tool_choice(choice) -> ToolChoice | None:
 # --- scalar fields ----------------------------------------------------------------------------
 
 
-def _optional_bool(body: dict, field: str) -> bool | None:
+def _optional_bool(body: dict[str, Any], field: str) -> bool | None:
     value = body.get(field)
     if value is not None and not isinstance(value, bool):
         raise TranslationError(f"{field} must be a boolean", field)
     return value
 
 
-def _max_tokens(body: dict) -> int | None:
+def _max_tokens(body: dict[str, Any]) -> int | None:
     """``max_completion_tokens`` (the current name) first, else ``max_tokens``."""
     for field in ("max_completion_tokens", "max_tokens"):
         value = body.get(field)
@@ -619,21 +621,21 @@ def _max_tokens(body: dict) -> int | None:
     return None
 
 
-def _number(body: dict, field: str) -> float | None:
+def _number(body: dict[str, Any], field: str) -> float | None:
     value = body.get(field)
     if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
         raise TranslationError(f"{field} must be a number", field)
     return value
 
 
-def _seed(body: dict) -> int | None:
+def _seed(body: dict[str, Any]) -> int | None:
     seed = body.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise TranslationError("seed must be an integer", "seed")
     return seed
 
 
-def _read_response_format(value) -> ResponseFormat | None:
+def _read_response_format(value: Any) -> ResponseFormat | None:
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
@@ -654,7 +656,7 @@ def _read_response_format(value) -> ResponseFormat | None:
                            "response_format.type")
 
 
-def _reasoning_effort(effort) -> str | None:
+def _reasoning_effort(effort: Any) -> str | None:
     if effort is None:
         return None
     if not isinstance(effort, str) or effort not in _EFFORTS:  # a list is no key: check first
@@ -662,7 +664,7 @@ def _reasoning_effort(effort) -> str | None:
     return effort
 
 
-def _user_id(body: dict) -> str | None:
+def _user_id(body: dict[str, Any]) -> str | None:
     """Who the end user is, for the target's abuse tracking: ``metadata.user_id``, else
     ``user``, else ``safety_identifier`` (the first non-empty string)."""
     metadata = body.get("metadata")

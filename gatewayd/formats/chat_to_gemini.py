@@ -17,6 +17,8 @@ API's JSON mapping of its protobufs): ``systemInstruction``, ``generationConfig`
 
 from __future__ import annotations
 
+from typing import Any
+
 from gatewayd.formats.chat_request import (
     AssistantTurn,
     Audio,
@@ -26,6 +28,7 @@ from gatewayd.formats.chat_request import (
     ImageUrl,
     Part,
     ResponseFormat,
+    Tool,
     ToolChoice,
     ToolResult,
     UserTurn,
@@ -72,7 +75,7 @@ _URL_MEDIA_TYPES = {
 _TOOL_CHOICE_MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 
 
-def chat_request_to_gemini(body: dict, *, upstream_model: str | None = None) -> dict:
+def chat_request_to_gemini(body: dict[str, Any], *, upstream_model: str | None = None) -> dict[str, Any]:
     """Translate a chat-format request body into a Gemini ``generateContent`` body.
 
     The model is not part of a Gemini body (it is in the URL), and neither is ``stream``
@@ -82,14 +85,13 @@ def chat_request_to_gemini(body: dict, *, upstream_model: str | None = None) -> 
     return gemini_request(read_chat_request(body), upstream_model=upstream_model)
 
 
-def gemini_request(request: ChatRequest, *, upstream_model: str | None = None) -> dict:
+def gemini_request(request: ChatRequest, *, upstream_model: str | None = None) -> dict[str, Any]:
     """The ``generateContent`` body for a read chat request (see :func:`chat_request_to_gemini`)."""
-    out: dict = {"contents": _contents(request)}
+    out: dict[str, Any] = {"contents": _contents(request)}
     if request.system:
         out["systemInstruction"] = {"parts": [{"text": text} for text in request.system]}
     if request.tools:
-        out["tools"] = [{"functionDeclarations": [_declaration(tool.name, tool.description, tool.parameters, tool.index)
-                                                  for tool in request.tools]}]
+        out["tools"] = [{"functionDeclarations": [_declaration(tool) for tool in request.tools]}]
         if request.tool_choice is not None:
             out["toolConfig"] = _tool_config(request.tool_choice)
     generation = _generation_config(request, upstream_model)
@@ -101,22 +103,21 @@ def gemini_request(request: ChatRequest, *, upstream_model: str | None = None) -
 # --- messages ---------------------------------------------------------------------------------
 
 
-def _contents(request: ChatRequest) -> list[dict]:
+def _contents(request: ChatRequest) -> list[dict[str, Any]]:
     """Contents alternate ``user`` / ``model``: consecutive turns of one side (tool results
     count as user) merge into one. The reader left out the messages with nothing to say
     (Gemini refuses empty ``parts`` and empty text) and put the tool results first on the
     user's side: they answer the model's calls of the content just before, and any text
     the client added follows them."""
-    contents: list[dict] = []
+    contents: list[dict[str, Any]] = []
     for turn in request.turns:
-        kind = turn.__class__
-        if kind is UserTurn:
+        if isinstance(turn, UserTurn):
             role, user_parts = "user", turn.parts
             if len(user_parts) == 1 and user_parts[0].__class__ is str:  # the common case: one text
                 parts = [{"text": user_parts[0]}]
             else:
                 parts = [_user_part(part) for part in user_parts]
-        elif kind is AssistantTurn:
+        elif isinstance(turn, AssistantTurn):
             role, parts = "model", _model_parts(turn)
         else:
             role, parts = "user", [_function_response(turn)]
@@ -127,7 +128,7 @@ def _contents(request: ChatRequest) -> list[dict]:
     return contents
 
 
-def _user_part(part: Part) -> dict:
+def _user_part(part: Part) -> dict[str, Any]:
     if isinstance(part, str):
         return {"text": part}
     if isinstance(part, Image):
@@ -145,7 +146,7 @@ def _user_part(part: Part) -> dict:
     return {"inlineData": {"mimeType": part.media_type, "data": part.data}}
 
 
-def _file_data(image: ImageUrl) -> dict:
+def _file_data(image: ImageUrl) -> dict[str, Any]:
     """Inline images go as ``inlineData``; http(s) URLs as ``fileData`` (Gemini fetches
     them where it accepts them, and answers 400 where it does not: that status reaches the
     client). Gemini needs a ``fileData`` part's ``mimeType`` (it is optional in the schema,
@@ -162,13 +163,13 @@ def _file_data(image: ImageUrl) -> dict:
     return {"mimeType": media_type, "fileUri": image.url}
 
 
-def _model_parts(turn: AssistantTurn) -> list[dict]:
+def _model_parts(turn: AssistantTurn) -> list[dict[str, Any]]:
     """Text first, then one ``functionCall`` part per tool call (parallel calls are
     several parts of one content, as Gemini sends them). Echoed thinking is not carried:
     Gemini does not take thoughts back."""
     parts = [{"text": text} for text in turn.parts] if turn.parts else []
     for call in turn.tool_calls:
-        part: dict = {"functionCall": {"name": call.name, "args": call.arguments}}
+        part: dict[str, Any] = {"functionCall": {"name": call.name, "args": call.arguments}}
         if SIGNATURE_SEPARATOR in call.id:
             _, _, signature = call.id.partition(SIGNATURE_SEPARATOR)
             if signature:
@@ -177,12 +178,12 @@ def _model_parts(turn: AssistantTurn) -> list[dict]:
     return parts
 
 
-def _function_response(result: ToolResult) -> dict:
+def _function_response(result: ToolResult) -> dict[str, Any]:
     """Gemini pairs a result with its call by the function's name, so the call must be
     in the conversation. The result text goes under ``output`` (Gemini's documented key
     for a function's output)."""
     if result.name is None:
-        where = f"messages[{result.index}].tool_call_id"
+        where = f"messages[{result.message}].tool_call_id"
         raise TranslationError(
             f"{where} {result.call_id!r} matches no tool call of an earlier assistant message", where)
     content = result.content
@@ -204,19 +205,20 @@ def _tool_text(content: str | tuple[Part, ...]) -> str:
 # --- tools ------------------------------------------------------------------------------------
 
 
-def _declaration(name: str, description: str | None, parameters: dict | None, index: int) -> dict:
-    out: dict = {"name": name}
-    if description is not None:
-        out["description"] = description
-    if parameters is not None:
-        schema = gemini_schema(parameters, f"tools[{index}].function.parameters", f"the parameters of tool {name!r}")
+def _declaration(tool: Tool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        out["description"] = tool.description
+    if tool.parameters is not None:
+        schema = gemini_schema(tool.parameters, f"tools[{tool.position}].function.parameters",
+                               f"the parameters of tool {tool.name!r}")
         # Gemini refuses an OBJECT schema without properties: a tool that takes nothing has no parameters.
         if schema.get("properties"):
             out["parameters"] = schema
     return out
 
 
-def _tool_config(choice: ToolChoice) -> dict:
+def _tool_config(choice: ToolChoice) -> dict[str, Any]:
     """``tool_choice`` -> ``toolConfig.functionCallingConfig``. ``parallel_tool_calls``
     has no Gemini equivalent and is not carried."""
     if choice.mode == "function":
@@ -227,8 +229,8 @@ def _tool_config(choice: ToolChoice) -> dict:
 # --- generationConfig -------------------------------------------------------------------------
 
 
-def _generation_config(request: ChatRequest, upstream_model: str | None) -> dict:
-    config: dict = {}
+def _generation_config(request: ChatRequest, upstream_model: str | None) -> dict[str, Any]:
+    config: dict[str, Any] = {}
     max_tokens = request.max_tokens
     if max_tokens is not None:
         config["maxOutputTokens"] = max_tokens
@@ -249,7 +251,7 @@ def _generation_config(request: ChatRequest, upstream_model: str | None) -> dict
     return config
 
 
-def _response_format(value: ResponseFormat) -> dict:
+def _response_format(value: ResponseFormat) -> dict[str, Any]:
     """JSON output is carried (Gemini has it): ``json_object`` -> JSON MIME type,
     ``json_schema`` -> JSON MIME type and the schema, cleaned like tool schemas."""
     if value.schema is None:
@@ -258,13 +260,13 @@ def _response_format(value: ResponseFormat) -> dict:
             "responseSchema": gemini_schema(value.schema, "response_format.json_schema.schema")}
 
 
-def _thinking_config(budget: int, max_tokens: int | None, upstream_model: str | None) -> dict:
+def _thinking_config(budget: int, max_tokens: int | None, upstream_model: str | None) -> dict[str, Any]:
     if max_tokens is not None and budget > max_tokens:
         budget = max_tokens  # the cap includes the thinking (as the chat format's max_completion_tokens does)
     floor, may_stop = _thinking_floor(upstream_model)
     if 0 < budget < floor:
         budget = 0 if may_stop else floor
-    thinking: dict = {"thinkingBudget": budget}
+    thinking: dict[str, Any] = {"thinkingBudget": budget}
     if budget:
         thinking["includeThoughts"] = True  # thought summaries become reasoning_content
     return thinking

@@ -15,6 +15,8 @@ function below.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 
 from gatewayd.formats.chat_request import (
@@ -26,6 +28,7 @@ from gatewayd.formats.chat_request import (
     ImageUrl,
     Part,
     Thinking,
+    Tool,
     ToolChoice,
     UserTurn,
     pdf_only,
@@ -70,7 +73,7 @@ _THINKING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
 _TOOL_CHOICE_TYPES = {"auto": "auto", "required": "any", "none": "none"}
 
 
-def chat_request_to_messages(body: dict, *, upstream_model: str, default_max_tokens: int) -> dict:
+def chat_request_to_messages(body: dict[str, Any], *, upstream_model: str, default_max_tokens: int) -> dict[str, Any]:
     """Translate a chat-format request body into a messages-format request body.
 
     ``upstream_model`` is the provider's model id (routing already happened).
@@ -83,16 +86,17 @@ def chat_request_to_messages(body: dict, *, upstream_model: str, default_max_tok
                             default_max_tokens=default_max_tokens)
 
 
-def messages_request(request: ChatRequest, *, upstream_model: str, default_max_tokens: int) -> dict:
+def messages_request(request: ChatRequest, *, upstream_model: str, default_max_tokens: int) -> dict[str, Any]:
     """The messages-format body for a read chat request (see :func:`chat_request_to_messages`)."""
     turns = _turns(request)
     tool_choice = _tool_choice(request) if request.tools else None
 
-    out: dict = {"model": upstream_model, "max_tokens": request.max_tokens or default_max_tokens, "messages": turns}
+    out: dict[str, Any] = {"model": upstream_model, "max_tokens": request.max_tokens or default_max_tokens,
+                           "messages": turns}
     if request.system:
         out["system"] = [_text(text) for text in request.system]
     if request.tools:
-        out["tools"] = [_tool(tool.name, tool.description, tool.parameters) for tool in request.tools]
+        out["tools"] = [_tool(tool) for tool in request.tools]
     if tool_choice is not None:
         out["tool_choice"] = tool_choice
     if request.stop:
@@ -115,20 +119,19 @@ def messages_request(request: ChatRequest, *, upstream_model: str, default_max_t
 # --- messages ---------------------------------------------------------------------------------
 
 
-def _turns(request: ChatRequest) -> list[dict]:
+def _turns(request: ChatRequest) -> list[dict[str, Any]]:
     """Turns alternate roles: consecutive turns of one side (tool results count as user)
     merge into one. The reader put the tool results first on the user's side, as Anthropic
     requires (right after the tool_use turn, before any text)."""
-    turns: list[dict] = []
+    turns: list[dict[str, Any]] = []
     for turn in request.turns:
-        kind = turn.__class__
-        if kind is UserTurn:
+        if isinstance(turn, UserTurn):
             role, parts = "user", turn.parts
             if len(parts) == 1 and parts[0].__class__ is str:  # the common case: one text
                 blocks = [{"type": "text", "text": parts[0]}]
             else:
                 blocks = [_part_block(part) for part in parts]
-        elif kind is AssistantTurn:
+        elif isinstance(turn, AssistantTurn):
             role, blocks = "assistant", _assistant_blocks(turn)
         else:
             role, blocks = "user", [_tool_result_block(turn.call_id, turn.content)]
@@ -146,7 +149,7 @@ def _turns(request: ChatRequest) -> list[dict]:
     return turns
 
 
-def _strip_final_assistant_whitespace(turns: list[dict]) -> None:
+def _strip_final_assistant_whitespace(turns: list[dict[str, Any]]) -> None:
     """A conversation ending with the assistant's turn is a prefill, and Anthropic
     rejects a prefill ending in whitespace."""
     last = turns[-1]
@@ -154,11 +157,11 @@ def _strip_final_assistant_whitespace(turns: list[dict]) -> None:
         last["content"][-1] = _text(last["content"][-1]["text"].rstrip())
 
 
-def _text(text: str) -> dict:
+def _text(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
-def _part_block(part: Part) -> dict:
+def _part_block(part: Part) -> dict[str, Any]:
     """One user (or tool result) part."""
     if isinstance(part, str):
         return _text(part)
@@ -172,14 +175,15 @@ def _part_block(part: Part) -> dict:
     if isinstance(part, ImageUrl):
         return {"type": "image", "source": {"type": "url", "url": part.url}}
     if isinstance(part, Document):
-        return {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf_only(part)}}
+        source = {"type": "base64", "media_type": "application/pdf", "data": pdf_only(part)}
+        return {"type": "document", "source": source}
     assert isinstance(part, Audio)
     raise TranslationError("audio input is not supported for this model", part.where)
 
 
-def _assistant_blocks(turn: AssistantTurn) -> list[dict]:
+def _assistant_blocks(turn: AssistantTurn) -> list[dict[str, Any]]:
     """Echoed thinking first, then text, then tool calls: the order Anthropic emits them."""
-    blocks = [
+    blocks: list[dict[str, Any]] = [
         {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
         if isinstance(block, Thinking) else {"type": "redacted_thinking", "data": block.data}
         for block in turn.thinking
@@ -200,10 +204,10 @@ def _tool_id(tool_id: str) -> str:
     return _NOT_TOOL_ID_CHARS.sub("_", tool_id)
 
 
-def _tool_result_block(call_id: str, content: str | tuple[Part, ...]) -> dict:
+def _tool_result_block(call_id: str, content: str | tuple[Part, ...]) -> dict[str, Any]:
     """Tool results take the parts user turns take (Anthropic tool results can hold
     images and documents); empty content gives a result without ``content``."""
-    block: dict = {"type": "tool_result", "tool_use_id": _tool_id(call_id)}
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _tool_id(call_id)}
     if isinstance(content, str):
         if content:
             block["content"] = content
@@ -215,23 +219,25 @@ def _tool_result_block(call_id: str, content: str | tuple[Part, ...]) -> dict:
 # --- tools ------------------------------------------------------------------------------------
 
 
-def _tool(name: str, description: str | None, parameters: dict | None) -> dict:
+def _tool(tool: Tool) -> dict[str, Any]:
     """``strict`` is dropped: Anthropic has no per-tool equivalent in this API."""
+    parameters = tool.parameters
     if parameters is None:
         schema = {"type": "object", "properties": {}}
     else:
         schema = parameters if "type" in parameters else {"type": "object", **parameters}
-    out: dict = {"name": name}
-    if description is not None:
-        out["description"] = description
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        out["description"] = tool.description
     out["input_schema"] = schema
     return out
 
 
-def _tool_choice(request: ChatRequest) -> dict | None:
+def _tool_choice(request: ChatRequest) -> dict[str, Any] | None:
     """Only with tools: without them there is nothing to choose (clients often send
     ``"none"`` anyway), so tool_choice and the parallel flag are dropped by the caller."""
     choice: ToolChoice | None = request.tool_choice
+    translated: dict[str, Any] | None
     if choice is None:
         translated = None
     elif choice.mode == "function":
@@ -258,7 +264,7 @@ def _unit_interval(value: float) -> float:
 # --- reasoning --------------------------------------------------------------------------------
 
 
-def _thinking_allowed(tool_choice: dict | None, turns: list[dict]) -> bool:
+def _thinking_allowed(tool_choice: dict[str, Any] | None, turns: list[dict[str, Any]]) -> bool:
     """Thinking is left off, rather than the request refused, where Anthropic would
     reject it:
 
@@ -277,7 +283,7 @@ def _thinking_allowed(tool_choice: dict | None, turns: list[dict]) -> bool:
     return not calls_tools or blocks[0]["type"] in _THINKING_BLOCK_TYPES
 
 
-def _enable_thinking(out: dict, budget: int) -> None:
+def _enable_thinking(out: dict[str, Any], budget: int) -> None:
     """Anthropic: ``1024 <= budget_tokens < max_tokens``; temperature only 1 (any
     other value is dropped); ``top_p`` at least 0.95 (raised to it)."""
     out["thinking"] = {"type": "enabled", "budget_tokens": budget}

@@ -117,8 +117,9 @@ def test_tool_result_content_is_the_string_as_sent_or_its_parts():
     request = read_chat_request(body(
         user("q"), {"role": "assistant", "tool_calls": [call("c")]},
         {"role": "tool", "tool_call_id": "c", "content": " "},
-        {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": " "},
-                                                           {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}))
+        {"role": "tool", "tool_call_id": "c", "content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": " "},
+            {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}))
     assert [t.content for t in request.turns[2:]] == [" ", ("a", ImageUrl("https://x/y.png", "messages[3].content[2]"))]
 
 
@@ -242,7 +243,8 @@ def test_bad_assistant_messages_are_refused_naming_the_field(assistant, param, w
 
 
 def test_tools_are_function_tools_with_their_schema_as_sent():
-    request = read_chat_request(body(tools=[WEATHER, {"type": "function", "function": {"name": "now", "description": ""}}]))
+    now = {"type": "function", "function": {"name": "now", "description": ""}}
+    request = read_chat_request(body(tools=[WEATHER, now]))
     assert request.tools == (Tool("get_weather", "Weather", {"type": "object", "properties": {}}, 0),
                              Tool("now", None, None, 1))
 
