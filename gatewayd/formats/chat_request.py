@@ -17,15 +17,17 @@ The neutral form, for a writer's author:
 
 - ``system``: the text of every ``system`` / ``developer`` message, in order, blank
   text dropped (the roles mean the same to every target we write).
-- ``turns``: one value per message that says something: :class:`UserTurn`,
-  :class:`AssistantTurn` (text, tool calls, echoed thinking) and :class:`ToolResult`
-  (on the user's side for every target). In the client's order, but for one rule: in a
-  run of the user's side (the turns between two assistant turns) the tool results come
-  first, in their order (Anthropic and Converse need them right after the calls they
-  answer, and Gemini takes them so). Runs of one side are not merged: each writer merges
-  them into one message of its own, concatenating what each turn writes. A message whose
-  text is all blank (and that carries nothing else) is left out, since no target accepts
-  empty text; ``turns`` is never empty, and may start with the assistant's.
+- ``turns``: one value per message that says something: a ``str`` (a user message that
+  is one text: the commonest turn, made without a value around it), :class:`UserTurn`
+  (a user message of parts), :class:`AssistantTurn` (text, tool calls, echoed thinking)
+  and :class:`ToolResult` (on the user's side for every target). In the client's order,
+  but for one rule: in a run of the user's side (the turns between two assistant turns)
+  the tool results come first, in their order (Anthropic and Converse need them right
+  after the calls they answer, and Gemini takes them so). Runs of one side are not
+  merged: each writer merges them into one message of its own, concatenating what each
+  turn writes. A message whose text is all blank (and that carries nothing else) is left
+  out, since no target accepts empty text; ``turns`` is never empty, and may start with
+  the assistant's.
 - a part is a ``str`` (text, never blank; the cheap common case), :class:`Image` (base64),
   :class:`ImageUrl` (http(s)), :class:`Document` (base64, any media type: see
   :func:`pdf_only`) or :class:`Audio` (base64 ``wav`` / ``mp3``).
@@ -59,9 +61,10 @@ request (:class:`ChatRequest`, :class:`ToolChoice`, :class:`ResponseFormat`) are
 attrs classes; those there is one of per message, part, tool call or tool are typed
 ``NamedTuple``s, equally immutable and less than half as dear to make (0.2 us against
 0.45 us for a frozen slotted attrs class, measured here): an agent body of a few hundred
-KB makes four of them per tool round, and with attrs the two-step translation was 7-15 %
-slower than the one-step translators it replaces. Writers tell them apart by class
-(``turn.__class__ is UserTurn``), never by equality: two NamedTuples of equal fields
+KB makes three or four of them per tool round, and with attrs the two-step translation was
+7-15 % slower than the one-step translators it replaces (for the same reason a user
+message of one text is its ``str``). Writers tell them apart by class
+(``isinstance(turn, UserTurn)``), never by equality: two NamedTuples of equal fields
 compare equal whatever their class.
 """
 
@@ -189,7 +192,7 @@ class ToolResult(NamedTuple):
     message: int
 
 
-Turn = Union[UserTurn, AssistantTurn, ToolResult]
+Turn = Union[str, UserTurn, AssistantTurn, ToolResult]
 
 
 class Tool(NamedTuple):
@@ -316,7 +319,7 @@ def _read_messages(messages: Any) -> tuple[tuple[str, ...], tuple[Turn, ...]]:
                 if content and not content.isspace():
                     if results_end < 0:
                         results_end = len(turns)
-                    append(UserTurn((content,)))
+                    append(content)  # a user message of one text is its str
             else:
                 parts = _parts(content, i)
                 if parts:

@@ -111,12 +111,10 @@ def _contents(request: ChatRequest) -> list[dict[str, Any]]:
     the client added follows them."""
     contents: list[dict[str, Any]] = []
     for turn in request.turns:
-        if isinstance(turn, UserTurn):
-            role, user_parts = "user", turn.parts
-            if len(user_parts) == 1 and user_parts[0].__class__ is str:  # the common case: one text
-                parts = [{"text": user_parts[0]}]
-            else:
-                parts = [_user_part(part) for part in user_parts]
+        if isinstance(turn, str):  # a user message of one text, the commonest turn
+            role, parts = "user", [{"text": turn}]
+        elif isinstance(turn, UserTurn):
+            role, parts = "user", [_user_part(part) for part in turn.parts]
         elif isinstance(turn, AssistantTurn):
             role, parts = "model", _model_parts(turn)
         else:

@@ -125,12 +125,10 @@ def _turns(request: ChatRequest) -> list[dict[str, Any]]:
     requires (right after the tool_use turn, before any text)."""
     turns: list[dict[str, Any]] = []
     for turn in request.turns:
-        if isinstance(turn, UserTurn):
-            role, parts = "user", turn.parts
-            if len(parts) == 1 and parts[0].__class__ is str:  # the common case: one text
-                blocks = [{"type": "text", "text": parts[0]}]
-            else:
-                blocks = [_part_block(part) for part in parts]
+        if isinstance(turn, str):  # a user message of one text, the commonest turn
+            role, blocks = "user", [{"type": "text", "text": turn}]
+        elif isinstance(turn, UserTurn):
+            role, blocks = "user", [_part_block(part) for part in turn.parts]
         elif isinstance(turn, AssistantTurn):
             role, blocks = "assistant", _assistant_blocks(turn)
         else:

@@ -63,7 +63,12 @@ def test_the_body_must_be_an_object(not_an_object):
 
 
 def test_a_minimal_request_has_defaults_for_every_field():
-    assert read_chat_request(body()) == ChatRequest(system=(), turns=(UserTurn(("hi",)),))
+    assert read_chat_request(body()) == ChatRequest(system=(), turns=("hi",))  # a user message of one text: its str
+
+
+def test_a_user_message_of_parts_is_a_user_turn():
+    assert read_chat_request(body(user([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]))).turns == (
+        UserTurn(("a", "b")),)
 
 
 def test_the_body_is_not_mutated():
@@ -89,7 +94,7 @@ def test_system_and_developer_text_is_gathered_in_order_and_blank_text_dropped()
 def test_blank_messages_are_left_out_and_runs_are_not_merged():
     request = read_chat_request(body(user("a"), user(" \n"), {"role": "assistant", "content": ""},
                                      user([{"type": "text", "text": "b"}, {"type": "text", "text": ""}])))
-    assert request.turns == (UserTurn(("a",)), UserTurn(("b",)))
+    assert request.turns == ("a", UserTurn(("b",)))
 
 
 def test_tool_results_come_first_among_the_users_turns_after_the_calls():
@@ -100,9 +105,9 @@ def test_tool_results_come_first_among_the_users_turns_after_the_calls():
         {"role": "tool", "tool_call_id": "c2", "content": "two"},
         {"role": "assistant", "content": "done"}, {"role": "tool", "tool_call_id": "c1", "content": "late"}))
     assert request.turns == (
-        UserTurn(("q",)),
+        "q",
         AssistantTurn((), (ToolCall("c1", "f", {}), ToolCall("c2", "g", {})), ()),
-        ToolResult("c1", "f", "one", 3), ToolResult("c2", "g", "two", 4), UserTurn(("(interjection)",)),
+        ToolResult("c1", "f", "one", 3), ToolResult("c2", "g", "two", 4), "(interjection)",
         AssistantTurn(("done",), (), ()),
         ToolResult("c1", "f", "late", 6),
     )
@@ -110,7 +115,7 @@ def test_tool_results_come_first_among_the_users_turns_after_the_calls():
 
 def test_a_tool_result_knows_the_name_of_the_call_it_answers_or_none():
     request = read_chat_request(body(user("q"), {"role": "tool", "tool_call_id": "nobody", "content": None}))
-    assert request.turns == (ToolResult("nobody", None, "", 1), UserTurn(("q",)))  # results first on the user's side
+    assert request.turns == (ToolResult("nobody", None, "", 1), "q")  # results first on the user's side
 
 
 def test_tool_result_content_is_the_string_as_sent_or_its_parts():
