@@ -22,6 +22,8 @@ import orjson
 from gatewayd.money import MAX_PAID_NANO
 from gatewayd.records import Account, Key, expiry_instant, new_id, utc_now_iso
 from gatewayd.store.audit import NAMED_AT_MOST, over_hold_condition
+from gatewayd.store import redemption_codes
+from gatewayd.store.redemption_codes import RedemptionCode
 from gatewayd.store.signin_attempts import Decide
 from gatewayd.store.usage_queries import UsageFilter
 from gatewayd.store.base import (
@@ -310,6 +312,38 @@ class SQLStore:
         rows = await self._read(lambda tx: tx.rows(
             f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE account_id = ? ORDER BY id DESC", (account_id,)))
         return [payment_from_row(r) for r in rows]
+
+    # -- redemption codes (gatewayd.codes, gatewayd.store.redemption_codes) ------------
+
+    async def insert_codes(self, codes: list[tuple[RedemptionCode, str]]) -> None:
+        """Store new codes, each with its SHA-256 (the code itself is never stored)."""
+        await self._write(lambda tx: redemption_codes.insert(tx, codes))
+
+    async def redemption_codes(self) -> list[RedemptionCode]:
+        return await self._read(redemption_codes.listed)
+
+    async def revoke_code(self, code_id: str, now: str) -> RedemptionCode | None:
+        return await self._write(lambda tx: redemption_codes.revoke(tx, code_id, now))
+
+    async def redeem_code(self, account: Account, code_hash: str, now: str) -> tuple[Payment | None, str | None]:
+        """The code with this hash credits ``account`` once: (its payment, None), or (None, why not:
+        ``redemption_codes.UNKNOWN`` / ``REDEEMED`` / ``REVOKED`` / ``EXPIRED``). The code's row and
+        its payment are one transaction."""
+
+        def redeem(tx: Tx) -> tuple[Payment | None, str | None, dict[str, Any] | None]:
+            code, refused = redemption_codes.claim(tx, code_hash, account.id, now)
+            if code is None:
+                return None, refused, None
+            note = f"code {code.id}" + (f": {code.note}" if code.note else "")
+            payment, stored = self._record_payment(tx, account.id, code.amount_nano, note, "code", code.id, now)
+            if stored is None:  # pragma: no cover - the claim above lets one transaction through
+                raise AssertionError(f"code {code.id} claimed but its payment exists already")
+            return payment, None, stored
+
+        payment, refused, stored = await self._write(redeem)
+        if payment is not None and stored is not None:
+            self._credit_payment(account, payment.amount_nano, stored)
+        return payment, refused
 
     # -- keys -------------------------------------------------------------------------
 
