@@ -19,6 +19,7 @@ from gatewayd.records import utc_now_iso
 from gatewayd.store.base import utc_iso
 from gatewayd.store.redemption_codes import EXPIRED, REDEEMED, REVOKED, UNKNOWN
 from tests import pg
+from tests.two_stores import two_postgres_stores
 
 
 async def _account(store, email="r@example.com"):
@@ -145,12 +146,7 @@ async def test_wrong_codes_are_throttled_like_sign_ins_with_counts_of_their_own(
 
 @pytest.mark.skipif(not pg.available(), reason="no PostgreSQL on 127.0.0.1:5432")
 async def test_two_postgres_instances_redeeming_at_once_credit_once(tmp_path):
-    from gatewayd.store.postgres import PostgresStore
-
-    name, url = pg.create_database()
-    a = await PostgresStore.open(url, pool_size=4, data_dir=tmp_path / "a")
-    b = await PostgresStore.open(url, pool_size=4, data_dir=tmp_path / "b")
-    try:
+    async with two_postgres_stores(tmp_path) as (a, b):
         account = await _account(a)
         on_b = await b.load_account(account.id)
         made = await _make(a, amount=1_000, count=15)
@@ -173,7 +169,3 @@ async def test_two_postgres_instances_redeeming_at_once_credit_once(tmp_path):
         payments = await a.payments(account.id)
         assert sorted(p.reference for p in payments) == sorted(row.id for row, _ in made)
         assert (await a.audit([], []))["ok"] is True
-    finally:
-        await a.close()
-        await b.close()
-        pg.drop_database(name)
