@@ -169,3 +169,18 @@ async def test_two_postgres_instances_redeeming_at_once_credit_once(tmp_path):
         payments = await a.payments(account.id)
         assert sorted(p.reference for p in payments) == sorted(row.id for row, _ in made)
         assert (await a.audit([], []))["ok"] is True
+
+
+async def test_a_code_past_the_total_paid_bound_is_refused_and_stays_unused(store):
+    from gatewayd.money import MAX_PAID_NANO
+    from gatewayd.store.base import PaymentTooLarge
+
+    account = await _account(store)
+    await store.add_payment(account, MAX_PAID_NANO - 10, "")
+    [(row, code)] = await _make(store, amount=11)
+    with pytest.raises(PaymentTooLarge):
+        await store.redeem_code(account, _hash(code), utc_now_iso())
+    listed = {c.id: c for c in await store.redemption_codes()}
+    assert listed[row.id].status(utc_now_iso()) == "unused"  # the claim rolled back with the payment
+    assert account.total_paid_nano == MAX_PAID_NANO - 10
+    assert (await store.audit([account], []))["ok"] is True

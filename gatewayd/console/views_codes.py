@@ -18,6 +18,7 @@ from gatewayd.console import queries
 from gatewayd.console.session import SignInThrottle
 from gatewayd.console.web import Console, ConsoleError, caller_address, checked_form, page, signed_in
 from gatewayd.records import utc_now_iso
+from gatewayd.store.base import PaymentTooLarge
 from gatewayd.store.redemption_codes import EXPIRED, REDEEMED, REVOKED
 
 REFUSED = {
@@ -47,7 +48,11 @@ def register(bp: Blueprint, console: Console) -> None:
         canonical = codes.canonical(typed)
         refused = UNKNOWN
         if canonical is not None:
-            payment, why = await console.store.redeem_code(account, codes.code_hash(canonical), utc_now_iso())
+            try:
+                payment, why = await console.store.redeem_code(account, codes.code_hash(canonical), utc_now_iso())
+            except PaymentTooLarge:  # the whole redemption rolled back: the code stays unused
+                raise ConsoleError(400, "Not possible", "This account has been paid the most an account may be"
+                                   " paid in total; the code was not used.") from None
             if payment is not None:
                 await throttle.succeeded(account.id, address)
                 return redirect(url_for("console.balance", redeemed=payment.id))
