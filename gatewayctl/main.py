@@ -790,6 +790,7 @@ def routes(
 
 
 from gatewayctl import prices as _prices  # noqa: E402,F401  registers `gatewayctl prices` on the app
+from gatewayctl import codes as _codes  # noqa: E402,F401  registers `gatewayctl codes` on the app
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from gatewayd.admin.codes import add_code_routes
 from gatewayd.admin.prices import add_price_routes
 from gatewayd.budgets import budget_view
 from gatewayd.directory import Directory, DirectoryError, parse_max_concurrent
@@ -300,5 +301,6 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         return _json({"data": routes() if routes is not None else []})
 
     add_price_routes(app, directory, reload)
+    add_code_routes(app, directory, store, body)
 
     return app
