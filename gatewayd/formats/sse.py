@@ -10,6 +10,8 @@ from __future__ import annotations
 import attrs
 import orjson
 
+from gatewayd.formats.errors import provider_json
+
 DONE = b"data: [DONE]\n\n"
 
 
@@ -22,7 +24,7 @@ class SSEEvent:
     data: bytes
 
     def json(self):
-        return orjson.loads(self.data)
+        return provider_json(self.data)
 
     @property
     def is_done(self) -> bool:
