@@ -134,29 +134,6 @@ KNOWN_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"
 KNOWN_MESSAGES_ROLES = frozenset({"user", "assistant", "system"})
 
 
-def validate_chat_body(body: dict) -> tuple[str, bool]:
-    model_id = field(body, "model", str, required=True, what="a string")
-    messages = field(body, "messages", list, required=True, what="an array of messages")
-    if not messages:
-        raise BodyError("'messages' must contain at least one message", param="messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise BodyError(f"messages[{i}] must be an object", param=f"messages[{i}]")
-        role = message.get("role")
-        if not isinstance(role, str) or role not in KNOWN_CHAT_ROLES:
-            raise BodyError(
-                f"messages[{i}].role must be one of system, developer, user, assistant, tool (got {role!r})",
-                param=f"messages[{i}].role",
-            )
-    stream = field(body, "stream", bool, what="true or false") or False
-    check_cap_fields(body, "chat")  # the cap fields chat has, positive, agreeing; no other protocol's
-    check_n(body)
-    options = field(body, "stream_options", dict, what="an object")
-    if options is not None and "include_usage" in options and not isinstance(options["include_usage"], bool):
-        raise BodyError("stream_options.include_usage must be true or false", param="stream_options.include_usage")
-    return model_id, stream
-
-
 def read_chat(body: dict, ctx: Ctx) -> Asked:
     model_id = field(body, "model", str, required=True, what="a string")
     messages = field(body, "messages", list, required=True, what="an array of messages")
