@@ -99,17 +99,31 @@ class Relay:
     async def serve(self, endpoint: Endpoint, ctx: Ctx, raw: bytes):
         """One request to a model endpoint, every step in its order (module doc). Returns
         (status, headers, body bytes or :class:`AnswerStream`), or raises the refusal."""
-        caller = self.admit(ctx, accepts_x_api_key=endpoint.accepts_x_api_key)
-        body = await read_body(raw)
+        caller = self.admit(ctx, accepts_x_api_key=endpoint.accepts_x_api_key)  # key, then IP
+        body = await read_body(raw)  # JSON object, each top-level key once
         if len(raw) > LARGE_BODY_BYTES:
-            self._refuse_early(caller, body, endpoint)
-        asked = endpoint.read(body, ctx)
+            self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
+        asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
         if asked.response_ids:
             await self.received_ids.check(caller.account.id, list(asked.response_ids))
         grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
         call = Call(client_format=endpoint.client_format, model=grant.model, body=body, raw=raw,
                     stream=asked.stream, headers=ctx.headers)
-        return await self._run_counted(ctx, caller, grant, call)
+        # in flight: a 429 over the key's or account's cap, before anything is held; the count
+        # is left when the answer is settled (a stream: when it is closed)
+        server = self.config.server
+        ticket = self.in_flight.enter(caller.account, caller.key, account_default=server.max_concurrent_per_account,
+                                      key_default=server.max_concurrent_per_key)
+        try:
+            status, headers, answer = await self._hold_and_attempt(ctx, caller, grant, call)
+        except BaseException:
+            ticket.leave()
+            raise
+        if isinstance(answer, AnswerStream):
+            answer.ticket = ticket
+        else:
+            ticket.leave()
+        return status, headers, answer
 
     def admit(self, ctx: Ctx, *, accepts_x_api_key: bool = False) -> Caller:
         """Key, then IP; once a request: ``api_routes`` admits it from its headers before
@@ -155,26 +169,8 @@ class Relay:
         assert build is not None  # Router.plan only lists routes that serve the client's format
         return build(call, target, self.upstream)
 
-    async def _run_counted(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
-        """``_run`` while the request counts against its key's and account's caps
-        (:mod:`gatewayd.concurrency`): a 429 over a cap, before anything is held; the count
-        is left when the answer is settled (a stream: when it is closed)."""
-        server = self.config.server
-        ticket = self.in_flight.enter(caller.account, caller.key, account_default=server.max_concurrent_per_account,
-                                      key_default=server.max_concurrent_per_key)
-        try:
-            status, headers, body = await self._run(ctx, caller, grant, call)
-        except BaseException:
-            ticket.leave()
-            raise
-        if isinstance(body, AnswerStream):
-            body.ticket = ticket
-        else:
-            ticket.leave()
-        return status, headers, body
-
-    async def _run(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
-        """Hold, try the routes in the router's order, answer, settle.
+    async def _hold_and_attempt(self, ctx: Ctx, caller: Caller, grant: Grant, call: Call):
+        """Plan the routes, build their upstream requests, hold, try them, answer, settle.
 
         One hold, one settlement, one usage row per client request whatever the attempts:
         the request's :class:`~gatewayd.billing.tab.Tab` owns the money, and every way out
@@ -246,7 +242,6 @@ class Relay:
             t.cached_tokens = usage.cached_tokens
             t.cache_write_tokens = usage.cache_write_tokens
             t.cost_nano = bill.total_nano
-
 
 
 def publish_routes(router: Router, metrics: Metrics, config: Config) -> None:
