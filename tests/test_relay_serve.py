@@ -10,6 +10,7 @@ deadlines, which run on trio's clock.
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 import httpx
 import orjson
@@ -236,6 +237,35 @@ async def test_a_store_outage_at_settlement_is_a_503_store_unavailable_not_a_gat
     [line] = [r.fields for r in mine if r.name == "gatewayd.request"]
     assert line["status"] == 503
     assert 'status="503"' in gw.relay.metrics.render().decode()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_a_sqlite_write_failing_at_settlement_is_store_unavailable_too(gw, caplog, monkeypatch, stream):
+    """A full disk under the SQLite file: the settlement's write fails; the store says
+    ``StoreUnavailable`` and the client is told so (mid-stream: an error event), not "gateway bug"."""
+    _, secret = await gw.funded_key()
+    write = gw.store.writer.write
+
+    async def disk_full(job):
+        if getattr(job, "__qualname__", "").startswith("SQLiteStore.settle"):
+            raise sqlite3.OperationalError("database or disk is full")
+        return await write(job)
+
+    monkeypatch.setattr(gw.store.writer, "write", disk_full)
+    if stream:
+        gw.provider.streams(chunk("one"), USAGE_CHUNK, b"data: [DONE]\n\n")
+    response = await post(gw, secret, chat(stream=stream, stream_options={"include_usage": True}) if stream
+                          else chat())
+    request_id = response.headers["x-request-id"]
+    if stream:
+        assert response.status_code == 200
+        assert b"database is unavailable" in response.content and b"gateway failed" not in response.content
+    else:
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "store_unavailable"
+    mine = [r for r in caplog.records if getattr(r, "fields", {}).get("request_id") == request_id]
+    assert not [r for r in mine if r.levelno >= logging.ERROR], [r.getMessage() for r in mine]
+    assert [r.fields["error"] for r in mine if r.levelno == logging.WARNING] == ["store_unavailable"]
 
 
 # -- deadlines on trio's clock ------------------------------------------------------------------

@@ -42,7 +42,7 @@ import trio
 from gatewayd.local_files import check_database_files, open_nofollow
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.store.audit import AuditAccount, AuditKey, build_audit
-from gatewayd.store.base import Hold, Refusal, Settlement, StoreError
+from gatewayd.store.base import Hold, Refusal, Settlement, StoreError, StoreUnavailable
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -308,7 +308,10 @@ class SQLiteStore(SQLStore):
             if hold_row_queued:  # queued earlier, so the writer (FIFO) inserted it before this job
                 conn.execute("DELETE FROM holds WHERE request_id = ?", (hold.request_id,))
 
-        await self.writer.write(write)
+        try:
+            await self.writer.write(write)
+        except sqlite3.OperationalError as e:  # disk full, an I/O error: the database cannot take it
+            raise StoreUnavailable(f"SQLite: {e}") from None
 
     # -- instances ----------------------------------------------------------------------
 
