@@ -40,6 +40,7 @@ MODEL_PREFIX = "/v1/models/"
 JSON_TYPE = (b"content-type", b"application/json")
 SSE_TYPE = (b"content-type", b"text/event-stream")
 
+
 class Headers:
     """The request's headers as the relay reads them: ``get`` (first value) and ``getlist``,
     by lower-case name (hypercorn hands names over lower-cased)."""

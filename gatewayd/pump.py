@@ -132,7 +132,7 @@ class StreamPump:
                     if pipe.received_ids:
                         with trio.CancelScope(shield=True):
                             await self.attempts.received_ids.record(tab.hold.account.id, pipe.received_ids,
-                                                                 tab.hold.request_id)
+                                                                    tab.hold.request_id)
                     yield closing
                     return
                 if pipe.failed:
