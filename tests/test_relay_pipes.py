@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from tests.inproc import Gateway
-from tests.test_relay_serve import USAGE_CHUNK, chat, chunk
+from tests.test_relay_serve import USAGE_CHUNK, chat, chunk, silence
 
 
 def sse(name: str, data: dict) -> bytes:
@@ -34,14 +34,18 @@ MESSAGES_STREAM = [
 
 
 def streaming(parts: list[bytes], *, hang_at: int | None = None):
+    request: httpx.Request
+
     class Body(httpx.AsyncByteStream):
         async def __aiter__(self):
             for i, part in enumerate(parts):
                 if i == hang_at:
-                    await trio.sleep_forever()
+                    await silence(request)
                 yield part
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(asked: httpx.Request) -> httpx.Response:
+        nonlocal request
+        request = asked
         return httpx.Response(200, stream=Body(), headers={"content-type": "text/event-stream"})
 
     return handler

@@ -44,6 +44,17 @@ def chat(stream: bool = False, **extra) -> dict:
     return {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}], "stream": stream, **extra}
 
 
+async def silence(request: httpx.Request) -> None:
+    """A provider that stops sending, met as a real connection meets it: the read timeout the
+    relay put on the request (``Upstream``'s idle cut-off) runs out on trio's clock, as
+    httpcore's does, and the read raises ``httpx.ReadTimeout``."""
+    read_timeout = request.extensions["timeout"]["read"]
+    assert read_timeout, "a stream's request carries the idle cut-off as its read timeout"
+    with trio.move_on_after(read_timeout):
+        await trio.sleep_forever()
+    raise httpx.ReadTimeout("timed out", request=request)
+
+
 class Provider:
     """The provider's side: what it answers (set per test) and how often it was asked."""
 
@@ -62,7 +73,7 @@ class Provider:
                 for part in provider.parts:
                     yield part
                 if provider.hang_after_parts:
-                    await trio.sleep_forever()
+                    await silence(request)
 
         return httpx.Response(200, stream=Body(), headers={"content-type": self.content_type})
 
