@@ -17,7 +17,8 @@ Adding an endpoint (a Gemini-API ``/v1beta/models/{model}:generateContent``, say
 2. add its :class:`Endpoint` to ``ENDPOINTS`` (a new ``client_format`` needs route builders
    in ``gatewayd.providers``, and the prompt reader of ``billing.estimate`` that counts a
    cut stream's input, as ``gatewayd.failover`` lists; a new error envelope a writer in
-   ``gatewayd.errors.ENVELOPES``);
+   ``gatewayd.errors.ENVELOPES``; its name goes in ``gatewayd.metrics.MODEL_ENDPOINTS``, the
+   bounded label set);
 3. a path with a parameter in it needs its match in ``gatewayd.api_routes.ApiRoutes.route``
    (as ``GET /v1/models/{id}`` has); a fixed path is routed from ``ENDPOINTS`` as it is.
 
