@@ -211,7 +211,7 @@ class ConversePipe(pipes.Pipe):
     def feed(self, events: list[SSEEvent]) -> bytes:
         converted = []
         for ev in events:
-            for name, data in self.translator.feed(ev.event, orjson.loads(ev.data)):
+            for name, data in self.translator.feed(ev.event, ev.json()):
                 raw = encode_event(name, data)
                 converted.append(SSEEvent(raw=raw, event=name, data=raw[len(name) + 14:-2]))
         return self.inner.feed(converted)
