@@ -13,8 +13,9 @@ import time
 
 import orjson
 from botocore.credentials import Credentials
+from botocore.eventstream import EventStreamBuffer
 
-from gatewayd.formats.eventstream import EventStreamSplitter, chunk_frame
+from gatewayd.formats.eventstream import EventStreamSplitter, FrameDecoder, chunk_frame
 from gatewayd.formats.sse import SSESplitter, encode
 from gatewayd.providers.bedrock_auth import AwsAuth
 
@@ -42,18 +43,37 @@ def main() -> None:
               for i in range(1000)]
     frames = b"".join(chunk_frame(orjson.dumps(e)) for e in events)
     sse = b"".join(encode(e, event="content_block_delta") for e in events)
-    chunk = 4096
 
-    def decode(data: bytes, make) -> None:
+    def decode(data: bytes, make, chunk: int) -> None:
         splitter = make()
         for i in range(0, len(data), chunk):
             splitter.feed(data[i:i + chunk])
 
-    es = per_call_us(lambda: decode(frames, lambda: EventStreamSplitter(invoke=True)), 20)
-    ss = per_call_us(lambda: decode(sse, SSESplitter), 20)
-    print(f"stream of 1,000 text deltas, read in {chunk} B chunks:")
-    print(f"  event-stream (botocore, CRCs, base64): {es / 1000:6.2f} us an event ({len(frames):,} B)")
-    print(f"  SSE (the Anthropic route):             {ss / 1000:6.2f} us an event ({len(sse):,} B)")
+    def botocore_frames(data: bytes, chunk: int) -> None:
+        buffer = EventStreamBuffer()
+        for i in range(0, len(data), chunk):
+            buffer.add_data(data[i:i + chunk])
+            for _ in buffer:
+                pass
+
+    def our_frames(data: bytes, chunk: int) -> None:
+        decoder = FrameDecoder()
+        for i in range(0, len(data), chunk):
+            decoder.feed(data[i:i + chunk])
+
+    for chunk in (4096, 65536):
+        reads = -(-len(frames) // chunk)
+        print(f"stream of 1,000 text deltas ({len(frames):,} B), read in {chunk:,} B chunks:")
+        for label, run in (
+            ("frames only, botocore's EventStreamBuffer", lambda: botocore_frames(frames, chunk)),
+            ("frames only, ours (FrameDecoder)", lambda: our_frames(frames, chunk)),
+            ("splitter: frames, base64, SSE events", lambda: decode(frames, lambda: EventStreamSplitter(invoke=True),
+                                                                    chunk)),
+        ):
+            total = per_call_us(run, 10)
+            print(f"  {label:42s} {total / 1000:6.2f} us an event, {total / reads:8.1f} us a read")
+        ss = per_call_us(lambda: decode(sse, SSESplitter, chunk), 10)
+        print(f"  {'SSE of the same events (Anthropic route)':42s} {ss / 1000:6.2f} us an event")
 
 
 if __name__ == "__main__":

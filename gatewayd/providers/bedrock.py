@@ -180,7 +180,7 @@ def passthrough_body(raw: bytes, body: dict, changes: dict, betas: list[str]) ->
     for key, pattern in (("model", _MODEL), ("stream", _STREAM)):
         if edited is not None and key in body:
             edited = _without(edited, pattern)
-    head = {"anthropic_version": BEDROCK_ANTHROPIC_VERSION}
+    head: dict[str, str | list[str]] = {"anthropic_version": BEDROCK_ANTHROPIC_VERSION}
     if betas:
         head["anthropic_beta"] = betas
     if edited is None or not edited.lstrip().startswith(b"{"):

@@ -17,7 +17,7 @@ import itertools
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 from functools import partial
 
 import attrs
@@ -239,6 +239,13 @@ class Wire:
     protocol: str  #: "chat", "responses" or "messages" (token counting)
 
 
+class StreamFaults(Protocol):
+    """What :func:`_drive` needs of a wire: the bytes of a mid-stream error (Bedrock's
+    simulator, which frames its streams differently, gives only this)."""
+
+    def stream_error(self, sent: int) -> bytes: ...
+
+
 def _wire(module, protocol, error, check_headers) -> Wire:
     return Wire(
         error,
@@ -321,7 +328,7 @@ async def _before_reply(faults: Faults, entry: Recorded, error: Callable[..., Re
 
 
 async def _drive(
-    events: Iterator[tuple[bytes, int]], faults: Faults, entry: Recorded, wire: Wire, scope: Mapping[str, Any]
+    events: Iterator[tuple[bytes, int]], faults: Faults, entry: Recorded, wire: StreamFaults, scope: Mapping[str, Any]
 ) -> AsyncIterator[bytes]:
     """Write a stream's events, applying the mid-stream faults.
 
