@@ -378,7 +378,8 @@ def test_messages_to_a_gemini_model_on_vertex_is_refused(daemon):
     response = httpx.post(daemon.url + "/v1/messages", headers={"x-api-key": secret, "anthropic-version": "2023-06-01"},
                           json={"model": "vx-gemini", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
     assert response.status_code == 400 and response.json()["type"] == "error"
-    assert "does not speak the messages format" in response.json()["error"]["message"]
+    # refused up front as any model that is not dual-format is (the route serves no messages)
+    assert "is not available on /v1/messages" in response.json()["error"]["message"]
     assert daemon.admin.balance(account["id"])["balance_nano"] == 10_000_000_000
 
 
