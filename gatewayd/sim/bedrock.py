@@ -301,7 +301,10 @@ async def answer(state, model_path: str) -> Response:
         prompt = extract_converse(body)
     if state.markers:
         prompt = attrs.evolve(prompt, user_text=f"{prompt.user_text} {state.markers}")
-    reply = plan(prompt)
+    if invoke:
+        reply = sim_app.with_prompt_cache(state, plan(prompt), messages_body, "messages")
+    else:
+        reply = sim_app.with_prompt_cache(state, plan(prompt), body, "converse", converse_input_tokens)
     faults = reply.faults
     stream = action.endswith("-stream")
     entry.stream = stream
