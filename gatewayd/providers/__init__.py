@@ -2,9 +2,9 @@
 
 One module per upstream protocol, each exposing ``ROUTES`` (client format -> builder, see
 :mod:`.base`), optionally ``client_formats(upstream_id)`` (the formats one route serves when
-they depend on the model: Gemini on Vertex AI serves no messages), ``SIM_BASE_PATH`` (where the simulator serves it, for ``--demo``) and
-optionally ``DEFAULT_FAMILY`` (a model's ``family`` when its first route speaks it) and
-``PROVIDER_KEYS`` with ``provider_settings`` (the extra ``[[providers]]`` keys the protocol
+they depend on the model: Gemini on Vertex AI serves no messages), ``SIM_BASE_PATH`` (where
+the simulator serves it, for ``--demo``) and optionally ``DEFAULT_FAMILY`` (a model's
+``family`` when its first route speaks it) and ``PROVIDER_KEYS`` with ``provider_settings`` (the extra ``[[providers]]`` keys the protocol
 takes, and their validation: Azure's ``api_version``). Adding a protocol is one module
 here, its translators in ``gatewayd.formats``, the simulator, their tests, and one line in
 ``ADAPTERS``: the config loader asks this table, and knows no protocol by name.
