@@ -431,10 +431,10 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 minutes=r.number("minutes", 1, minimum=1, integer=True),
             )
         kind = s.str("kind", "chat", choices=("chat", "embedding"))
-        formats = frozenset.union(*(adapters.client_formats(route.provider.protocol) for route in routes))
+        formats = frozenset.union(*(adapters.client_formats(r.provider.protocol, r.upstream_id) for r in routes))
         if kind == "embedding":
             for j, route in enumerate(routes):
-                if "embeddings" not in adapters.client_formats(route.provider.protocol):
+                if not adapters.serves(route, "embeddings"):
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
         first = routes[0]

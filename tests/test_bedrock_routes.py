@@ -20,7 +20,7 @@ from gatewayd.config import ConfigError, load_config
 from gatewayd.directory import Directory
 from gatewayd.formats.eventstream import chunk_frame, exception_frame
 from gatewayd.providers import bedrock_auth
-from gatewayd.providers.upstream import Upstream
+from gatewayd.providers.upstream import AUTHORIZE_EXTENSION, Upstream
 from gatewayd.relay import Ctx, Relay
 from gatewayd.store.base import UsageQuery
 from gatewayd.store.sqlite import SQLiteStore
@@ -247,6 +247,7 @@ async def test_demo_signs_with_the_simulators_keys(world):
     target = config.models["solo"].routes[0]
     assert target.provider.base_url == "http://127.0.0.1:9/bedrock"
     request = _request(Upstream(connect_timeout_s=1, stream_idle_timeout_s=1), target, b"{}", "invoke", stream=False)
+    await request.extensions[AUTHORIZE_EXTENSION](request)  # what Upstream.send does before sending
     headers = {k.lower(): v for k, v in request.headers.items()}
     assert sim_bedrock.check_signature("POST", request.url.raw_path.decode(), "", headers, b"{}") is None
     assert request.url.raw_path == b"/bedrock/model/anthropic.claude-x-v1%3A0/invoke"
