@@ -108,6 +108,8 @@ PAYMENT = (
     Field("id", "id"),
     Field("account_id", "account"),
     Field("amount_nano", "amount", usd),
+    Field("source", "source"),
+    Field("reference", "reference", text("-")),
     Field("note", "note"),
     Field("created_at", "created"),
 )

@@ -20,7 +20,9 @@ Directory (accounts, keys)
     fields from the truth; a no-op where the process is the truth), ``insert_account(account)``
     (``EmailTaken``), ``update_account(id, name=, timezone=)``, ``set_account_max_concurrent``, ``set_password_hash``,
     ``replace_password_hash(id, old, new) -> bool`` (compare and set),
-    ``set_groups``, ``set_embedding_models``, ``add_payment(account, amount, note) -> Payment``,
+    ``set_groups``, ``set_embedding_models``, ``add_payment(account, amount, note) -> Payment``
+    (the operator's), ``record_payment(account, amount, note, source=, reference=) -> (Payment,
+    credited)`` (exactly once per source and reference; refunds and disputes negative),
     ``payments(id)``, ``insert_key(key, max_keys)`` (``TooManyKeys``: count and insert
     in one transaction, serialised per account), ``update_key(key)`` (``KeyRevoked``),
     ``set_key_status(id, status) -> stored status`` (a revoke always wins).

@@ -1,6 +1,7 @@
 """The audit: the ledger's invariant checked from the stored rows.
 
-For every account, stored credit == payments - charges, total paid == payments, and
+For every account, stored credit == payments - charges, total paid == payments (refunds and
+disputes are negative payments: they lower both), and
 the money it holds == its open hold rows; for every key, spent == its usage rows and
 held == its open hold rows; and every request has one usage row. Each store gathers the
 facts in one consistent read (one snapshot), so the answer is right while traffic flows;
@@ -19,10 +20,11 @@ for the proof): a hold is only taken when the balance covers it, so every open h
 together is at most the credit, at most what was paid; settling a hold can take the
 balance below zero by at most ``t`` x that hold. Hence, at every moment,
 
-    credit - (1 + t) x held >= -t x total paid - C          (account)
+    credit - (1 + t) x held >= -t x paid in - R - C          (account)
     spent + (1 + t) x held <= (1 + t) x limit + C            (key with a limit)
 
-where ``C`` is the charges made after their hold had been released as ``interrupted``
+where ``paid in`` is the sum of the positive payments, ``R`` what the negative ones (refunds,
+disputes) gave back, and ``C`` the charges made after their hold had been released as ``interrupted``
 (only on PostgreSQL, by an instance that lost the database: the release gave the money
 back and it was taken again later, ``usage.charged_after_release``). Below that it is a
 failure. Within it, a balance below zero or a key over its limit is a warning.
@@ -101,9 +103,13 @@ def audit_budget(row: Any) -> AuditBudget | None:
 
 
 def lowest_allowed_balance(total_paid_nano: int, held_nano: int, late_nano: int,
-                           tolerance: Fraction = HOLD_TOLERANCE) -> int:
-    """The lowest balance (credit - held) the hold rule allows: ``-t x paid - C + t x held``, rounded up."""
-    return math.ceil(-tolerance * total_paid_nano - late_nano + tolerance * held_nano)
+                           tolerance: Fraction = HOLD_TOLERANCE, given_back_nano: int = 0) -> int:
+    """The lowest balance (credit - held) the hold rule allows: ``-t x (paid in - held) - R - C``,
+    rounded up, where R is what refunds and disputes gave back (the negative payments) and
+    ``paid in = total paid + R`` the positive payments: money given back lowers the balance
+    by itself, and the holds taken before it may still overrun on what it was."""
+    paid_in = total_paid_nano + given_back_nano
+    return math.ceil(-tolerance * (paid_in - held_nano) - given_back_nano - late_nano)
 
 
 def highest_allowed_spend(limit_nano: int, held_nano: int, late_nano: int,
@@ -137,6 +143,7 @@ def build_audit(sums: dict[str, Any], accounts: list[AuditAccount], keys: list[A
         charged = sums["charged"].get(a.id, 0)
         open_holds = sums["held"].get(a.id, 0)
         late = late_accounts.get(a.id, 0)
+        given_back = sums.get("given_back", {}).get(a.id, 0)
         problems = []
         if a.credit_nano != paid - charged:
             problems.append(f"stored credit {a.credit_nano} != payments - charges {paid - charged}")
@@ -148,14 +155,15 @@ def build_audit(sums: dict[str, Any], accounts: list[AuditAccount], keys: list[A
             problems.append(f"held {a.held_nano} != open hold rows {open_holds}")
         warnings = []
         balance = a.credit_nano - a.held_nano
-        lowest = lowest_allowed_balance(a.total_paid_nano, a.held_nano, late, tolerance)
+        lowest = lowest_allowed_balance(a.total_paid_nano, a.held_nano, late, tolerance, given_back)
         if balance < lowest:
             problems.append(f"balance {balance} is below the lowest the hold rule allows ({lowest} ="
-                            f" -{tolerance} x (total paid - held)" + (f" - {late} charged after release" if late else "")
-                            + "): charges escaped their holds")
+                            f" -{tolerance} x (paid in - held)" + (f" - {given_back} given back" if given_back else "")
+                            + (f" - {late} charged after release" if late else "") + "): charges escaped their holds")
         elif balance < 0:
-            warnings.append(f"balance below zero by {-balance} (charges exceeded their holds, within the"
-                            f" tolerance: it may go down to {lowest})")
+            why = (f"{given_back} given back by refunds or disputes, and charges within their holds' tolerance"
+                   if given_back else "charges exceeded their holds, within the tolerance")
+            warnings.append(f"balance below zero by {-balance} ({why}: it may go down to {lowest})")
         ok = ok and not problems
         accounts_out.append({
             "account_id": a.id,

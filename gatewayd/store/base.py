@@ -29,7 +29,8 @@ class TooManyKeys(StoreError):
 
 
 class PaymentTooLarge(StoreError):
-    """The payment would take the account's total paid above ``money.MAX_PAID_NANO``."""
+    """The payment would take the account's total paid above ``money.MAX_PAID_NANO`` (or, a
+    refund or dispute, below zero: more given back than was ever paid)."""
 
     def __init__(self, total_paid_nano: int) -> None:
         super().__init__(f"total paid would be {total_paid_nano}")
@@ -98,14 +99,26 @@ class Settlement:
 
 @attrs.frozen
 class Payment:
+    """A payment row: money in (operator, code, card) or given back (refund, dispute: negative).
+
+    ``reference`` is the outside identity of the credit (a code's id, a Checkout Session,
+    a refund, a dispute): unique per ``source`` among the payments, so it credits once."""
+
     id: int
     account_id: str
     amount_nano: int
     note: str
     created_at: str
+    source: str = "operator"
+    reference: str | None = None
 
     def doc(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+# Where a payment comes from (``payments.source``); the last two are negative amounts
+PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute")
+NEGATIVE_SOURCES = frozenset({"refund", "dispute"})
 
 
 USAGE_FIELDS = (
