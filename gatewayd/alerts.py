@@ -35,6 +35,9 @@ SIGNATURE_TOLERANCE_S = 300  # what ``verify`` accepts by default: a receiver's 
 KINDS = {"balance_below": "balance.below", "key_spend_limit": "key.spend_limit", "key_budget": "key.budget",
          "payment": "payment.received"}
 
+PAYMENT_SOURCES = {"operator": "payment", "code": "code redemption", "card": "card payment", "refund": "refund",
+                   "dispute": "lost dispute"}
+
 
 def level_80_at(limit_nano: int) -> int:
     """The least spend that is 80% of ``limit_nano`` or more (ceil(0.8 L)), as the triggers compute it."""
@@ -176,8 +179,9 @@ def compose(row: Any, account: Account | None, key: Key | None) -> Message:
         text = (f"The key {key_name} of {who} has spent {amount} of its {what} of {threshold}"
                 + (f" (the period began {row.period_start})" if row.period_start else "") + ".")
     else:
-        subject = f"Payment received: {amount}" if row.amount_nano >= 0 else f"Refund recorded: {amount}"
-        text = f"A payment of {amount} was recorded on the account {who}."
+        source = PAYMENT_SOURCES.get(row.source or "", "payment")
+        subject = f"{source.capitalize()} received: {amount}" if row.amount_nano >= 0 else f"{source.capitalize()}: {amount}"
+        text = f"A {source} of {amount} was recorded on the account {who}."
     doc = {
         "id": row.id,
         "type": KINDS.get(row.kind, row.kind),
@@ -192,6 +196,7 @@ def compose(row: Any, account: Account | None, key: Key | None) -> Message:
         "threshold_usd": nano_to_usd_str(row.threshold_nano),
         "period_start": row.period_start,
         "payment_id": row.payment_id,
+        "payment_source": row.source,
         "message": text,
     }
     return Message(subject=subject, text=text, doc=doc)

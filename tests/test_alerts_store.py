@@ -119,7 +119,13 @@ async def test_a_payment_is_an_alert(store):
     directory, account = await _account(store, paid=0)
     payment = await directory.pay(account, 7 * USD, "wire 42")
     [alert] = await _alerts(store, account, "payment")
-    assert (alert.amount_nano, alert.payment_id) == (7 * USD, payment["id"])
+    assert (alert.amount_nano, alert.payment_id, alert.source) == (7 * USD, payment["id"], "operator")
+    # a card payment recorded twice (a replayed webhook) is one payment and one alert
+    card, new = await store.record_payment(account, 5 * USD, "checkout", source="card", reference="cs_1")
+    again, repeated = await store.record_payment(account, 5 * USD, "checkout", source="card", reference="cs_1")
+    assert (new, repeated, again.id) == (True, False, card.id)
+    alerts = await _alerts(store, account, "payment")
+    assert [(a.source, a.payment_id) for a in alerts] == [("operator", payment["id"]), ("card", card.id)]
 
 
 async def test_claims_are_exclusive_and_finished_rows_are_never_claimed_again(store):

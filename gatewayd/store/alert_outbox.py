@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 OUTBOX_FIELDS = (
     "id", "created_at", "kind", "account_id", "key_id", "level", "amount_nano", "threshold_nano", "period_start",
-    "payment_id", "attempts", "email_done", "webhook_done", "finished_at", "outcome", "last_error",
+    "payment_id", "source", "attempts", "email_done", "webhook_done", "finished_at", "outcome", "last_error",
 )
 _COLUMNS = ", ".join(OUTBOX_FIELDS)
 
@@ -39,6 +39,7 @@ class OutboxRow:
     threshold_nano: int | None
     period_start: str | None
     payment_id: int | None
+    source: str | None  # a payment's source (operator, code, card, refund, dispute)
     attempts: int
     email_done: bool
     webhook_done: bool

@@ -16,6 +16,7 @@ CREATE TABLE alert_outbox (
     threshold_nano  INTEGER,             -- the threshold / the limit / the budget
     period_start    TEXT,                -- key_budget: the budget period's start (UTC)
     payment_id      INTEGER,
+    source          TEXT,                -- payment: the payment's source (operator, code, card, refund, dispute)
     attempts        INTEGER NOT NULL DEFAULT 0,
     next_attempt_at REAL NOT NULL DEFAULT 0,   -- epoch s
     claimed_until   REAL NOT NULL DEFAULT 0,   -- epoch s: a deliverer owns the row until then
@@ -69,6 +70,6 @@ END;
 
 CREATE TRIGGER alert_payment AFTER INSERT ON payments
 BEGIN
-    INSERT INTO alert_outbox (created_at, kind, account_id, amount_nano, payment_id)
-    VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 'payment', NEW.account_id, NEW.amount_nano, NEW.id);
+    INSERT INTO alert_outbox (created_at, kind, account_id, amount_nano, payment_id, source)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 'payment', NEW.account_id, NEW.amount_nano, NEW.id, NEW.source);
 END;

@@ -14,6 +14,7 @@ CREATE TABLE alert_outbox (
     threshold_nano  BIGINT,
     period_start    TEXT,
     payment_id      BIGINT,
+    source          TEXT,
     attempts        INTEGER NOT NULL DEFAULT 0,
     next_attempt_at DOUBLE PRECISION NOT NULL DEFAULT 0,
     claimed_until   DOUBLE PRECISION NOT NULL DEFAULT 0,
@@ -85,8 +86,8 @@ CREATE TRIGGER alert_key_spend AFTER UPDATE OF spent_nano, budget_spent_nano ON 
 
 CREATE FUNCTION gatewayd_alert_payment() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO alert_outbox (created_at, kind, account_id, amount_nano, payment_id)
-    VALUES (gatewayd_alert_now(), 'payment', NEW.account_id, NEW.amount_nano, NEW.id);
+    INSERT INTO alert_outbox (created_at, kind, account_id, amount_nano, payment_id, source)
+    VALUES (gatewayd_alert_now(), 'payment', NEW.account_id, NEW.amount_nano, NEW.id, NEW.source);
     RETURN NULL;
 END $$;
 CREATE TRIGGER alert_payment AFTER INSERT ON payments FOR EACH ROW EXECUTE FUNCTION gatewayd_alert_payment();
