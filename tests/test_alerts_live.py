@@ -147,3 +147,54 @@ def test_two_instances_on_postgres_deliver_each_alert_once(sim, tmp_path_factory
             d.stop()
         webhook.stop()
         pg.drop_database(name)
+
+
+def test_the_console_balance_page_shows_and_sets_the_alert_threshold(daemon):
+    from tests.console_helpers import ConsoleClient, account_with_password
+
+    email = unique_email("console")
+    account = account_with_password(daemon.admin, email)
+    client = ConsoleClient(daemon.url)
+    try:
+        assert client.sign_in(email).status_code == 302
+        assert "No alert is set" in client.get("/console/balance").text
+        saved = client.post("/console/balance/alert", {"alert_below": "5.50"}, token_from="/console/balance")
+        assert saved.status_code == 302
+        assert daemon.admin.call("GET", f"/accounts/{account['id']}")["alert_below_nano"] == usd_to_nano("5.5")
+        page = client.get("/console/balance").text
+        assert 'value="5.50"' in page and "falls below $5.50" in page
+        for bad in ("-1", "five", "1e400"):
+            refused = client.post("/console/balance/alert", {"alert_below": bad}, token_from="/console/balance")
+            assert refused.status_code == 400 and 'id="alert-error"' in refused.text and f'value="{bad}"' in refused.text
+        assert daemon.admin.call("GET", f"/accounts/{account['id']}")["alert_below_nano"] == usd_to_nano("5.5")
+        cleared = client.post("/console/balance/alert", {"alert_below": ""}, token_from="/console/balance")
+        assert cleared.status_code == 302
+        assert daemon.admin.call("GET", f"/accounts/{account['id']}")["alert_below_nano"] is None
+        # without the form's token nothing changes
+        forged = client.http.post("/console/balance/alert", data={"alert_below": "9"})
+        assert forged.status_code == 400
+        assert daemon.admin.call("GET", f"/accounts/{account['id']}")["alert_below_nano"] is None
+    finally:
+        client.close()
+
+
+def test_gatewayctl_sets_and_removes_the_threshold(daemon):
+    import json
+    import subprocess
+
+    from tests.live import BIN
+
+    account = daemon.admin.account(unique_email("ctl"), paid_usd=None)
+
+    def ctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "gatewayctl"), "account", "update", account["id"], *args, "--json",
+                               "--socket", daemon.socket], capture_output=True, text=True, timeout=30)
+
+    done = ctl("--alert-below", "2.50")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["alert_below_nano"] == usd_to_nano("2.5")
+    assert json.loads(ctl("--alert-below", "none").stdout)["alert_below_nano"] is None
+    ctl("--alert-below", "1")
+    assert json.loads(ctl("--no-alert-below").stdout)["alert_below_nano"] is None
+    refused = ctl("--alert-below", "-3")
+    assert refused.returncode == 2 and "negative" in refused.stderr
