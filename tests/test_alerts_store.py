@@ -196,3 +196,33 @@ async def test_postgres_a_settlement_and_its_alert_are_one_transaction(store):
     assert (await store.refresh_balance(account)).credit_nano == 10 * USD
     await store.settle(held, Settlement(status="ok", http_status=200, cost_nano=6 * USD))
     assert [a.amount_nano for a in await _alerts(store, account, "balance_below")] == [4 * USD]
+
+
+@pytest.mark.parametrize(("text", "env", "message"), [
+    ("[alerts]\npoll_s = 1\n", {}, "alerts: give [alerts.smtp] or [alerts.webhook]"),
+    ('[alerts.webhook]\nurl = "ftp://x"\nsecret_env = "S"\n', {"S": "s"}, "alerts.webhook.url: must start with"),
+    ('[alerts.webhook]\nurl = "https://x"\nsecret_env = "S"\n', {}, "alerts.webhook.secret_env: environment variable S"),
+    ('[alerts.smtp]\nhost = "h"\nfrom = "nobody"\n', {}, "alerts.smtp.from: must be an email address"),
+    ('[alerts.smtp]\nhost = "h"\nfrom = "a@b"\nport = 70000\n', {}, "alerts.smtp.port: must be at most 65535"),
+    ('[alerts.smtp]\nhost = "h"\nfrom = "a@b"\nusername_env = "U"\n', {"U": "u"}, "give both or neither"),
+    ('[alerts.smtp]\nhost = "h"\nfrom = "a@b"\ntls = true\n', {}, "alerts.smtp.tls: unknown key"),
+])
+def test_a_bad_alerts_section_is_one_config_error(tmp_path, text, env, message):
+    from gatewayd.config import ConfigError
+
+    path = tmp_path / "gatewayd.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, environ=env)
+    assert message in str(refused.value), str(refused.value)
+
+
+def test_the_signature_verifies_and_refuses_tampering_and_stale_timestamps():
+    from gatewayd.alerts import sign, verify
+
+    header = sign(b"k", b'{"id":1}', 1_000_000)
+    assert verify(b"k", b'{"id":1}', header, now=1_000_100)
+    assert not verify(b"k", b'{"id":2}', header, now=1_000_100)
+    assert not verify(b"other", b'{"id":1}', header, now=1_000_100)
+    assert not verify(b"k", b'{"id":1}', header, now=1_000_400)  # past the 5-minute tolerance
+    assert not verify(b"k", b'{"id":1}', "v1=abc", now=1_000_000)
