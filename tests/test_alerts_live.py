@@ -132,6 +132,9 @@ def test_two_instances_on_postgres_deliver_each_alert_once(sim, tmp_path_factory
     pair = [Daemon(tmp_path_factory.mktemp(f"pg-{n}"), sim.url, server=SERVER, extra=extra, env=env) for n in "ab"]
     try:
         account = pair[0].admin.account(unique_email("pair"), paid_usd=None)
+        # the other instance learns of the account from the change feed
+        wait_for(lambda: pair[1].admin.http.get(f"/admin/v1/accounts/{account['id']}").status_code == 200,
+                 "the account on the second instance")
         for i in range(30):
             pair[i % 2].admin.call("POST", f"/accounts/{account['id']}/payments", {"amount_nano": i + 1})
         wait_for(lambda: len({d["id"] for d in webhook.delivered(of(account["id"], "payment.received"))}) == 30,
