@@ -20,7 +20,9 @@ from typing import AbstractSet, Any
 
 import attrs
 
+from gatewayd import alerts
 from gatewayd import providers as adapters
+from gatewayd.alerts import AlertSettings
 from gatewayd.billing import price_overlay
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio, usd_to_nano
@@ -116,6 +118,7 @@ class Config:
     # the prices file's fields (gatewayd.billing.price_overlay), already set over ``models``:
     # model id -> field -> value, kept to say where each price came from
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -573,7 +576,7 @@ def load_config(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
-    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing"}
+    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -615,4 +618,5 @@ def load_config(
         log=_log(raw.get("log"), env, overrides),
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
+        alerts=alerts.read_settings(raw.get("alerts"), env),
     )

@@ -23,6 +23,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from gatewayd.admin.api import create_admin_app
+from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
 from gatewayd.bodies import BodyBudget
@@ -203,6 +204,8 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
             relay = Relay(config, directory, ledger, upstream, limiter, drain=drain, metrics=metrics)
             nursery.start_soon(store.maintain)
+            # the alert outbox (gatewayd.alert_delivery); [alerts] as reloaded
+            nursery.start_soon(AlertDeliverer(store, directory, lambda: relay.config.alerts, metrics.registry).run)
             readiness = Readiness(store, metrics, drain)
             await readiness.check()  # gateway_store_up and gateway_ready right before the first scrape
             nursery.start_soon(readiness.watch)

@@ -21,6 +21,8 @@ import orjson
 
 from gatewayd.money import MAX_PAID_NANO
 from gatewayd.records import Account, Key, expiry_instant, new_id, utc_now_iso
+from gatewayd.store import alert_outbox
+from gatewayd.store.alert_outbox import OutboxRow
 from gatewayd.store.audit import NAMED_AT_MOST, over_hold_condition
 from gatewayd.store import redemption_codes
 from gatewayd.store.redemption_codes import RedemptionCode
@@ -44,7 +46,7 @@ USAGE_COLUMNS = ", ".join(USAGE_FIELDS)
 
 ACCOUNT_COLUMNS = (
     "id, email, name, timezone, password_hash, credit_nano, total_paid_nano, groups, embedding_models, created_at,"
-    " max_concurrent"
+    " max_concurrent, alert_below_nano"
 )
 KEY_COLUMNS = (
     "k.id, k.account_id, k.name, k.secret_hash, k.secret_hint, k.status, k.spend_limit_nano, k.spent_nano,"
@@ -92,6 +94,7 @@ def account_from_row(row: Any, held_nano: int = 0) -> Account:
         created_at=row["created_at"],
         held_nano=held_nano,
         max_concurrent=row["max_concurrent"],
+        alert_below_nano=row["alert_below_nano"],
     )
 
 
@@ -230,6 +233,11 @@ class SQLStore:
     async def set_account_max_concurrent(self, account_id: str, max_concurrent: int | None) -> None:
         await self._write(lambda tx: tx.run("UPDATE accounts SET max_concurrent = ? WHERE id = ?",
                                             (max_concurrent, account_id)))
+
+    async def set_alert_below(self, account_id: str, alert_below_nano: int | None) -> None:
+        """The balance below which the account is alerted (None: no balance alert; gatewayd.alerts)."""
+        await self._write(lambda tx: tx.run("UPDATE accounts SET alert_below_nano = ? WHERE id = ?",
+                                            (alert_below_nano, account_id)))
 
     async def set_password_hash(self, account_id: str, password_hash: str) -> None:
         await self._write(lambda tx: tx.run("UPDATE accounts SET password_hash = ? WHERE id = ?",
@@ -542,6 +550,31 @@ class SQLStore:
     async def forget_received_ids(self, now: int) -> int:
         """Delete the records expired at ``now`` (epoch s); returns how many."""
         return await self._write(lambda tx: tx.run("DELETE FROM received_ids WHERE expires_at <= ?", (now,)))
+
+    # -- the alert outbox (gatewayd.store.alert_outbox; rows are written by triggers) -------
+
+    async def claim_alerts(self, *, now: float, lease_s: float, token: str, limit: int) -> list[OutboxRow]:
+        skip_locked = self.kind == "postgres"
+        return await self._write(lambda tx: alert_outbox.claim(tx, now=now, lease_s=lease_s, token=token,
+                                                               limit=limit, skip_locked=skip_locked))
+
+    async def finish_alert(self, row_id: int, token: str, *, outcome: str, email_done: bool, webhook_done: bool,
+                           error: str | None = None) -> bool:
+        at = self.now_iso()
+        return await self._write(lambda tx: alert_outbox.finish(
+            tx, row_id, token, outcome=outcome, at=at, email_done=email_done, webhook_done=webhook_done, error=error))
+
+    async def retry_alert(self, row_id: int, token: str, *, next_attempt_at: float, email_done: bool,
+                          webhook_done: bool, error: str) -> bool:
+        return await self._write(lambda tx: alert_outbox.retry_later(
+            tx, row_id, token, next_attempt_at=next_attempt_at, email_done=email_done, webhook_done=webhook_done,
+            error=error))
+
+    async def recent_alerts(self, account_id: str, limit: int = 20) -> list[OutboxRow]:
+        return await self._read(lambda tx: alert_outbox.recent(tx, account_id, limit))
+
+    async def forget_finished_alerts(self, before: str) -> int:
+        return await self._write(lambda tx: alert_outbox.forget_finished(tx, before))
 
     # -- audit ------------------------------------------------------------------------
 
