@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from typing import Any
 
@@ -30,17 +29,13 @@ from gatewayd.bodies import BodyBudget
 from gatewayd.errors import GatewayError, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
 from gatewayd.relay import Relay
-from gatewayd.trace import Trace
+from gatewayd.trace import Trace, new_request_id
 from gatewayd.upgrades import refuse_websocket, websocket_refusal
 
 JSON = "application/json"
 # Served over TLS (``[server] tls_cert``): browsers keep to HTTPS for a year. Behind a proxy that
 # ends TLS, the proxy sends it (docs/deploy/nginx.conf).
 HSTS = (b"strict-transport-security", b"max-age=31536000")
-
-
-def new_request_id() -> str:
-    return "req_" + os.urandom(12).hex()
 
 
 ENDPOINTS = {
