@@ -83,7 +83,7 @@ def serve(
         raise typer.Exit(2)
     try:
         if workers > 1:
-            raise typer.Exit(run_workers(cfg, workers, load))
+            raise typer.Exit(run_workers(cfg, workers, load, run))
         run(cfg, load)
     except KeyboardInterrupt:
         pass

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from gatewayd import providers as adapters
+from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio, usd_to_nano
@@ -120,7 +120,7 @@ class Config:
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
         Each protocol's adapter says where under the simulator its API lives."""
         providers = {
-            name: attrs.evolve(p, base_url=sim_url + adapters.sim_base_path(p.protocol), api_key="sim-key")
+            name: attrs.evolve(p, base_url=sim_url + PROTOCOLS[p.protocol].sim_base_path, api_key="sim-key")
             for name, p in self.providers.items()
         }
         models = {
@@ -335,7 +335,7 @@ def _providers(raw: Any) -> dict[str, Provider]:
     providers: dict[str, Provider] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"providers[{i}]")
-        protocol = s.str("protocol", choices=tuple(adapters.ADAPTERS))
+        protocol = s.str("protocol", choices=tuple(PROTOCOLS))
         _protocol_keys(s, protocol)
         name = s.str("name")
         if name in providers:
@@ -348,8 +348,8 @@ def _providers(raw: Any) -> dict[str, Provider]:
         if api_key is None and key_env is not None:
             api_key = os.environ.get(key_env) or None
         try:
-            settings = adapters.provider_settings(protocol, s.table)
-        except adapters.SettingError as e:
+            settings = PROTOCOLS[protocol].read_settings(s.table)
+        except SettingError as e:
             raise ConfigError(f"providers[{i}].{e.key}: {e.problem}") from None
         providers[name] = Provider(name=name, protocol=protocol, base_url=base_url, api_key=api_key,
                                    settings=settings)
@@ -358,9 +358,9 @@ def _providers(raw: Any) -> dict[str, Provider]:
 
 def _protocol_keys(s: _Section, protocol: str) -> None:
     """Unknown keys are errors; a key another protocol takes says which one."""
-    own = adapters.provider_keys(protocol)
+    own = PROTOCOLS[protocol].provider_keys
     for key in sorted(set(s.table) - PROVIDER_KEYS - own):
-        others = [p for p in adapters.ADAPTERS if key in adapters.provider_keys(p)]
+        others = [name for name, p in PROTOCOLS.items() if key in p.provider_keys]
         if others:
             raise ConfigError(f"{s._key(key)}: not a setting of protocol {protocol} (only of {', '.join(others)})")
     s.unknown(PROVIDER_KEYS | own)
@@ -422,7 +422,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         if model_id in models:
             raise ConfigError(f"models[{i}].id: duplicate model {model_id!r}")
         routes = _model_routes(s, f"models[{i}]", providers, model_id)
-        default_family = adapters.default_family(routes[0].provider.protocol)
+        default_family = PROTOCOLS[routes[0].provider.protocol].default_family
         rate = None
         if "rate_limit" in s.table:
             r = _Section(s.table["rate_limit"], f"models[{i}].rate_limit")
@@ -432,10 +432,10 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 minutes=r.number("minutes", 1, minimum=1, integer=True),
             )
         kind = s.str("kind", "chat", choices=("chat", "embedding"))
-        formats = frozenset.union(*(adapters.client_formats(route.provider.protocol) for route in routes))
+        formats = frozenset.union(*(PROTOCOLS[route.provider.protocol].client_formats for route in routes))
         if kind == "embedding":
             for j, route in enumerate(routes):
-                if "embeddings" not in adapters.client_formats(route.provider.protocol):
+                if "embeddings" not in PROTOCOLS[route.provider.protocol].client_formats:
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
         base = _rates(s, anthropic_defaults=routes[0].provider.protocol == "anthropic")

@@ -26,6 +26,7 @@ import orjson
 import trio
 
 from gatewayd import tokens
+from gatewayd.attempt_errors import PROVIDER_FAULTS, AttemptFailed
 from gatewayd.billing.cut import cut_usage
 from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.tab import Outcome, Tab
@@ -78,8 +79,6 @@ class StreamPump:
         charged. Every way out is inside the handlers, and the shielded ``finally``
         settles whatever is still held.
         """
-        from gatewayd.relay import PROVIDER_FAULTS, AttemptFailed
-
         pipe, tab = self.pipe, self.tab
         status = Outcome.CLIENT_DISCONNECTED
         try:

@@ -22,11 +22,11 @@ from typing import Any, AsyncIterator
 
 import attrs
 import httpx
-import orjson
 import trio
 
 from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
+from gatewayd.attempt_errors import PROVIDER_FAULTS, AttemptFailed
 from gatewayd.billing.cut import hidden_output_possible
 from gatewayd.billing.estimate import route_hold
 from gatewayd.billing.ledger import Ledger
@@ -37,7 +37,6 @@ from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
 from gatewayd.errors import BodyError, GatewayError, UpstreamError, model_not_found, our_fault
-from gatewayd.formats.errors import InvalidAnswer
 from gatewayd.formats.usage import Usage
 from gatewayd.metrics import Metrics
 from gatewayd import providers
@@ -48,11 +47,6 @@ from gatewayd.ratelimit import MemoryWindows, RateLimiter
 from gatewayd.received_ids import ReceivedIds
 from gatewayd.routing import Router, sticky_key
 
-# What counts as the provider's bad answer (a 502): JSON that does not parse (or a body that
-# is not SSE, whose first event then does not parse), and the few shape checks made on
-# purpose (InvalidAnswer). Every other exception from a route's callbacks or a pipe is a
-# bug in gatewayd: a 500 ``internal_error``, logged with its traceback.
-PROVIDER_FAULTS = (orjson.JSONDecodeError, InvalidAnswer)
 LARGE_BODY_BYTES = 256 * 1024  # bodies over this get checkpoints between parsing, routing and building
 
 
@@ -65,27 +59,6 @@ class Ctx:
     headers: Any  # case-insensitive mapping
     endpoint: str  # "chat" | "messages" | "responses" | "embeddings" | "models"
     caller: Caller | None = None  # set by ``Relay.admit``: the API routes admit before reading the body
-
-
-class AttemptFailed(Exception):
-    """One route failed before any byte reached the client: another route may serve the request.
-
-    ``error`` is what the client gets if this was the last attempt (``upstream`` instead
-    when the provider answered with an error status); ``usage_status`` names the fault in
-    the usage row; ``reached`` says whether the provider answered at all.
-    """
-
-    def __init__(self, error: GatewayError | None, usage_status: str, *, reason: str,
-                 upstream: UpstreamError | None = None, retryable: bool = True,
-                 retry_after_s: float | None = None, reached: bool = True) -> None:
-        super().__init__(reason)
-        self.error = error
-        self.outcome = Outcome(usage_status)
-        self.reason = reason
-        self.upstream = upstream
-        self.retryable = retryable
-        self.retry_after_s = retry_after_s
-        self.reached = reached or upstream is not None
 
 
 class Relay:
