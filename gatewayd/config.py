@@ -15,7 +15,7 @@ from fractions import Fraction
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import attrs
 
@@ -327,7 +327,7 @@ def _log(raw: Any, env: Any, overrides: dict[str, Any]) -> LogSettings:
 PROVIDER_KEYS = frozenset({"name", "protocol", "base_url", "api_key", "api_key_env"})
 
 
-def _providers(raw: Any) -> dict[str, Provider]:
+def _providers(raw: Any, env: Mapping[str, str]) -> dict[str, Provider]:
     """``[[providers]]``: the keys every protocol has are read here; the keys only one
     protocol takes (Azure's ``api_version`` ...) are declared and checked by its adapter."""
     if not isinstance(raw, list):
@@ -346,7 +346,7 @@ def _providers(raw: Any) -> dict[str, Provider]:
         api_key = s.str("api_key", None)
         key_env = s.str("api_key_env", None)
         if api_key is None and key_env is not None:
-            api_key = os.environ.get(key_env) or None
+            api_key = env.get(key_env) or None
         try:
             settings = PROTOCOLS[protocol].read_settings(s.table)
         except SettingError as e:
@@ -562,7 +562,7 @@ def load_config(
     path: str | os.PathLike | None = None,
     *,
     overrides: dict[str, Any] | None = None,
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Config:
     """The config file (or the embedded defaults), then the environment, then CLI flags.
 
@@ -582,7 +582,7 @@ def load_config(
     server = _server(raw.get("server"), overrides)
 
     catalogue = raw if "models" in raw else _read_toml(DEFAULT_CATALOGUE)
-    providers = _providers(catalogue.get("providers", []))
+    providers = _providers(catalogue.get("providers", []), env)
     models = _models(catalogue.get("models", []), providers)
     try:  # prices applied with `gatewayctl prices import --apply`, over the catalogue's
         overlay = price_overlay.read(price_overlay.path_in(server.data_dir))

@@ -201,3 +201,19 @@ def test_check_config_answers_every_bad_file_with_one_line_and_exit_2(tmp_path):
         assert (checked.returncode, checked.stdout) == (2, ""), checked.stderr
         [line] = checked.stderr.strip().splitlines()
         assert line.startswith("gatewayd: config error: ") and message in line, line
+
+
+def test_the_environment_is_the_one_given(tmp_path, monkeypatch):
+    """``load_config(environ=...)`` reads every variable from that mapping, ``api_key_env`` too,
+    never from the process's environment."""
+    monkeypatch.setenv("UPSTREAM_KEY", "from-the-process")
+    monkeypatch.setenv("GATEWAY_DATABASE_URL", "postgresql://from-the-process/db")
+    path = tmp_path / "gateway.toml"
+    path.write_text('[server]\ndata_dir = "%s"\n[[providers]]\nname = "o"\nprotocol = "openai"\n'
+                    'base_url = "https://o.test/v1"\napi_key_env = "UPSTREAM_KEY"\n'
+                    '[[models]]\nid = "m"\nprovider = "o"\n' % tmp_path)
+    given = load_config(path, environ={"UPSTREAM_KEY": "from-the-argument"})
+    assert given.providers["o"].api_key == "from-the-argument"
+    assert given.database_url.startswith("sqlite:///")
+    assert load_config(path, environ={}).providers["o"].api_key is None
+    assert load_config(path).providers["o"].api_key == "from-the-process"  # no mapping: the process's
