@@ -18,6 +18,7 @@ import time
 
 import attrs
 
+
 def new_request_id() -> str:
     """The id a response carries in ``X-Request-Id`` and its log line (also for answers hypercorn
     sends before any app runs: ``gatewayd.hypercorn_patches``)."""

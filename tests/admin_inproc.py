@@ -26,6 +26,7 @@ from gatewayd.admin.api import create_admin_app
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
 from gatewayd.reload import Reloader
+from gatewayd.routing import Router
 from gatewayd.store.sqlite import SQLiteStore
 
 
@@ -74,7 +75,9 @@ class RealAdmin:
             await directory.load()
             self.directory, self.store = directory, store
             reloader = Reloader(load, lambda c: c, [directory])
-            app = _Recorder(create_admin_app(directory, store, time.time, reload=reloader.reload, routes=lambda: []),
+            router = Router(config.routing)  # a fresh daemon's: every route healthy, nothing seen yet
+            app = _Recorder(create_admin_app(directory, store, time.time, reload=reloader.reload,
+                                             routes=lambda: router.report(directory.config.models)),
                             self.requests)
             hc = HypercornConfig()
             hc.bind = [f"unix:{self.socket_path}"]

@@ -121,6 +121,54 @@ def test_prices_show_reads_the_real_schedule(admin: RealAdmin) -> None:
     assert shown["model"] == model and (admin.last.method, admin.last.path) == ("GET", f"/admin/v1/prices/{model}")
 
 
+def test_account_password_groups_and_embeddings(admin: RealAdmin) -> None:
+    account = one_json(ok(admin, "account", "create", "ann@example.com", "--json"))
+    assert account["has_password"] is False
+    ok(admin, "account", "password", account["id"], input="hunter2 long enough\n")
+    assert one_json(ok(admin, "account", "show", "ann@example.com", "--json"))["has_password"] is True
+    groups = [g for g in admin.directory.config.groups][:1]
+    assert one_json(ok(admin, "account", "groups", account["id"], ",".join(groups), "--json"))["groups"] == groups
+    embedding = next(m for m, model in admin.directory.config.models.items() if model.kind == "embedding")
+    shown = one_json(ok(admin, "account", "embeddings", account["id"], embedding, "--enable", "--json"))
+    assert embedding in shown["embedding_models"]
+    shown = one_json(ok(admin, "account", "embeddings", account["id"], embedding, "--disable", "--json"))
+    assert embedding not in shown["embedding_models"]
+
+
+def test_key_show_and_update(admin: RealAdmin) -> None:
+    account = one_json(ok(admin, "account", "create", "ann@example.com", "--json"))
+    key = one_json(ok(admin, "key", "create", account["id"], "--name", "laptop", "--json"))
+    updated = one_json(ok(admin, "key", "update", key["id"], "--name", "desk", "--spend-limit", "2.5", "--json"))
+    assert (updated["name"], updated["spend_limit_nano"]) == ("desk", 2_500_000_000)
+    assert admin.last.body == {"name": "desk", "spend_limit_nano": 2_500_000_000}
+    shown = one_json(ok(admin, "key", "show", key["id"], "--json"))
+    assert (shown["name"], shown["spend_limit_nano"]) == ("desk", 2_500_000_000) and "secret" not in shown
+    assert one_json(ok(admin, "key", "update", key["id"], "--no-spend-limit", "--json"))["spend_limit_nano"] is None
+
+
+def test_report_and_routes(admin: RealAdmin) -> None:
+    account = one_json(ok(admin, "account", "create", "ann@example.com", "--json"))
+    report = one_json(ok(admin, "report", account["id"], "--since", "2026-01-01", "--json"))
+    assert admin.last.path == "/admin/v1/report" and admin.last.query == {"since": ["2026-01-01"],
+                                                                          "account": [account["id"]]}
+    assert report["range"]["account_id"] == account["id"] and report["total"]["requests"] == 0
+    routes = one_json(ok(admin, "routes", "--json"))
+    assert {row["model"] for row in routes} == set(admin.directory.config.models)
+    assert {row["state"] for row in routes} == {"healthy"}
+
+
+def test_prices_import_apply_and_reset_change_what_the_daemon_charges(admin: RealAdmin) -> None:
+    price_list = str(Path(__file__).parent / "data" / "litellm_prices.json")
+    diff = one_json(ok(admin, "prices", "import", price_list, "--json"))
+    assert diff["applied"] is False and diff["changes"]
+    change = diff["changes"][0]
+    applied = one_json(ok(admin, "prices", "import", price_list, "--apply", "--json"))
+    assert applied["applied"] is True and Path(applied["prices_file"]).parent == admin.data_dir
+    assert change["field"] in admin.directory.config.price_overlay[change["model"]]  # reloaded with the file
+    ok(admin, "prices", "reset", change["model"])
+    assert change["model"] not in admin.directory.config.price_overlay
+
+
 # -- the stand-in's canned documents have the real API's shape ------------------------------
 
 
