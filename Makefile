@@ -1,7 +1,7 @@
 # make run   - create .venv, install, start `gatewayd serve --demo` (SQLite, built-in simulator)
 # make test  - create .venv, install, run the whole suite (slow and browser tests included) on
 #             SQLite, then the keys, billing, faults and console tests on PostgreSQL
-# make test-unit - the tests that start no process (about a minute on 2 cores)
+# make test-unit - only the tests that start no process (no daemon, simulator, CLI subprocess, browser)
 # make bench - print the hot-path figures of issue 15 (CPU per request, requests/s, latency, memory)
 
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
@@ -46,7 +46,7 @@ test-postgres: $(STAMP)
 	GATEWAY_TEST_DATABASE=postgres $(PYTEST) -m "not browser" $(PG_TESTS)
 
 # Every test that starts no process (no daemon, simulator, CLI subprocess, nginx, browser):
-# the layer to run while working; under a minute on 2 cores. The `live` marker is set in tests/conftest.py.
+# the layer to run while working. The `live` marker is set in tests/conftest.py.
 # Tests, not files, are spread over the processes (--dist load): a few files hold most of its time.
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist load -m "not live"
