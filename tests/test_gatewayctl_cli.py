@@ -3,8 +3,10 @@
 The stand-in (:class:`StandInAdmin`) is NOT gatewayd: it is a few lines of stdlib
 HTTP that record each request and answer canned, contract-shaped JSON (design.md
 section 3). It lets these tests pin down exactly what the CLI sends (method, path,
-JSON body, money in nano-dollars) and how it prints and exits, while the real
-admin API is written. End-to-end tests against the real daemon come separately.
+JSON body, money in nano-dollars) and how it prints and exits, including answers the
+real API never gives (a 500 page, a body that is not JSON). The canned documents are
+checked against the real admin API's answers in tests/test_gatewayctl_real_admin.py,
+which also runs every command group against the real API in-process.
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ ACCOUNT = {
     "name": "Ann",
     "timezone": "Europe/Berlin",
     "balance_nano": 10_500_000_000,
+    "balance_usd": "10.5",
     "held_nano": 250_000,
     "total_paid_nano": 10_500_000_000,
+    "has_password": True,
+    "max_concurrent": None,
     "groups": ["default"],
     "embedding_models": ["text-embedding-3-small"],
     "created_at": "2026-11-01T10:00:00Z",
@@ -50,8 +55,11 @@ KEY = {
     "account_id": "acc_1",
     "name": "laptop",
     "state": "enabled",
+    "secret_hint": "sk-test...GHIJ",
     "spend_limit_nano": 5_000_000_000,
     "spent_nano": 1_234_567,
+    "held_nano": 0,
+    "max_concurrent": None,
     "expires_on": "2027-01-31",
     "models": ["gpt-4.1", "claude-sonnet-4-5"],
     "allow_ips": ["10.0.0.0/8"],
@@ -84,20 +92,25 @@ USAGE_ROW = {
 }
 AUDIT_OK = {
     "ok": True,
+    "hold_tolerance": "1/10",
+    "problems": [],
     "accounts": [
         {"account_id": "acc_1", "email": "ann@example.com", "balance_nano": 10_500_000_000,
          "expected_balance_nano": 10_500_000_000, "held_nano": 0, "open_holds_nano": 0,
-         "ok": True, "problems": []},
+         "lowest_allowed_balance_nano": -1_050_000_000, "ok": True, "problems": [], "warnings": []},
     ],
-    "keys": [{"key_id": "key_1", "spent_nano": 1_234_567, "spend_limit_nano": 5_000_000_000,
-              "ok": True, "problems": []}],
+    "keys": [{"key_id": "key_1", "spent_nano": 1_234_567, "held_nano": 0, "spend_limit_nano": 5_000_000_000,
+              "highest_allowed_spent_nano": 5_500_000_000, "ok": True, "problems": [], "warnings": []}],
 }
 AUDIT_BAD = {
     "ok": False,
+    "hold_tolerance": "1/10",
+    "problems": [],
     "accounts": [
         {"account_id": "acc_2", "email": "bob@example.com", "balance_nano": 2_000_000_000,
          "expected_balance_nano": 1_000_000_000, "held_nano": 0, "open_holds_nano": 0,
-         "ok": False, "problems": ["balance differs from payments - charges - open holds"]},
+         "lowest_allowed_balance_nano": 0, "ok": False,
+         "problems": ["balance differs from payments - charges - open holds"], "warnings": []},
     ],
     "keys": [],
 }
@@ -758,6 +771,7 @@ def test_answer_that_is_not_json(admin: StandInAdmin) -> None:
         run, "gatewayctl: gatewayd answered HTTP 500 with a body that is not JSON")
 
 
+@pytest.mark.live
 def test_python_dash_m_unreachable_has_no_traceback(short_dir: str) -> None:
     """A real process: the operator sees one line, and the exit status is 1."""
     path = os.path.join(short_dir, "gone.sock")
@@ -773,6 +787,7 @@ def test_python_dash_m_unreachable_has_no_traceback(short_dir: str) -> None:
         "is gatewayd running?\n")
 
 
+@pytest.mark.live
 def test_python_dash_m_json_against_stand_in(admin: StandInAdmin) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "gatewayctl", "account", "pay", "acct", "10.50", "--json"],
@@ -873,6 +888,7 @@ def test_the_socket_given_last_wins(admin: StandInAdmin, short_dir: str, args) -
         "is gatewayd running?")
 
 
+@pytest.mark.live
 def test_options_before_the_command_in_a_real_process(admin: StandInAdmin) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "gatewayctl", "--socket", admin.socket_path, "--json",

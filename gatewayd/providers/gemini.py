@@ -51,7 +51,6 @@ from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_b
 
 __all__ = [
     "ROUTES",
-    "SIM_BASE_PATH",
     "GeminiToChatPipe",
     "GeminiToResponsesPipe",
     "chat",
@@ -59,8 +58,6 @@ __all__ = [
     "request",
     "responses",
 ]
-
-SIM_BASE_PATH = "/v1beta"  # where the simulator serves this protocol (``--demo``)
 
 
 def request(upstream, target: ModelRoute, body: bytes, *, stream: bool) -> httpx.Request:
