@@ -10,9 +10,14 @@ a test can check what the CLI sent as well as what the operator saw.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -44,9 +49,10 @@ class RealAdmin:
     ``call(fn)`` runs ``await fn(directory, store)`` on the server's trio loop (to set up
     or inspect state the way the daemon would) and returns its result."""
 
-    def __init__(self, socket_path: str, data_dir: Path) -> None:
+    def __init__(self, socket_path: str, data_dir: Path, config_path: Path | None = None) -> None:
         self.socket_path = socket_path
         self.data_dir = data_dir
+        self.config_path = config_path  # None: the default catalogue
         self.requests: list[Recorded] = []
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
@@ -65,7 +71,7 @@ class RealAdmin:
 
     async def _serve(self) -> None:
         def load():
-            return load_config(None, overrides={"data_dir": str(self.data_dir), "admin_socket": self.socket_path},
+            return load_config(self.config_path, overrides={"data_dir": str(self.data_dir), "admin_socket": self.socket_path},
                                environ={})
 
         config = load()
@@ -114,6 +120,24 @@ class RealAdmin:
     def last(self) -> Recorded:
         assert self.requests, "the CLI sent no request"
         return self.requests[-1]
+
+
+@contextlib.contextmanager
+def running_admin(data_dir: Path, config_path: Path | None = None,
+                  prices: dict[str, dict[str, Any]] | None = None) -> Iterator[RealAdmin]:
+    """A :class:`RealAdmin` started on a socket in a short directory (Unix socket paths: about
+    100 bytes), stopped after; ``prices`` is written as the data dir's prices file first
+    (``gatewayd.billing.price_overlay``: model -> field -> value in the config file's units)."""
+    if prices is not None:
+        (data_dir / "prices.json").write_text(json.dumps({"format": "gatewayd-prices/1", "models": prices}))
+    short = tempfile.mkdtemp(prefix="gwctl-", dir="/tmp")
+    real = RealAdmin(os.path.join(short, "admin.sock"), data_dir, config_path)
+    real.start()
+    try:
+        yield real
+    finally:
+        real.stop()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 class _Recorder:
