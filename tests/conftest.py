@@ -8,7 +8,9 @@ subprocess, nginx, a browser): ``make test-unit`` runs the rest (``-m "not live"
 using the session's processes (``LIVE_FIXTURES``) and every test of a ``*_live.py`` file are
 marked here; other modules mark themselves (``pytestmark``) or their tests. So that a
 missing mark cannot go unnoticed, a test without it that starts a process anyway (in the
-test, or in a fixture set up for it) fails, naming the command.
+test, or in a fixture set up for it) fails, naming the command. A few in-process tests that
+wait seconds on real sockets and the real clock (PostgreSQL through a black-hole proxy, the
+change feed's ping) carry ``live`` too, each saying why: trio's MockClock cannot drive them.
 """
 
 from __future__ import annotations
