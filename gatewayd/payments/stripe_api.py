@@ -77,7 +77,7 @@ def _create_session(settings: StripeSettings, req: CheckoutRequest) -> Any:
 
 async def create_checkout_session(settings: StripeSettings, req: CheckoutRequest) -> str:
     """A Checkout Session for the top-up; its URL, where the account holder pays."""
-    session = await trio.to_thread.run_sync(_create_session, settings, req)
+    session = (await trio.to_thread.run_sync(_create_session, settings, req)).to_dict()
     url = session.get("url")
     if not isinstance(url, str) or not url.startswith(("https://", "http://")):
         raise stripe.APIError(f"Stripe answered a Checkout Session without a URL ({session.get('id')})")
