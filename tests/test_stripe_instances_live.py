@@ -137,3 +137,24 @@ def _try_deliver(url: str, doc: dict):
         return deliver_event(url, doc)
     except httpx.HTTPError as e:  # the daemon died mid-request: what Stripe sees as no answer
         return e
+
+
+def test_a_store_outage_answers_503_and_stripe_retry_credits_once(pair, fake, proxy, database):
+    a, _ = pair
+    _, url = database
+    account, session = _paid_session(a, fake)
+    doc = event("checkout.session.completed", session)
+    proxy.cut()  # instance a's database goes away
+    try:
+        outage = deliver_event(a.url, doc)
+    finally:
+        proxy.restore()
+    assert outage.status_code == 503 and outage.json()["error"]["code"] == "store_unavailable", outage.text
+    assert _card_rows(url, session["id"]) == 0
+    deadline = time.monotonic() + 30
+    while (retry := deliver_event(a.url, doc)).status_code == 503:  # the pool reconnects
+        assert time.monotonic() < deadline, retry.text
+        time.sleep(0.5)
+    assert retry.status_code == 200 and retry.json()["entries"][0]["recorded"] is True
+    assert _card_rows(url, session["id"]) == 1
+    assert a.admin.balance(account["id"])["balance_nano"] == usd_to_nano("50")
