@@ -73,6 +73,14 @@ class StripeFake:
 
     def _serve(self, h: BaseHTTPRequestHandler, method: str) -> None:
         url = urllib.parse.urlsplit(h.path)
+        if method == "GET" and url.path.startswith("/c/pay/"):  # the payment page the browser is sent to
+            page = f"<!doctype html><title>Checkout</title><h1 id=checkout>{url.path.rsplit('/', 1)[1]}</h1>".encode()
+            h.send_response(200)
+            h.send_header("content-type", "text/html")
+            h.send_header("content-length", str(len(page)))
+            h.end_headers()
+            h.wfile.write(page)
+            return
         body = h.rfile.read(int(h.headers.get("content-length") or 0)).decode()
         params = urllib.parse.parse_qsl(body if method == "POST" else url.query, keep_blank_values=True)
         with self.lock:
@@ -129,7 +137,7 @@ class StripeFake:
             "client_reference_id": flat.get("client_reference_id"),
             "metadata": _nested(params, "metadata"), "payment_intent": None,
             "success_url": flat["success_url"], "cancel_url": flat["cancel_url"],
-            "url": f"https://checkout.stripe.com/c/pay/{session_id}",
+            "url": f"{self.url}/c/pay/{session_id}",  # Stripe's page, here: a browser can reach it
             "_intent_metadata": _nested(params, "payment_intent_data[metadata]"),
         }
         self.sessions[session_id] = session

@@ -115,3 +115,9 @@ def test_only_a_lost_dispute_is_recorded():
                                                             "lost card dispute (Stripe dp_1 of ch_1)")
     for status in ("won", "warning_closed", "needs_response"):
         assert isinstance(dispute_entry({**lost, "status": status}, "acct_1", SETTINGS), Ignored)
+
+
+def test_the_checkout_origins_the_balance_page_lets_its_form_go_to():
+    assert StripeSettings("sk", "wh", "usd", 500, 900, "https://api.stripe.com").checkout_origins == (
+        "https://checkout.stripe.com",)
+    assert SETTINGS.checkout_origins == ("https://checkout.stripe.com", "http://127.0.0.1:1")

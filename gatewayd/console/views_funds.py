@@ -15,11 +15,11 @@ import re
 import secrets
 from typing import Any
 
-from quart import Blueprint, redirect, request, url_for
+from quart import Blueprint, Response, redirect, request, url_for
 
 from gatewayd.console import queries
 from gatewayd.console.formatting import usd
-from gatewayd.console.web import Console, ConsoleError, checked_form, is_tls, page, signed_in
+from gatewayd.console.web import CSP, Console, ConsoleError, checked_form, is_tls, page, signed_in
 from gatewayd.payments import stripe_api
 from gatewayd.payments.stripe_settings import NANO_PER_CENT, StripeSettings
 
@@ -64,6 +64,17 @@ def register(bp: Blueprint, console: Console) -> None:
             },
             "checkout_notice": CHECKOUT_NOTICES.get(request.args.get("checkout", "")),
         }
+
+    @bp.after_request
+    async def checkout_may_follow_the_form(response: Response) -> Response:
+        """The Balance page's CSP lets its Add funds form be followed to Stripe's payment page
+        (Chrome checks the redirect after a form against ``form-action``); other pages keep
+        ``'self'`` alone. Runs before ``finish_response``, which only sets a missing CSP."""
+        settings: StripeSettings | None = console.config.stripe
+        if settings is not None and request.endpoint in ("console.balance", "console.add_funds"):
+            allowed = " ".join(("'self'", *settings.checkout_origins))
+            response.headers["Content-Security-Policy"] = CSP.replace("form-action 'self'", f"form-action {allowed}")
+        return response
 
     @bp.post("/balance/funds")
     async def add_funds() -> Any:

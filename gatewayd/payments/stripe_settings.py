@@ -10,6 +10,7 @@ cannot verify its webhooks would fail only when an account holder tries to pay.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from decimal import Decimal
 from typing import Any, Mapping
 
@@ -23,6 +24,7 @@ KEYS = frozenset({"secret_key_env", "webhook_secret_env", "currency", "min_amoun
 # balances are US dollars: a top-up in another currency would need an exchange rate we do not have
 CURRENCIES = ("usd",)
 DEFAULT_API_BASE = "https://api.stripe.com"
+CHECKOUT_ORIGIN = "https://checkout.stripe.com"  # where Stripe's API sends the browser to pay
 
 
 @attrs.frozen
@@ -33,6 +35,16 @@ class StripeSettings:
     min_cents: int
     max_cents: int
     api_base: str
+
+    @property
+    def checkout_origins(self) -> tuple[str, ...]:
+        """Where a Checkout Session's page may be. The console's form is followed by a redirect
+        there, and Chrome holds such a redirect to the page's CSP ``form-action``. Another
+        ``api_base`` (a test double of Stripe's API) serves its payment pages itself."""
+        if self.api_base == DEFAULT_API_BASE:
+            return (CHECKOUT_ORIGIN,)
+        parts = urllib.parse.urlsplit(self.api_base)
+        return (CHECKOUT_ORIGIN, f"{parts.scheme}://{parts.netloc}")
 
 
 def _cents(s: _Section, key: str, default: float) -> int:
