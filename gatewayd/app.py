@@ -52,6 +52,7 @@ ENDPOINTS = {
     "/healthz": "ops",
     "/readyz": "ops",
     "/metrics": "ops",
+    "/webhooks/stripe": "webhooks",
 }
 
 

@@ -5,6 +5,7 @@ Checkout Session on a loopback fake of Stripe's API; signed webhooks credit exac
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.parse
@@ -16,7 +17,7 @@ from gatewayd.money import usd_to_nano
 from tests.console_helpers import ConsoleClient, account_with_password
 from tests.faults import chat_body, gatewayctl_audit, headers
 from tests.live import Daemon, unique_email
-from tests.stripe_fake import StripeFake, event
+from tests.stripe_fake import StripeFake, event, signed
 from tests.stripe_helpers import STRIPE_ENV, deliver, deliver_event, nonce_of, stripe_section
 
 PAID = "10"  # the operator's payment every account starts with
@@ -288,4 +289,50 @@ def test_a_refund_of_credit_already_spent_takes_the_balance_below_zero(daemon, f
     charge = fake.refund(fake.charge_of(session["id"]), 500)  # all of it back to the card
     assert deliver(daemon.url, "charge.refunded", charge).status_code == 200
     assert _balance(daemon, account["id"]) == -cost  # what was used stays owed; the audit says it is exact
+    _audit_ok(daemon)
+
+
+def _card_rows(daemon, session_id: str) -> int:
+    """Read from the database itself (committed rows), not through the daemon."""
+    query = "SELECT count(*) FROM payments WHERE source = 'card' AND reference = "
+    if daemon.database is not None:
+        import psycopg
+
+        from tests import pg
+
+        with psycopg.connect(pg.url_of(daemon.database), autocommit=True) as conn:
+            return conn.execute(query + "%s", (session_id,)).fetchone()[0]
+    import sqlite3
+
+    with sqlite3.connect(f"file:{daemon.workdir / 'data' / 'gateway.db'}?mode=ro", uri=True, timeout=5) as conn:
+        return conn.execute(query + "?", (session_id,)).fetchone()[0]
+
+
+def test_a_kill_9_once_the_row_is_committed_and_before_stripe_reads_the_answer(daemon, fake):
+    """Stripe never got a 2xx: it retries, and the retry credits nothing more. (The exact step,
+    the commit done and the answer not yet written, is held on PostgreSQL by a proxy in
+    test_stripe_instances_live.py; here the answer, if written, is never read.)"""
+    import socket
+
+    console, account = _signed_in(daemon)
+    session = _checkout(daemon, fake, console, "30")
+    body, headers = signed(event("checkout.session.completed", fake.pay(session["id"])))
+    host, port = urllib.parse.urlsplit(daemon.url).netloc.rsplit(":", 1)
+    raw = socket.create_connection((host, int(port)))
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    raw.sendall(f"POST /webhooks/stripe HTTP/1.1\r\nhost: {host}\r\ncontent-length: {len(body)}\r\n{head}\r\n"
+                .encode() + body)
+    deadline = time.monotonic() + 20
+    while _card_rows(daemon, session["id"]) == 0:
+        assert time.monotonic() < deadline, "the payment row was never committed"
+        time.sleep(0.005)
+    daemon.proc.kill()  # kill -9
+    daemon.proc.wait()
+    raw.close()
+    daemon.admin.close()
+    daemon.start()
+    retry = deliver_event(daemon.url, json.loads(body))  # Stripe's retry, signed anew
+    assert retry.status_code == 200 and retry.json()["entries"][0]["recorded"] is False, retry.text
+    assert _card_rows(daemon, session["id"]) == 1
+    assert _balance(daemon, account["id"]) == usd_to_nano("40")
     _audit_ok(daemon)

@@ -120,10 +120,10 @@ async def _record(holder: Any, event_id: str, entry: Entry) -> dict[str, Any]:
     try:
         _payment, created = await holder.store.record_payment(
             account, entry.amount_nano, entry.note, source=entry.source, reference=entry.reference)
-    except PaymentTooLarge:
-        logs.event("stripe: payment would take the account past the paid maximum; not recorded", logging.ERROR,
-                   **fields)
-        return {"reference": entry.reference, "recorded": False, "reason": "over the paid maximum"}
+    except PaymentTooLarge:  # above MAX_PAID_NANO in all, or more given back than was ever paid
+        logs.event("stripe: payment would take the account's total paid out of bounds; not recorded",
+                   logging.ERROR, **fields)
+        return {"reference": entry.reference, "recorded": False, "reason": "total paid out of bounds"}
     logs.event("stripe: payment recorded" if created else "stripe: payment already recorded", **fields)
     return {"reference": entry.reference, "recorded": created}
 
