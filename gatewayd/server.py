@@ -282,7 +282,8 @@ def _database_label(url: str) -> str:
     return url.split("://", 1)[0] + "://" + url.rsplit("@", 1)[-1].split("://", 1)[-1]
 
 
-async def _serve_ops(readiness: Readiness, listen: str, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _serve_ops(readiness: Readiness, listen: str, stop: trio.Event, *,
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
     """``/metrics``, ``/healthz`` and ``/readyz`` on their own listener. It stops only after
     the public listener has drained, so /readyz can answer 503 for the whole drain."""
     from quart_trio import QuartTrio
