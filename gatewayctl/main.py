@@ -36,6 +36,7 @@ from rich.console import Console
 
 from gatewayctl import render
 from gatewayctl.client import AdminClient, AdminError, resolve_socket, segment
+from gatewayctl.alert_options import AlertBelowOpt, NoAlertBelowOpt, alert_below_field
 from gatewayctl.fair_share import MaxConcurrentOpt, NoMaxConcurrentOpt, max_concurrent_field
 from gatewayctl.key_budget import BudgetOpt, BudgetPeriodOpt, NoBudgetOpt, budget_fields
 from gatewayd.billing import breakdown
@@ -319,10 +320,12 @@ def account_update(
     ] = None,
     max_concurrent: MaxConcurrentOpt = None,
     no_max_concurrent: NoMaxConcurrentOpt = False,
+    alert_below: AlertBelowOpt = None,
+    no_alert_below: NoAlertBelowOpt = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Change an account's name, time zone or cap on requests in flight."""
+    """Change an account's name, time zone, cap on requests in flight or low-balance alert."""
     exclusive({"--max-concurrent": max_concurrent is not None, "--no-max-concurrent": no_max_concurrent})
     body: dict[str, Any] = {}
     if name is not None:
@@ -330,6 +333,7 @@ def account_update(
     if timezone is not None:
         body["timezone"] = timezone
     max_concurrent_field(body, max_concurrent, no_max_concurrent)
+    alert_below_field(body, alert_below, no_alert_below)
     if not body:
         raise nothing_to_change()
     s = session(socket, json_output)
@@ -790,6 +794,7 @@ def routes(
 
 
 from gatewayctl import prices as _prices  # noqa: E402,F401  registers `gatewayctl prices` on the app
+from gatewayctl import codes as _codes  # noqa: E402,F401  registers `gatewayctl codes` on the app
 
 
 def main() -> None:

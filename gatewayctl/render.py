@@ -76,9 +76,11 @@ ACCOUNT = (
     Field("groups", "groups"),
     Field("embedding_models", "embedding models"),
     Field("max_concurrent", "max concurrent", cap),
+    Field("alert_below_nano", "alert below", usd_or("none")),
     Field("created_at", "created"),
 )
-ACCOUNT_COLUMNS = tuple(f for f in ACCOUNT if f.key not in ("embedding_models", "max_concurrent", "created_at"))
+ACCOUNT_COLUMNS = tuple(f for f in ACCOUNT if f.key not in ("embedding_models", "max_concurrent", "alert_below_nano",
+                                                            "created_at"))
 
 KEY = (
     Field("id", "id"),

@@ -4,7 +4,8 @@ Quart costs about 0.6 ms of CPU a request on the machines we measure on (a bare
 quart-trio app against a bare ASGI app on the same hypercorn, ``bench/hot_path.py``'s
 floors), a sixth of a whole pass-through request. The API routes need none of what it
 offers (templates, sessions, blueprints, signals): they check the key, read the body,
-run the endpoint handler and send bytes or a stream. So the ``Listener`` hands exactly these method and
+run the request through ``Relay.serve`` with its endpoint spec (``gatewayd.endpoints``) and send
+bytes or a stream. So the ``Listener`` hands exactly these method and
 path pairs to ``ApiRoutes`` (and ``GET /v1/models/{id}``); everything else (the console,
 the operator's endpoints, the not-offered APIs, 404s and 405s) still goes to the Quart app.
 
@@ -29,16 +30,15 @@ import trio
 
 from gatewayd import endpoints, trace
 from gatewayd.access import Caller, client_address
-from gatewayd.errors import GatewayError, our_fault
-from gatewayd.relay import LARGE_BODY_BYTES, Ctx, Relay
+from gatewayd.endpoints import ENDPOINTS, LARGE_BODY_BYTES, Ctx, Endpoint
+from gatewayd.errors import GatewayError, error_body, our_fault
+from gatewayd.relay import Relay
 
 log = logging.getLogger("gatewayd.app")
 
 MODEL_PREFIX = "/v1/models/"
 JSON_TYPE = (b"content-type", b"application/json")
 SSE_TYPE = (b"content-type", b"text/event-stream")
-
-Handler = Callable[[Relay, Ctx, bytes], Awaitable[tuple[int, dict, Any]]]
 
 
 class Headers:
@@ -71,12 +71,8 @@ class ApiRoutes:
     def __init__(self, relay: Relay) -> None:
         self.relay = relay
         self._routes: dict[tuple[str, str], Callable] = {
-            ("POST", "/v1/chat/completions"): self._relayed(endpoints.chat_completions, "chat"),
-            ("POST", "/v1/messages"): self._relayed(endpoints.messages, "messages", accepts_x_api_key=True),
-            ("POST", "/v1/responses"): self._relayed(endpoints.responses, "responses"),
-            ("POST", "/v1/embeddings"): self._relayed(endpoints.embeddings, "embeddings"),
-            ("GET", "/v1/models"): self._models,
-        }
+            (endpoint.method, endpoint.path): self._relayed(endpoint) for endpoint in ENDPOINTS}
+        self._routes[("GET", "/v1/models")] = self._models
 
     def route(self, method: str, path: str) -> Callable | None:
         found = self._routes.get((method, path))
@@ -84,7 +80,7 @@ class ApiRoutes:
             return self._model
         return found
 
-    def _context(self, scope: dict, headers: Headers, endpoint: str) -> Ctx:
+    def _context(self, scope: dict, headers: Headers, endpoint: str, envelope: str = "openai") -> Ctx:
         client = scope.get("client")
         peer = client[0] if client else None
         # several X-Forwarded-For lines are one list (RFC 9110 5.3): the last line is the proxy's
@@ -94,6 +90,8 @@ class ApiRoutes:
             client_ip=client_address(peer, forwarded, self.relay.config.server.trusted_proxies),
             headers=headers,
             endpoint=endpoint,
+            envelope=envelope,
+            path=scope["path"],
         )
         t = trace.get()
         if t is not None:
@@ -101,11 +99,11 @@ class ApiRoutes:
             t.endpoint = endpoint
         return ctx
 
-    def _relayed(self, handler: Handler, endpoint: str, *, accepts_x_api_key: bool = False) -> Callable:
+    def _relayed(self, endpoint: Endpoint) -> Callable:
         async def serve(scope, receive, send) -> None:
-            ctx = self._context(scope, Headers(scope["headers"]), endpoint)
+            ctx = self._context(scope, Headers(scope["headers"]), endpoint.name, endpoint.envelope)
             try:
-                caller = self.relay.admit(ctx, accepts_x_api_key=accepts_x_api_key)
+                caller = self.relay.admit(ctx, accepts_x_api_key=endpoint.accepts_x_api_key)
                 _count_body_against(scope, caller)
             except GatewayError as error:
                 await _send_error(send, error, ctx)  # body unread: the listener closes the connection
@@ -115,7 +113,7 @@ class ApiRoutes:
                 return  # the client went away, or the listener refuses the body (too large, too slow, over budget)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                await _answer(send, ctx, handler(self.relay, ctx, raw))
+                await _answer(send, ctx, self.relay.serve(endpoint, ctx, raw))
                 nursery.cancel_scope.cancel()
 
         return serve
@@ -124,7 +122,8 @@ class ApiRoutes:
         ctx = self._context(scope, Headers(scope["headers"]), "models")
 
         async def listing() -> tuple[int, dict, bytes]:
-            return 200, {}, endpoints.models_list(self.relay, ctx)
+            caller = self.relay.admit(ctx, accepts_x_api_key=True)
+            return 200, {}, endpoints.models_list(self.relay.config, caller, ctx)
 
         await _answer(send, ctx, listing())
 
@@ -134,7 +133,8 @@ class ApiRoutes:
         model_id = scope["path"][len(MODEL_PREFIX):]
 
         async def item() -> tuple[int, dict, bytes]:
-            for entry in endpoints.model_entries(self.relay, ctx):
+            caller = self.relay.admit(ctx, accepts_x_api_key=True)
+            for entry in endpoints.model_entries(self.relay.config, caller, ctx):
                 if entry["id"] == model_id:
                     return 200, {}, orjson.dumps(entry)
             raise GatewayError(404, f"The model {model_id} does not exist", "model_not_found", param="model")
@@ -206,10 +206,7 @@ def _header_list(headers: dict, content_type: tuple[bytes, bytes], length: int |
 
 
 async def _send_error(send, error: GatewayError, ctx: Ctx) -> None:
-    if ctx.endpoint == "messages" and error.model_step:
-        body = error.messages_body(ctx.request_id)
-    else:
-        body = error.chat_body(ctx.request_id)
+    body = error_body(error, ctx.request_id, ctx.envelope)
     await _send_answer(send, error.status, error.headers, body, ctx)
 
 

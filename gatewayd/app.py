@@ -14,6 +14,8 @@ methods the gateway does not serve.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import logging
 import math
 import os
@@ -27,11 +29,13 @@ from quart_trio import QuartTrio
 from gatewayd import logs, trace
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.bodies import BodyBudget
-from gatewayd.errors import GatewayError, not_found_path, not_implemented
+from gatewayd.errors import GatewayError, error_body, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
-from gatewayd.relay import Relay
 from gatewayd.trace import Trace
 from gatewayd.upgrades import refuse_websocket, websocket_refusal
+
+if TYPE_CHECKING:
+    from gatewayd.ops import Readiness
 
 JSON = "application/json"
 # Served over TLS (``[server] tls_cert``): browsers keep to HTTPS for a year. Behind a proxy that
@@ -275,44 +279,41 @@ def not_offered(path: str) -> GatewayError | None:
     return None
 
 
-def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
-    """The public app; ``ops_routes=False`` when ``/metrics``, ``/healthz`` and ``/readyz``
-    have their own listener (``[server] metrics_listen``)."""
+def create_app(readiness: "Readiness | None" = None) -> QuartTrio:
+    """The public app; with ``readiness``, ``/metrics``, ``/healthz`` and ``/readyz`` too
+    (left out when they have their own listener, ``[server] metrics_listen``)."""
     app = QuartTrio(__name__)
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None, MAX_CONTENT_LENGTH=None)
-    if ops_routes:
+    if readiness is not None:
         from gatewayd.ops import add_ops_routes
 
-        add_ops_routes(app, relay)
-    def error_response(error: GatewayError, ctx_endpoint: str) -> Response:
-        request_id = str(request.scope.get("gateway.request_id", ""))
-        if ctx_endpoint == "messages" and error.model_step:
-            body = error.messages_body(request_id)
-        else:
-            body = error.chat_body(request_id)
+        add_ops_routes(app, readiness)
+
+    def error_response(error: GatewayError) -> Response:
+        body = error_body(error, str(request.scope.get("gateway.request_id", "")))  # none is a messages route
         return Response(body, status=error.status, content_type=JSON, headers=error.headers)
 
     @app.delete("/v1/models/<path:model_id>")
     async def delete_model(model_id: str):
-        return error_response(not_implemented("deleting models"), "models")
+        return error_response(not_implemented("deleting models"))
 
     @app.route("/v1/responses/<path:response_id>", methods=["GET", "DELETE", "POST", "PUT", "PATCH"])
     async def stored_response(response_id: str):
-        return error_response(not_implemented("stored responses (responses are not stored)"), "responses")
+        return error_response(not_implemented("stored responses (responses are not stored)"))
 
     @app.errorhandler(404)
     async def not_found(_error):
         offered = not_offered(request.path)
-        return error_response(offered or not_found_path(request.path), "other")
+        return error_response(offered or not_found_path(request.path))
 
     @app.errorhandler(405)
     async def method_not_allowed(_error):
         path = request.path
         offered = not_offered(path)
         if offered is not None:
-            return error_response(offered, "other")
+            return error_response(offered)
         return error_response(
-            GatewayError(405, f"{request.method} is not allowed on {path}", "method_not_allowed"), "other"
+            GatewayError(405, f"{request.method} is not allowed on {path}", "method_not_allowed")
         )
 
     def log_exception(exc_info) -> None:
@@ -328,6 +329,6 @@ def create_app(relay: Relay, *, ops_routes: bool = True) -> QuartTrio:
     @app.errorhandler(500)
     async def internal(_error):
         return error_response(GatewayError(500, "internal error in the gateway; this is a gateway bug",
-                                           "internal_error"), "other")
+                                           "internal_error"))
 
     return app

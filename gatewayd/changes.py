@@ -25,7 +25,7 @@ from gatewayd.records import Account, Key, expiry_instant
 log = logging.getLogger("gatewayd.changes")
 
 _ACCOUNT_FIELDS = ("email", "name", "timezone", "password_hash", "groups", "embedding_models", "total_paid_nano",
-                   "credit_nano", "max_concurrent")
+                   "credit_nano", "max_concurrent", "alert_below_nano")
 _KEY_FIELDS = ("name", "status", "spend_limit_nano", "spent_nano", "expires_on", "models", "allow_ips", "group",
                "last_used_at", "max_concurrent", "budget_nano", "budget_period", "budget_period_start",
                "budget_spent_nano")

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, AbstractSet, Any
 
 import attrs
 
+from gatewayd import alerts
 from gatewayd import providers as adapters
+from gatewayd.alerts import AlertSettings
 from gatewayd.billing import price_overlay
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio, usd_to_nano
@@ -119,6 +121,7 @@ class Config:
     # the prices file's fields (gatewayd.billing.price_overlay), already set over ``models``:
     # model id -> field -> value, kept to say where each price came from
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
 
     def with_simulator(self, sim_url: str) -> "Config":
@@ -435,10 +438,10 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 minutes=r.number("minutes", 1, minimum=1, integer=True),
             )
         kind = s.str("kind", "chat", choices=("chat", "embedding"))
-        formats = frozenset.union(*(adapters.client_formats(route.provider.protocol) for route in routes))
+        formats = frozenset.union(*(adapters.client_formats(r.provider.protocol, r.upstream_id) for r in routes))
         if kind == "embedding":
             for j, route in enumerate(routes):
-                if "embeddings" not in adapters.client_formats(route.provider.protocol):
+                if not adapters.serves(route, "embeddings"):
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
         first = routes[0]
@@ -577,7 +580,8 @@ def load_config(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
-    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "payments"}
+    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
+               "payments"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -621,5 +625,6 @@ def load_config(
         log=_log(raw.get("log"), env, overrides),
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
+        alerts=alerts.read_settings(raw.get("alerts"), env),
         stripe=read_payments(raw.get("payments"), env),
     )

@@ -96,6 +96,16 @@ def _parse_date(value: Any) -> dt.date:
 MAX_CONCURRENT = 1_000_000  # a cap above this is no cap: 0 says that plainly
 
 
+def parse_alert_below(value: Any) -> int | None:
+    """An ``alert_below_nano`` as sent: null (no balance alert) or nano-dollars from 0 to ``MAX_PAID_NANO``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PAID_NANO:
+        raise DirectoryError(f"alert_below_nano must be null or a whole number of nano-dollars from 0 to "
+                             f"{MAX_PAID_NANO} (got {value!r})")
+    return value
+
+
 def parse_max_concurrent(value: Any) -> int | None:
     """A ``max_concurrent`` as sent: null (the server's default), 0 (no cap) or a positive count."""
     if value is None:
@@ -254,6 +264,13 @@ class Directory:
         value = parse_max_concurrent(max_concurrent)
         await self.store.set_account_max_concurrent(account.id, value)
         account.max_concurrent = value
+        return account
+
+    async def set_alert_below(self, account: Account, alert_below_nano: Any) -> Account:
+        """The balance below which the account is alerted (null: no balance alert; gatewayd.alerts)."""
+        value = parse_alert_below(alert_below_nano)
+        await self.store.set_alert_below(account.id, value)
+        account.alert_below_nano = value
         return account
 
     async def set_password(self, account: Account, password: Any) -> Account:

@@ -24,7 +24,11 @@ BACKSTOP_S = 5.0  # hypercorn's graceful_timeout = grace + this
 
 
 class Drain:
+    """The daemon's shutdown as the request path sees it: built by the server, passed to the
+    relay (upstream reads) and to ``gatewayd.ops.Readiness`` (``draining``)."""
+
     def __init__(self) -> None:
+        self.draining = False  # shutdown started: /readyz answers 503 from then on
         self.cut_at = math.inf
         self._reads: set[trio.CancelScope] = set()
 

@@ -1,28 +1,85 @@
-"""The public endpoints: validate what the gateway itself needs, describe the call, run it.
+"""The public model endpoints as data: what each one is, and the reader of its body.
 
-Thin on purpose: the order of checks, the choice of route and the money live in
-``relay``; how each client format reaches each upstream protocol lives in the adapters
-(``gatewayd.providers``); the format translation lives in ``formats``.
+An :class:`Endpoint` says everything that differs between endpoints -- its path, its
+body reader, which models it may name, its client format (which the adapter table,
+``gatewayd.providers``, turns into a route builder per upstream protocol) and its error
+envelope. Everything that is the same -- the order of the steps, the money, the routes --
+is :meth:`gatewayd.relay.Relay.serve`, one function read top to bottom.
+
+A body reader (``read(body, ctx) -> Asked``) checks the few fields the gateway itself reads,
+strictly and with the client's 400 naming the field, refuses what the gateway does not
+carry (stored objects), and says what was asked: the model, whether to stream, and the
+stored responses the body names. It is pure: no store, no config.
+
+Adding an endpoint (a Gemini-API ``/v1beta/models/{model}:generateContent``, say):
+
+1. write its reader here (a model named in the path is read from ``ctx.path``);
+2. add its :class:`Endpoint` to ``ENDPOINTS`` (a new ``client_format`` needs route builders
+   in ``gatewayd.providers``, and the prompt reader of ``billing.estimate`` that counts a
+   cut stream's input, as ``gatewayd.failover`` lists; a new error envelope a writer in
+   ``gatewayd.errors.ENVELOPES``; its name goes in ``gatewayd.metrics.MODEL_ENDPOINTS``, the
+   bounded label set);
+3. a path with a parameter in it needs its match in ``gatewayd.api_routes.ApiRoutes.route``
+   (as ``GET /v1/models/{id}`` has); a fixed path is routed from ``ENDPOINTS`` as it is.
+
+A transport that is not one HTTP request (Responses over WebSocket) calls ``Relay.serve``
+once a message with the same spec; the steps and the money do not change.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
+import attrs
 import orjson
 import trio
 
-from gatewayd.access import Caller, authorize_model, visible_models
-from gatewayd.billing.ledger import refusal_error
+from gatewayd.access import Caller, visible_models
 from gatewayd.billing.features import check_cap_fields, check_n
-from gatewayd.errors import BodyError, GatewayError
+from gatewayd.errors import BodyError
 from gatewayd.formats.embeddings import embedding_inputs
 from gatewayd.formats.raw_json import duplicate_top_level_key
 from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
-from gatewayd.providers.base import Call, translate
-from gatewayd.relay import LARGE_BODY_BYTES, Ctx, Relay
-from gatewayd.store.base import Refusal
+from gatewayd.providers.base import translate
+
+LARGE_BODY_BYTES = 256 * 1024  # bodies over this get checkpoints between parsing, routing and building
+
+
+@attrs.define
+class Ctx:
+    """One request as the listener saw it."""
+
+    request_id: str
+    client_ip: str | None
+    headers: Any  # case-insensitive mapping
+    endpoint: str  # "chat" | "messages" | "responses" | "embeddings" | "models": usage rows, metrics, log line
+    caller: Caller | None = None  # set by ``Relay.admit``: the API routes admit before reading the body
+    envelope: str = "openai"  # the endpoint's error envelope (``gatewayd.errors.error_body``)
+    path: str = ""
+
+
+@attrs.frozen
+class Asked:
+    """What a body reader found the client asks for."""
+
+    model_id: str
+    stream: bool = False
+    response_ids: tuple[tuple[str, str], ...] = ()  # (param, id) of stored responses named: the account must own them
+
+
+@attrs.frozen
+class Endpoint:
+    """One public model endpoint (module doc)."""
+
+    name: str  # the usage row's and the metrics' endpoint
+    method: str
+    path: str
+    read: Callable[[dict, Ctx], Asked]  # the body reader
+    client_format: str  # what the route builders are looked up by
+    kind: str = "chat"  # which models it may name: "chat" | "embedding"
+    envelope: str = "openai"  # errors at the model step and after
+    accepts_x_api_key: bool = False  # Anthropic's SDKs send the key as x-api-key
 
 
 def parse_body(raw: bytes) -> dict:
@@ -48,23 +105,6 @@ async def read_body(raw: bytes) -> dict:
     body = parse_body(raw)
     if len(raw) > LARGE_BODY_BYTES:
         await trio.lowlevel.checkpoint()
-    return body
-
-
-async def read_body_after_cheap_checks(relay: Relay, caller: Caller, raw: bytes, *, kind: str, endpoint: str) -> dict:
-    """:func:`read_body`; then, for a large body, the checks that need only its model before
-    anything walks the rest of it: the key's model list and group, the model's visibility and
-    price, and a balance with nothing left. Parsing is the cheap part (orjson: about 0.35 ms a
-    MB here, less than a byte search for the model would cost); the walks after it (the body
-    checks, the stored-object check, the estimate, a translation) are not, and a refused
-    request is spared them (issue 20). The same checks run again later, in the documented
-    order."""
-    body = await read_body(raw)
-    model_id = body.get("model")
-    if len(raw) > LARGE_BODY_BYTES and isinstance(model_id, str):
-        authorize_model(relay.config, caller, model_id, kind=kind, endpoint=endpoint)
-        if caller.account.balance_nano <= 0:
-            raise refusal_error(Refusal("account", caller.account.balance_nano), 1)
     return body
 
 
@@ -97,7 +137,7 @@ KNOWN_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"
 KNOWN_MESSAGES_ROLES = frozenset({"user", "assistant", "system"})
 
 
-def validate_chat_body(body: dict) -> tuple[str, bool]:
+def read_chat(body: dict, ctx: Ctx) -> Asked:
     model_id = field(body, "model", str, required=True, what="a string")
     messages = field(body, "messages", list, required=True, what="an array of messages")
     if not messages:
@@ -117,20 +157,11 @@ def validate_chat_body(body: dict) -> tuple[str, bool]:
     options = field(body, "stream_options", dict, what="an object")
     if options is not None and "include_usage" in options and not isinstance(options["include_usage"], bool):
         raise BodyError("stream_options.include_usage must be true or false", param="stream_options.include_usage")
-    return model_id, stream
-
-
-async def chat_completions(relay: Relay, ctx: Ctx, raw: bytes):
-    caller = relay.admit(ctx)
-    body = await read_body_after_cheap_checks(relay, caller, raw, kind="chat", endpoint="chat")
-    model_id, stream = validate_chat_body(body)
     translate(refuse_stored_objects, "chat", body)
-    grant = await relay.authorize(caller, model_id, kind="chat", endpoint="chat")
-    call = Call(client_format="chat", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
-    return await relay.run(ctx, caller, grant, call)
+    return Asked(model_id, stream)
 
 
-def validate_messages_body(body: dict) -> tuple[str, bool]:
+def read_messages(body: dict, ctx: Ctx) -> Asked:
     model_id = field(body, "model", str, required=True, what="a string")
     if check_cap_fields(body, "messages") is None:
         raise BodyError("missing required field 'max_tokens'", param="max_tokens")
@@ -142,22 +173,11 @@ def validate_messages_body(body: dict) -> tuple[str, bool]:
             raise BodyError(f"messages[{i}].role must be user or assistant (got {message.get('role')!r})",
                             param=f"messages[{i}].role")
     stream = field(body, "stream", bool, what="true or false") or False
-    return model_id, stream
-
-
-async def messages(relay: Relay, ctx: Ctx, raw: bytes):
-    caller = relay.admit(ctx, accepts_x_api_key=True)
-    body = await read_body_after_cheap_checks(relay, caller, raw, kind="chat", endpoint="messages")
-    model_id, stream = validate_messages_body(body)
     translate(refuse_stored_objects, "messages", body)
-    grant = await relay.authorize(caller, model_id, kind="chat", endpoint="messages")
-    call = Call(client_format="messages", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
-    return await relay.run(ctx, caller, grant, call)
+    return Asked(model_id, stream)
 
 
-async def responses(relay: Relay, ctx: Ctx, raw: bytes):
-    caller = relay.admit(ctx)
-    body = await read_body_after_cheap_checks(relay, caller, raw, kind="chat", endpoint="responses")
+def read_responses(body: dict, ctx: Ctx) -> Asked:
     model_id = field(body, "model", str, required=True, what="a string")
     if body.get("input") is None:
         raise BodyError("missing required field 'input'", param="input")
@@ -166,16 +186,12 @@ async def responses(relay: Relay, ctx: Ctx, raw: bytes):
     stream = field(body, "stream", bool, what="true or false") or False
     positive_int(body, "max_output_tokens")
     translate(refuse_stored_objects, "responses", body)
-    await relay.received_ids.check(caller.account.id, translate(asked_response_ids, body))
+    response_ids = tuple(translate(asked_response_ids, body))
     check_cap_fields(body, "responses")
-    grant = await relay.authorize(caller, model_id, kind="chat", endpoint="responses")
-    call = Call(client_format="responses", model=grant.model, body=body, raw=raw, stream=stream, headers=ctx.headers)
-    return await relay.run(ctx, caller, grant, call)
+    return Asked(model_id, stream, response_ids)
 
 
-async def embeddings(relay: Relay, ctx: Ctx, raw: bytes):
-    caller = relay.admit(ctx)
-    body = await read_body_after_cheap_checks(relay, caller, raw, kind="embedding", endpoint="embeddings")
+def read_embeddings(body: dict, ctx: Ctx) -> Asked:
     model_id = field(body, "model", str, required=True, what="a string")
     if body.get("input") is None:
         raise BodyError("missing required field 'input'", param="input")
@@ -185,16 +201,22 @@ async def embeddings(relay: Relay, ctx: Ctx, raw: bytes):
     if wanted not in ("float", "base64"):
         raise BodyError("encoding_format must be 'float' or 'base64'", param="encoding_format")
     positive_int(body, "dimensions")
-    grant = await relay.authorize(caller, model_id, kind="embedding", endpoint="embeddings")
-    call = Call(client_format="embeddings", model=grant.model, body=body, raw=raw, stream=False)
-    return await relay.run(ctx, caller, grant, call)
+    return Asked(model_id)
 
 
-def model_entries(relay: Relay, ctx: Ctx) -> list[dict]:
+CHAT = Endpoint("chat", "POST", "/v1/chat/completions", read_chat, client_format="chat")
+MESSAGES = Endpoint("messages", "POST", "/v1/messages", read_messages, client_format="messages",
+                    envelope="anthropic", accepts_x_api_key=True)
+RESPONSES = Endpoint("responses", "POST", "/v1/responses", read_responses, client_format="responses")
+EMBEDDINGS = Endpoint("embeddings", "POST", "/v1/embeddings", read_embeddings, client_format="embeddings",
+                      kind="embedding")
+ENDPOINTS = (CHAT, MESSAGES, RESPONSES, EMBEDDINGS)
+
+
+def model_entries(config, caller: Caller, ctx: Ctx) -> list[dict]:
     """The models the caller's key may use, as items of the listing: Anthropic's shape when
     the request says ``anthropic-version``, OpenAI's otherwise."""
-    caller = relay.admit(ctx, accepts_x_api_key=True)
-    models = visible_models(relay.config, caller)
+    models = visible_models(config, caller)
     if ctx.headers.get("anthropic-version"):
         return [
             {
@@ -208,8 +230,8 @@ def model_entries(relay: Relay, ctx: Ctx) -> list[dict]:
     return [{"id": m.id, "object": "model", "created": m.created, "owned_by": m.provider.name} for m in models]
 
 
-def models_list(relay: Relay, ctx: Ctx) -> bytes:
-    data = model_entries(relay, ctx)
+def models_list(config, caller: Caller, ctx: Ctx) -> bytes:
+    data = model_entries(config, caller, ctx)
     if ctx.headers.get("anthropic-version"):
         return orjson.dumps({
             "data": data,
@@ -218,6 +240,3 @@ def models_list(relay: Relay, ctx: Ctx) -> bytes:
             "last_id": data[-1]["id"] if data else None,
         })
     return orjson.dumps({"object": "list", "data": data})
-
-
-__all__ = ["chat_completions", "messages", "responses", "embeddings", "models_list", "model_entries", "GatewayError"]

@@ -1,9 +1,12 @@
-"""Gateway errors and the two envelopes they are sent in.
+"""Gateway errors and the one function that puts them in an envelope.
 
-Every check the gateway itself makes answers in the chat envelope
+Every check the gateway itself makes answers in the OpenAI envelope
 (``{"error": {"message", "type", "code"}}``, ``param: null`` on 404), its message
-ending with `` (request id: <id>)``. On /v1/messages, errors met once the request
-reaches the model step use the messages shape (``{"type": "error", "error": {...}}``).
+ending with `` (request id: <id>)``. An endpoint names the envelope its errors use once
+the request reaches the model step (``gatewayd.endpoints.Endpoint.envelope``): on
+/v1/messages that is Anthropic's (``{"type": "error", "error": {...}}``). Every error body
+the gateway writes comes from :func:`error_body`; a new envelope (Google's, for a Gemini
+inbound endpoint) is one more writer in ``ENVELOPES``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from email.utils import parsedate_to_datetime
 
 import orjson
 
+from gatewayd.formats.errors import provider_json_or_none
 from gatewayd.provider_identifiers import scrub_provider_identifiers
 
 log = logging.getLogger("gatewayd.errors")
@@ -60,20 +64,36 @@ class GatewayError(Exception):
         self.model_step = model_step  # on /v1/messages: answer in the messages shape
 
     def chat_body(self, request_id: str) -> bytes:
-        error: dict = {
-            "message": f"{self.message} (request id: {request_id})",
-            "type": self.type,
-            "code": self.code,
-        }
-        if self.status == 404 or self.param is not None:
-            error["param"] = self.param
-        return orjson.dumps({"error": error})
+        """The OpenAI envelope (what every check before the model step answers in)."""
+        return error_body(self, request_id)
 
-    def messages_body(self, request_id: str) -> bytes:
-        kind = MESSAGES_TYPE_BY_STATUS.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
-        return orjson.dumps(
-            {"type": "error", "error": {"type": kind, "message": f"{self.message} (request id: {request_id})"}}
-        )
+
+def _openai_envelope(error: GatewayError, request_id: str) -> bytes:
+    doc: dict = {
+        "message": f"{error.message} (request id: {request_id})",
+        "type": error.type,
+        "code": error.code,
+    }
+    if error.status == 404 or error.param is not None:
+        doc["param"] = error.param
+    return orjson.dumps({"error": doc})
+
+
+def _anthropic_envelope(error: GatewayError, request_id: str) -> bytes:
+    kind = MESSAGES_TYPE_BY_STATUS.get(error.status, "api_error" if error.status >= 500 else "invalid_request_error")
+    return orjson.dumps(
+        {"type": "error", "error": {"type": kind, "message": f"{error.message} (request id: {request_id})"}}
+    )
+
+
+ENVELOPES = {"openai": _openai_envelope, "anthropic": _anthropic_envelope}
+
+
+def error_body(error: GatewayError, request_id: str, envelope: str = "openai") -> bytes:
+    """The one writer of error bodies: ``envelope`` (an endpoint's) for an error met at the
+    model step or later, the OpenAI envelope for the checks before it."""
+    write = ENVELOPES[envelope] if error.model_step else _openai_envelope
+    return write(error, request_id)
 
 
 class BodyError(GatewayError):
@@ -117,9 +137,8 @@ class UpstreamError(Exception):
     def message(self, *, for_operator: bool = False) -> str:
         """The provider's message as a client may see it; ``for_operator``: as the provider wrote it."""
         body = self.provider_body if for_operator else self.body
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError:
+        doc = provider_json_or_none(body)
+        if doc is None:
             text = body.decode("utf-8", "replace").strip()
             return text[:500] or f"upstream answered {self.status}"
         err = doc.get("error") if isinstance(doc, dict) else None
@@ -130,12 +149,9 @@ class UpstreamError(Exception):
         return f"upstream answered {self.status}"
 
     def error_type(self) -> str | None:
-        try:
-            doc = orjson.loads(self.body)
-            err = doc.get("error")
-            return err.get("type") if isinstance(err, dict) else None
-        except (orjson.JSONDecodeError, AttributeError):
-            return None
+        doc = provider_json_or_none(self.body)
+        err = doc.get("error") if isinstance(doc, dict) else None
+        return err.get("type") if isinstance(err, dict) else None
 
 
 def retry_after_seconds(value: str | None) -> float | None:

@@ -16,8 +16,8 @@ import trio
 from quart import Quart, Response
 
 from gatewayd import logs
-from gatewayd.metrics import CONTENT_TYPE
-from gatewayd.relay import Relay
+from gatewayd.drain import Drain
+from gatewayd.metrics import CONTENT_TYPE, Metrics
 
 READY_TIMEOUT_S = 2.0
 STORE_CHECK_S = 5.0  # the daemon checks the store this often whether or not /readyz is polled
@@ -27,17 +27,20 @@ JSON = "application/json"
 class Readiness:
     """The store check, with its health changes logged once each.
 
-    One per relay (:func:`readiness_of`): ``/readyz`` on either listener and the daemon's own
-    periodic check (:meth:`watch`) share what was last seen, so ``gateway_store_up`` and
-    ``gateway_ready`` are right from start-up and stay current, and a store going away is
-    logged even when nothing polls ``/readyz``."""
+    One per daemon, built by the server from the store, the metrics and the drain it also
+    gives the relay: ``/readyz`` on either listener and the daemon's own periodic check
+    (:meth:`watch`) share what was last seen, so ``gateway_store_up`` and ``gateway_ready``
+    are right from start-up and stay current, and a store going away is logged even when
+    nothing polls ``/readyz``."""
 
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
+    def __init__(self, store, metrics: Metrics, drain: Drain) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.drain = drain
         self.store_up: bool | None = None
 
     async def store_answers(self) -> tuple[bool, str]:
-        store = self.relay.ledger.store
+        store = self.store
         reason = ""
         with trio.move_on_after(READY_TIMEOUT_S) as scope:
             try:
@@ -53,15 +56,15 @@ class Readiness:
             elif not up:
                 logs.event("store does not answer", logging.ERROR, store_up=False, reason=reason)
             self.store_up = up
-            self.relay.metrics.store_up.set(1 if up else 0)
+            self.metrics.store_up.set(1 if up else 0)
         return up, reason
 
     async def check(self) -> tuple[bool, dict]:
-        if self.relay.draining:
-            self.relay.metrics.ready.set(0)
+        if self.drain.draining:
+            self.metrics.ready.set(0)
             return False, {"ready": False, "reason": "draining: the gateway is shutting down"}
         up, reason = await self.store_answers()
-        self.relay.metrics.ready.set(1 if up else 0)
+        self.metrics.ready.set(1 if up else 0)
         if not up:
             return False, {"ready": False, "reason": f"the store does not answer ({reason})"}
         return True, {"ready": True}
@@ -73,15 +76,7 @@ class Readiness:
             await trio.sleep(every_s)
 
 
-def readiness_of(relay: Relay) -> Readiness:
-    if relay.readiness is None:
-        relay.readiness = Readiness(relay)
-    return relay.readiness
-
-
-def add_ops_routes(app: Quart, relay: Relay) -> None:
-    readiness = readiness_of(relay)
-
+def add_ops_routes(app: Quart, readiness: Readiness) -> None:
     @app.get("/healthz")
     async def healthz():
         return Response(b'{"ok":true}', content_type=JSON)
@@ -93,4 +88,4 @@ def add_ops_routes(app: Quart, relay: Relay) -> None:
 
     @app.get("/metrics")
     async def metrics():
-        return Response(relay.metrics.render(), content_type=CONTENT_TYPE)
+        return Response(readiness.metrics.render(), content_type=CONTENT_TYPE)

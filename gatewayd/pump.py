@@ -1,6 +1,7 @@
 """One streamed answer's life: forward the provider's events, settle, and never lose the bill.
 
-The relay opens the provider's stream and hands it to a :class:`StreamPump`, which
+Stream settlement. The attempts loop (:mod:`gatewayd.failover`) opens the provider's stream
+and hands it to a :class:`StreamPump`, which
 
 - forwards events through the route's pipe as they arrive (1:1, pass-through bytes
   untouched), and settles the request's tab *before* the terminal event goes out;
@@ -14,7 +15,8 @@ The relay opens the provider's stream and hands it to a :class:`StreamPump`, whi
 Reads of the provider after the first byte are shielded from the client's cancellation:
 cancelling a read in the middle closes the provider connection (httpcore closes a response
 whose read was interrupted), and then the usage could never be read. A client that leaves
-is noticed at the next ``yield`` instead.
+is noticed at the next ``yield`` instead. :class:`AnswerStream` is the stream as the client
+gets it, whose ``aclose`` settles whatever the pump did not.
 """
 
 from __future__ import annotations
@@ -22,20 +24,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, AsyncIterator
 
 import httpx
-import orjson
 import trio
 
 from gatewayd import tokens
+from gatewayd.attempt import PROVIDER_FAULTS, AttemptFailed
 from gatewayd.billing.cut import cut_usage
 from gatewayd.billing.estimate import prompt_transcript
-from gatewayd.billing.tab import Outcome, Tab
+from gatewayd.billing.ledger import store_unavailable
+from gatewayd.billing.tab import Outcome, Tab, store_failed_while_settling
 from gatewayd.catalogue import ModelRoute
+from gatewayd.concurrency import Ticket
 from gatewayd.errors import GatewayError, UpstreamError, our_fault
-from gatewayd.formats.errors import InvalidAnswer
+from gatewayd.formats.errors import InvalidAnswer, provider_json
 from gatewayd.providers.base import Route
+from gatewayd.store.base import StoreUnavailable
 
 if TYPE_CHECKING:
-    from gatewayd.relay import Relay
+    from gatewayd.failover import Failover
 
 # After the client left: read at most this many bytes of provider events per token the hold
 # covers (an SSE event carrying one text delta is 100-250 bytes; usage events are small),
@@ -48,8 +53,9 @@ DRAIN_BYTES = 65536
 
 
 class StreamPump:
-    def __init__(self, relay: Relay, response: httpx.Response, route: Route, tab: Tab, target: ModelRoute) -> None:
-        self.relay = relay
+    def __init__(self, attempts: Failover, response: httpx.Response, route: Route, tab: Tab,
+                 target: ModelRoute) -> None:
+        self.attempts = attempts  # its drain, router, received ids and idle timeout
         self.response = response
         self.route = route
         self.tab = tab
@@ -61,10 +67,12 @@ class StreamPump:
 
     async def _read(self) -> tuple[bytes | None, bool]:
         """The next raw chunk (None at the end), and whether a shutdown cut the read. After
-        the first byte the read is shielded from the client's cancellation (module doc)."""
+        the first byte the read is shielded from the client's cancellation (module doc).
+        Silence for the idle timeout is the connection's read timeout (``httpx.ReadTimeout``),
+        which httpcore keeps on trio's clock: no scope of ours per chunk (7 us each)."""
         chunk = None
         with trio.CancelScope(shield=self.started):
-            with self.relay.drain.read() as reading:
+            with self.attempts.drain.read() as reading:
                 chunk = await anext(self.chunks, None)
         return chunk, reading.cancelled_caught
 
@@ -78,8 +86,6 @@ class StreamPump:
         charged. Every way out is inside the handlers, and the shielded ``finally``
         settles whatever is still held.
         """
-        from gatewayd.relay import PROVIDER_FAULTS, AttemptFailed
-
         pipe, tab = self.pipe, self.tab
         status = Outcome.CLIENT_DISCONNECTED
         try:
@@ -102,7 +108,7 @@ class StreamPump:
                         break
                     events = self.splitter.feed(chunk)
                     if not self.started and events and events[0].data != b"[DONE]":
-                        orjson.loads(events[0].data)  # a body that is not SSE JSON fails before any byte
+                        provider_json(events[0].data)  # a body that is not SSE JSON fails before any byte
                     out = pipe.feed(events)
                     if pipe.failed and out:  # the provider's error event ends the stream: settle first
                         status = Outcome.UPSTREAM_ERROR
@@ -118,8 +124,8 @@ class StreamPump:
                     await self._settle(status)
                     if pipe.received_ids:
                         with trio.CancelScope(shield=True):
-                            await self.relay.received_ids.record(tab.hold.account.id, pipe.received_ids,
-                                                                 tab.hold.request_id)
+                            await self.attempts.received_ids.record(tab.hold.account.id, pipe.received_ids,
+                                                                    tab.hold.request_id)
                     yield closing
                     return
                 if pipe.failed:
@@ -150,7 +156,7 @@ class StreamPump:
                                     reason=f"refused: {e.message(for_operator=True)[:200]}") from None
             except httpx.ReadTimeout:
                 status = Outcome.IDLE_TIMEOUT
-                idle = f"the provider sent nothing for {self.relay.upstream.stream_idle_timeout_s:g} seconds"
+                idle = f"the provider sent nothing for {self.attempts.upstream.stream_idle_timeout_s:g} seconds"
                 if not self.started:
                     raise AttemptFailed(GatewayError(504, idle, "upstream_timeout", model_step=True), status.value,
                                         reason="no first event within the idle time") from None
@@ -167,6 +173,13 @@ class StreamPump:
                 status = Outcome.UPSTREAM_BROKEN
                 await self._settle(status)
                 yield pipe.error_event(f"the provider stream broke off ({type(e).__name__}); the output is incomplete")
+                return
+            except StoreUnavailable:  # the settlement could not be written: not a bug, and not the provider's
+                status = Outcome.INTERNAL_ERROR
+                store_failed_while_settling(tab)
+                if not self.started:
+                    raise store_unavailable() from None
+                yield pipe.error_event("the gateway's database is unavailable; the stream was closed")
                 return
             except Exception as e:  # a pipe or translator of ours failed: the gateway's fault, said so
                 status = Outcome.INTERNAL_ERROR
@@ -192,7 +205,8 @@ class StreamPump:
             await self.chunks.aclose()  # type: ignore[attr-defined]
             await self.response.aclose()
             if self.started and status in (Outcome.IDLE_TIMEOUT, Outcome.UPSTREAM_BROKEN, Outcome.UPSTREAM_ERROR):
-                self.relay.router.failed(self.target, f"stream {status.value.replace('_', ' ')} after its first byte")
+                self.attempts.router.failed(self.target,
+                                            f"stream {status.value.replace('_', ' ')} after its first byte")
         finally:
             if not tab.settled:
                 if self.started:
@@ -221,7 +235,7 @@ class StreamPump:
                     return
                 budget -= len(chunk)
                 self.pipe.feed(self.splitter.feed(chunk))
-        except (httpx.HTTPError, UpstreamError, orjson.JSONDecodeError, InvalidAnswer):
+        except (httpx.HTTPError, UpstreamError, InvalidAnswer):
             return  # the provider broke off or timed out: the usage seen so far, then the fallback
 
     async def _settle(self, status: Outcome) -> None:
@@ -266,3 +280,37 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
                     return
         except httpx.HTTPError:
             return
+
+
+class AnswerStream:
+    """A streamed answer as the client gets it: the bytes ``run`` read ahead, then the pump.
+
+    Whoever sends it must ``aclose`` it whatever happens (``api_routes`` does, in a
+    ``finally`` that also covers sending the status line): closing closes the pump, whose
+    own shielded ``finally`` settles the tab; should the pump never have run to a
+    settlement, the tab is settled here. So a stream's money never waits for a garbage
+    collector's finalizer."""
+
+    def __init__(self, first: bytes, pump: AsyncIterator[bytes], tab: Tab) -> None:
+        self._first = first
+        self._pump = pump
+        self.tab = tab
+        self.ticket: Ticket | None = None  # the request's place in the in-flight count, left once closed
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._first:
+            yield self._first
+        async for out in self._pump:
+            yield out
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            try:
+                await self._pump.aclose()  # type: ignore[attr-defined]
+            finally:
+                try:
+                    if not self.tab.settled:
+                        await self.tab.abandon(Outcome.CLIENT_DISCONNECTED, 499)
+                finally:
+                    if self.ticket is not None:
+                        self.ticket.leave()

@@ -81,6 +81,7 @@ class Account:
     created_at: str
     held_nano: int = 0  # open holds, in memory (persisted rows only for crash recovery)
     max_concurrent: int | None = None  # requests in flight at once; None: [server] max_concurrent_per_account
+    alert_below_nano: int | None = None  # alert when the balance falls below this (gatewayd.alerts); None: never
 
     @property
     def balance_nano(self) -> int:
@@ -101,6 +102,7 @@ class Account:
             "created_at": self.created_at,
             "has_password": self.password_hash is not None,
             "max_concurrent": self.max_concurrent,
+            "alert_below_nano": self.alert_below_nano,
         }
 
     def balance(self) -> dict:

@@ -12,7 +12,8 @@ request the ``Router`` gives the order in which the relay tries them:
    when every route is cooling, a request is still tried rather than refused, and the
    provider answers for itself.
 
-Health is kept per route (``provider/upstream_id``) in this process. A route that fails
+Health is kept per route (``provider/upstream_id``) in this process, and per provider
+(reachable or not: ``provider_seen``). A route that fails
 ``failures_to_cool`` times in a row, or whose provider sends ``Retry-After`` with a 429 or
 5xx, is cooled down: skipped while another route is available. When the cool-down ends
 one request probes it (half-open); success makes it healthy, failure cools it again for
@@ -107,6 +108,10 @@ class Router:
         self.health: dict[str, Health] = {}
         # told when a route cools down (down) or answers again (up): metrics, logs
         self.on_change: Callable[[ModelRoute, bool, str], None] | None = None
+        # passive provider health (down when it cannot be reached, up when it answers):
+        # told (name, up, what it was before or None, reason) on each change
+        self.provider_up: dict[str, bool] = {}
+        self.on_provider_change: Callable[[str, bool, bool | None, str], None] | None = None
         self._sticky: collections.OrderedDict[tuple[str, str], tuple[str, float]] = collections.OrderedDict()
 
     def _health(self, route: ModelRoute) -> Health:
@@ -125,7 +130,7 @@ class Router:
 
     def plan(self, model: Model, client_format: str, key: str | None = None) -> list[ModelRoute]:
         """The routes of ``model`` that can serve ``client_format``, in the order to try them."""
-        serving = [r for r in model.routes if providers.builder(client_format, r.provider.protocol) is not None]
+        serving = [r for r in model.routes if providers.serves(r, client_format)]
         if len(serving) < 2:
             return serving
         now = self.clock()
@@ -225,6 +230,16 @@ class Router:
         health.probing = False
         if health.cooled_until > now and not was_cooling and self.on_change is not None:
             self.on_change(route, False, f"{reason}; cooling down for {health.cooled_until - now:.0f} s")
+
+    def provider_seen(self, name: str, up: bool, reason: str = "") -> None:
+        """A provider answered (``up``) or could not be reached: its health, per provider
+        rather than per route (one provider serves many routes)."""
+        before = self.provider_up.get(name)
+        if before == up:
+            return
+        self.provider_up[name] = up
+        if self.on_provider_change is not None:
+            self.on_provider_change(name, up, before, reason)
 
     # -- reporting -------------------------------------------------------------------
 

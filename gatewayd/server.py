@@ -23,6 +23,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from gatewayd.admin.api import create_admin_app
+from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
 from gatewayd.bodies import BodyBudget
@@ -35,7 +36,9 @@ from gatewayd.drain import BACKSTOP_S
 from gatewayd import cleartext_h2, hangups, local_files, logs, loopwatch, protocol_errors
 from gatewayd.demo import DEMO_EMAIL, DEMO_PASSWORD, restore_demo_key, retire_demo_account
 from gatewayd.money import usd_to_nano
-from gatewayd.ops import readiness_of
+from gatewayd.drain import Drain
+from gatewayd.metrics import Metrics
+from gatewayd.ops import Readiness
 from gatewayd.providers.upstream import Upstream
 from gatewayd.changes import ChangeFollower
 from gatewayd.ratelimit import StoreWindows, open_rate_limiter
@@ -198,19 +201,23 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 stream_idle_timeout_s=config.server.stream_idle_timeout_s,
             )
             ledger = Ledger(store)
-            relay = Relay(config, directory, ledger, upstream, limiter)
+            drain, metrics = Drain(), Metrics()  # the shutdown and the metrics, shared by their users
+            metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
+            relay = Relay(config, directory, ledger, upstream, limiter, drain=drain, metrics=metrics)
             nursery.start_soon(store.maintain)
-            readiness = readiness_of(relay)
+            # the alert outbox (gatewayd.alert_delivery); [alerts] as reloaded
+            nursery.start_soon(AlertDeliverer(store, directory, lambda: relay.config.alerts, metrics.registry).run)
+            readiness = Readiness(store, metrics, drain)
             await readiness.check()  # gateway_store_up and gateway_ready right before the first scrape
             nursery.start_soon(readiness.watch)
             metrics_listen = config.server.metrics_listen
             if metrics_listen is not None and worker is not None:
                 metrics_listen = worker.metrics_listen(metrics_listen)
-            public_app = create_app(relay, ops_routes=metrics_listen is None)
+            public_app = create_app(readiness if metrics_listen is None else None)
             console = await mount_console(public_app, directory, store, config)
             mount_stripe_webhook(public_app, console)  # the console holds the config in force
             first = config
-            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], relay.metrics)
+            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], metrics)
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
             admin_app = create_admin_app(directory, store, time.time, reload=reload,
                                          routes=lambda: relay.router.report(relay.config.models))
@@ -218,11 +225,11 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket
             if metrics_listen is not None:
-                ops_binds = await nursery.start(_serve_ops, relay, metrics_listen, ops_shutdown)
+                ops_binds = await nursery.start(_serve_ops, readiness, metrics_listen, ops_shutdown)
             # in the outer nursery: signals are still handled while the listeners drain
-            nursery.start_soon(_watch_signals, signals, shutdown, relay, config.server.drain_delay_s, reloader)
+            nursery.start_soon(_watch_signals, signals, shutdown, drain, config.server.drain_delay_s, reloader)
             async with trio.open_nursery() as servers:
-                servers.start_soon(_drain_on_shutdown, shutdown, relay, config.server.shutdown_grace_s)
+                servers.start_soon(_drain_on_shutdown, shutdown, drain, config.server.shutdown_grace_s)
                 await servers.start(
                     lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path, worker),
                                                         shutdown_trigger=shutdown.wait, task_status=task_status)
@@ -277,7 +284,8 @@ def _database_label(url: str) -> str:
     return url.split("://", 1)[0] + "://" + url.rsplit("@", 1)[-1].split("://", 1)[-1]
 
 
-async def _serve_ops(relay: Relay, listen: str, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _serve_ops(readiness: Readiness, listen: str, stop: trio.Event, *,
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
     """``/metrics``, ``/healthz`` and ``/readyz`` on their own listener. It stops only after
     the public listener has drained, so /readyz can answer 503 for the whole drain."""
     from quart_trio import QuartTrio
@@ -285,18 +293,18 @@ async def _serve_ops(relay: Relay, listen: str, stop: trio.Event, *, task_status
     from gatewayd.ops import add_ops_routes
 
     app = QuartTrio("gatewayd.ops")
-    add_ops_routes(app, relay)
+    add_ops_routes(app, readiness)
     host, port = parse_host_port(listen)
     hc = _hypercorn_config(bind=[f"[{host}]:{port}" if ":" in host else f"{host}:{port}"], graceful_timeout=1)
     await hypercorn_serve(Listener(app, 1 << 20), hc, shutdown_trigger=stop.wait, task_status=task_status)
 
 
-async def _drain_on_shutdown(shutdown: trio.Event, relay: Relay, grace_s: float) -> None:
+async def _drain_on_shutdown(shutdown: trio.Event, drain: Drain, grace_s: float) -> None:
     await shutdown.wait()
-    relay.drain.begin(grace_s)
+    drain.begin(grace_s)
 
 
-async def _watch_signals(signals, shutdown: trio.Event, relay: Relay, drain_delay_s: float,
+async def _watch_signals(signals, shutdown: trio.Event, drain: Drain, drain_delay_s: float,
                          reloader: Reloader) -> None:
     """SIGHUP reloads the config; SIGINT/SIGTERM start the shutdown: /readyz answers 503 at
     once, the listeners stop accepting ``drain_delay_s`` later, open streams get the grace
@@ -308,7 +316,7 @@ async def _watch_signals(signals, shutdown: trio.Event, relay: Relay, drain_dela
         async for signum in signals:
             name = signal.Signals(signum).name
             if signum == signal.SIGHUP:
-                if relay.draining:
+                if drain.draining:
                     logs.event("gatewayd: SIGHUP ignored: shutting down", logging.WARNING, signal=name)
                     continue
                 try:
@@ -316,8 +324,8 @@ async def _watch_signals(signals, shutdown: trio.Event, relay: Relay, drain_dela
                 except Exception:  # noqa: BLE001 - logged by the reloader; the old config stays
                     pass
                 continue
-            if not relay.draining:
-                relay.draining = True
+            if not drain.draining:
+                drain.draining = True
                 logs.event(f"gatewayd: {name} received, shutting down", logging.WARNING, signal=name,
                            drain_delay_s=drain_delay_s)
                 nursery.start_soon(_stop_accepting_after, drain_delay_s, shutdown)
@@ -328,7 +336,7 @@ async def _watch_signals(signals, shutdown: trio.Event, relay: Relay, drain_dela
             else:
                 logs.event(f"gatewayd: {name} received again, cutting open streams now", logging.WARNING,
                            signal=name)
-                relay.drain.begin(0)
+                drain.begin(0)
 
 
 async def _stop_accepting_after(delay_s: float, shutdown: trio.Event) -> None:

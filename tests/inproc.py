@@ -20,6 +20,7 @@ from gatewayd.app import Listener, create_app
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
+from gatewayd.ops import Readiness
 from gatewayd.providers.upstream import Upstream
 from gatewayd.relay import Relay
 from gatewayd.store.base import UsageQuery
@@ -45,7 +46,8 @@ class Gateway:
             upstream.transport = httpx.MockTransport(handler)
         self.ledger = Ledger(self.store)
         self.relay = Relay(self.config, self.directory, self.ledger, upstream)
-        self.app = Listener(create_app(self.relay), self.config.server.max_body_bytes, self.relay.metrics,
+        readiness = Readiness(self.store, self.relay.metrics, self.relay.drain)
+        self.app = Listener(create_app(readiness), self.config.server.max_body_bytes, self.relay.metrics,
                             ApiRoutes(self.relay))
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway.test")
 

@@ -139,7 +139,7 @@ async def test_a_pool_timeout_is_our_503_and_the_route_stays_healthy(tmp_path, s
         health = gw.relay.router.health
         assert health and all(h.consecutive_failures == 0 and h.failures == 0 for h in health.values()), {
             name: (h.failures, h.last_error) for name, h in health.items()}
-        assert all(value for value in gw.relay._provider_up.values())
+        assert all(value for value in gw.relay.router.provider_up.values())
         rows = await gw.usage(b_id)
         assert [(r["status"], r["http_status"], r["cost_nano"]) for r in rows] == [("gateway_busy", 503, 0)] * 2
         account = gw.directory.accounts[b_id]

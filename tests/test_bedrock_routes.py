@@ -20,7 +20,7 @@ from gatewayd.config import ConfigError, load_config
 from gatewayd.directory import Directory
 from gatewayd.formats.eventstream import chunk_frame, exception_frame
 from gatewayd.providers import bedrock_auth
-from gatewayd.providers.upstream import Upstream
+from gatewayd.providers.upstream import AUTHORIZE_EXTENSION, Upstream
 from gatewayd.relay import Ctx, Relay
 from gatewayd.store.base import UsageQuery
 from gatewayd.store.sqlite import SQLiteStore
@@ -207,7 +207,9 @@ def _bedrock(extra: str) -> str:
      "providers[0].aws_access_key_id_env: environment variable T_UNSET_ID is not set"),
     ("region = 'us-east-1'\naws_secret_access_key_env = 'HOME'", "providers[0].aws_access_key_id_env: required"),
     ("region = 'us-east-1'", "providers[0].credentials: no AWS credentials found"),
-    ("region = 'us-east-1'\napi_key = 'k'\nproject = 'p'", "providers[0].project: unknown key"),
+    ("region = 'us-east-1'\napi_key = 'k'\ncolour = 'p'", "providers[0].colour: unknown key"),
+    ("region = 'us-east-1'\napi_key = 'k'\nproject = 'p'",
+     "providers[0].project: not a setting of protocol bedrock (only of vertex)"),
 ])
 def test_bad_bedrock_config_names_the_key(tmp_path, monkeypatch, extra, message):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
@@ -245,6 +247,7 @@ async def test_demo_signs_with_the_simulators_keys(world):
     target = config.models["solo"].routes[0]
     assert target.provider.base_url == "http://127.0.0.1:9/bedrock"
     request = _request(Upstream(connect_timeout_s=1, stream_idle_timeout_s=1), target, b"{}", "invoke", stream=False)
+    await request.extensions[AUTHORIZE_EXTENSION](request)  # what Upstream.send does before sending
     headers = {k.lower(): v for k, v in request.headers.items()}
     assert sim_bedrock.check_signature("POST", request.url.raw_path.decode(), "", headers, b"{}") is None
     assert request.url.raw_path == b"/bedrock/model/anthropic.claude-x-v1%3A0/invoke"

@@ -215,7 +215,7 @@ class World:
         body = {"model": model, "messages": [{"role": "user", "content": f"hi {self.n}"}], "stream": stream, **extra}
         ctx = Ctx(request_id=f"req_{self.n}", client_ip="127.0.0.1",
                   headers=Headers({"authorization": f"Bearer {self.secret}"}), endpoint="chat")
-        status, headers, out = await endpoints.chat_completions(self.relay, ctx, orjson.dumps(body))
+        status, headers, out = await self.relay.serve(endpoints.CHAT, ctx, orjson.dumps(body))
         if not isinstance(out, bytes):
             out = b"".join([piece async for piece in out])
         return status, headers, out

@@ -14,6 +14,7 @@ from gatewayd.directory import Directory
 from gatewayd.money import MAX_PAID_NANO
 from gatewayd.store.base import Hold, PaymentTooLarge, Settlement
 from tests import pg
+from tests.two_stores import two_postgres_stores
 
 
 async def _account(store, email="p@example.com"):
@@ -146,12 +147,7 @@ async def test_the_audit_fails_a_balance_below_what_refunds_and_holds_explain(st
 
 @pytest.mark.skipif(not pg.available(), reason="no PostgreSQL on 127.0.0.1:5432")
 async def test_two_postgres_instances_racing_on_one_reference_credit_once(tmp_path):
-    from gatewayd.store.postgres import PostgresStore
-
-    name, url = pg.create_database()
-    a = await PostgresStore.open(url, pool_size=4, data_dir=tmp_path / "a")
-    b = await PostgresStore.open(url, pool_size=4, data_dir=tmp_path / "b")
-    try:
+    async with two_postgres_stores(tmp_path) as (a, b):
         account = await _account(a)
         on_b = await b.load_account(account.id)
         results: list = []
@@ -172,7 +168,3 @@ async def test_two_postgres_instances_racing_on_one_reference_credit_once(tmp_pa
         assert (stored.credit_nano, stored.total_paid_nano) == (20_000, 20_000)
         assert len(await a.payments(account.id)) == 20
         assert (await a.audit([], []))["ok"] is True
-    finally:
-        await a.close()
-        await b.close()
-        pg.drop_database(name)

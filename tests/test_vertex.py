@@ -177,6 +177,27 @@ def test_gemini_on_vertex_uses_the_gemini_translation(tmp_path, sa_file):
                                   target, UPSTREAM)
 
 
+def test_client_formats_are_per_route_so_gemini_on_vertex_serves_no_messages(tmp_path, sa_file):
+    """A model's formats come from each route's model, not only its protocol: Gemini on
+    Vertex is chat and responses only (refused up front on /v1/messages, never planned there),
+    Claude on Vertex dual-format; a model with both routes plans only Claude for messages."""
+    from gatewayd.routing import Router, RoutingSettings
+
+    provider = f"project = 'my-project'\nregion = 'us-east5'\ncredentials_file = '{sa_file}'"
+    gemini = load(tmp_path, config_text(provider, "gemini-2.5-flash")).models["m"]
+    claude = load(tmp_path, config_text(provider)).models["m"]
+    assert gemini.client_formats == {"chat", "responses"} and not gemini.dual_format
+    assert claude.client_formats == {"chat", "responses", "messages"} and claude.dual_format
+    both = load(tmp_path, config_text(provider, "gemini-2.5-flash") + (
+        "[[models]]\nid = 'both'\ninput_price = 3.0\noutput_price = 15.0\n"
+        "[[models.routes]]\nprovider = 'vx'\nupstream_id = 'gemini-2.5-flash'\n"
+        "[[models.routes]]\nprovider = 'vx'\nupstream_id = 'claude-sonnet-4-5@20250929'\n")).models["both"]
+    assert both.dual_format
+    router = Router(RoutingSettings())
+    assert [r.upstream_id for r in router.plan(both, "messages")] == ["claude-sonnet-4-5@20250929"]
+    assert {r.upstream_id for r in router.plan(both, "chat")} == {"gemini-2.5-flash", "claude-sonnet-4-5@20250929"}
+
+
 def test_vertex_errors_keep_status_and_tell_the_retry_hint(tmp_path, sa_file):
     model, target = route_of(tmp_path, sa_file, "claude-sonnet-4-5@20250929")
     exhausted = orjson.dumps({"error": {"code": 429, "message": "Quota exceeded for aiplatform.googleapis.com",

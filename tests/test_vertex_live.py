@@ -23,10 +23,11 @@ import openai
 import pytest
 from google.oauth2 import service_account
 
+from gatewayd.sim import bedrock as sim_bedrock
 from gatewayd.sim.behaviour import signature_for
 from gatewayd.sim.vertex import new_key_pair
 from tests.faults import new_account, settled_row
-from tests.live import BIN, Daemon, Sim
+from tests.live import BIN, Daemon, Sim, free_port
 from tests.sim.provider_bill import provider_bill
 
 pytestmark = pytest.mark.slow
@@ -40,14 +41,16 @@ CLAUDE_PRICES = {"input": 3000, "output": 15000, "cached_input": 300, "cache_wri
 GEMINI_PRICES = {"input": 300, "output": 2500, "cached_input": 30}
 PRICES = {"vx-claude": ("messages", CLAUDE_PRICES), "vx-failover": ("messages", CLAUDE_PRICES),
           "vx-cooled": ("messages", CLAUDE_PRICES), "vx-short": ("messages", CLAUDE_PRICES),
-          "vx-gemini": ("gemini", GEMINI_PRICES)}
+          "vx-gemini": ("gemini", GEMINI_PRICES), "vx-three-clouds": ("messages", CLAUDE_PRICES)}
+# the Bedrock route of vx-three-clouds signs with the simulator's own key pair
+BEDROCK_ENV = {"TEST_BEDROCK_KEY_ID": sim_bedrock.ACCESS_KEY_ID, "TEST_BEDROCK_SECRET": sim_bedrock.SECRET_ACCESS_KEY}
 CLAUDE_RATES = ("input_price = 3.0\noutput_price = 15.0\ncached_input_price = 0.30\ncache_write_price = 3.75\n"
                 "cache_write_1h_price = 6.0\nfamily = 'claude'\nmax_output_tokens = 64000\n")
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-def vertex_models(vsim_url: str, sa_path: str) -> str:
+def vertex_models(vsim_url: str, sa_path: str, anth_url: str) -> str:
     provider = f"""
 protocol = "vertex"
 project = "{PROJECT}"
@@ -102,6 +105,32 @@ id = "vx-short"
 provider = "vertex-short"
 upstream_id = "{CLAUDE}"
 
+[[providers]]
+name = "anthropic-down"
+protocol = "anthropic"
+base_url = "http://127.0.0.1:{free_port()}"
+api_key = "k"
+[[providers]]
+name = "bedrock"
+protocol = "bedrock"
+region = "us-east-1"
+base_url = "{anth_url}/bedrock"
+aws_access_key_id_env = "TEST_BEDROCK_KEY_ID"
+aws_secret_access_key_env = "TEST_BEDROCK_SECRET"
+[[models]]
+id = "vx-three-clouds"
+{CLAUDE_RATES}[[models.routes]]
+provider = "anthropic-down"
+upstream_id = "claude-sonnet-4-5"
+priority = 2
+[[models.routes]]
+provider = "bedrock"
+upstream_id = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+priority = 1
+[[models.routes]]
+provider = "vertex"
+upstream_id = "{CLAUDE}"
+
 [routing]
 first_byte_timeout_s = 5
 non_stream_first_byte_timeout_s = 5
@@ -137,8 +166,8 @@ def sa_path(sims, key_pair, tmp_path_factory):
 @pytest.fixture(scope="module")
 def daemon(sims, sa_path, tmp_path_factory):
     anth, vsim = sims
-    d = Daemon(tmp_path_factory.mktemp("vertex-daemon"), anth.url, extra=vertex_models(vsim.url, sa_path),
-               server="stream_idle_timeout_s = 2\n")
+    d = Daemon(tmp_path_factory.mktemp("vertex-daemon"), anth.url, extra=vertex_models(vsim.url, sa_path, anth.url),
+               server="stream_idle_timeout_s = 2\n", env=BEDROCK_ENV)
     yield d
     d.stop()
 
@@ -377,8 +406,10 @@ def test_messages_to_a_gemini_model_on_vertex_is_refused(daemon):
     account, _, secret = new_account(daemon)
     response = httpx.post(daemon.url + "/v1/messages", headers={"x-api-key": secret, "anthropic-version": "2023-06-01"},
                           json={"model": "vx-gemini", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
-    assert response.status_code == 400 and response.json()["type"] == "error"
-    assert "does not speak the messages format" in response.json()["error"]["message"]
+    # refused up front, as any model that is not dual-format is: a gateway check, so the spec's
+    # chat envelope on every endpoint, code invalid_model (its routes serve no messages)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_model"
+    assert "is not available on /v1/messages" in response.json()["error"]["message"]
     assert daemon.admin.balance(account["id"])["balance_nano"] == 10_000_000_000
 
 
@@ -446,6 +477,25 @@ def test_anthropic_throttled_vertex_serves(daemon, sims, markers):
     assert anth.last_request(marker)["status"] == 429
     row = assert_billed_exactly(daemon, vsim, account, raw.headers["x-request-id"], marker, "vx-failover")
     assert row["attempts"] == 2
+
+
+def test_anthropic_down_bedrock_throttled_vertex_serves(daemon, sims, markers):
+    """One Claude model on three clouds: Anthropic unreachable, Bedrock answering
+    ThrottlingException (the ``anth`` simulator serves /bedrock too), Vertex serves; the
+    charge is exactly Vertex's bill, the refused attempts cost nothing."""
+    anth, vsim = sims
+    markers("anthropic", "[[sim:fault=status:429]]")  # every request to the anth simulator: Bedrock's here
+    account, _, secret = new_account(daemon)
+    client = anthropic.Anthropic(base_url=daemon.url, api_key=secret, max_retries=0)
+    marker = tag()
+    raw = client.messages.with_raw_response.create(model="vx-three-clouds", max_tokens=100,
+                                                   messages=[{"role": "user", "content": f"hi {marker}"}])
+    assert raw.parse().content[0].text.startswith("This is a simulated reply")
+    throttled = anth.last_request(marker)
+    assert throttled["status"] == 429 and throttled["path"].startswith("/bedrock/model/us.anthropic.claude-sonnet-4-5")
+    row = assert_billed_exactly(daemon, vsim, account, raw.headers["x-request-id"], marker, "vx-three-clouds")
+    assert row["attempts"] == 3
+    assert daemon.admin.balance(account["id"])["balance_nano"] == 10_000_000_000 - row["cost_nano"]
 
 
 def test_vertex_resource_exhausted_cools_the_route_and_anthropic_serves(daemon, sims, markers):

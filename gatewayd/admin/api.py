@@ -19,9 +19,10 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from gatewayd.admin.codes import add_code_routes
 from gatewayd.admin.prices import add_price_routes
 from gatewayd.budgets import budget_view
-from gatewayd.directory import Directory, DirectoryError, parse_max_concurrent
+from gatewayd.directory import Directory, DirectoryError, parse_alert_below, parse_max_concurrent
 from gatewayd.store.base import utc_iso
 from gatewayd.store.usage_queries import UsageFilter
 
@@ -156,13 +157,17 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
     @app.patch("/admin/v1/accounts/<ref>")
     async def update_account(ref: str):
         account = directory.account(ref)
-        doc = await body("name", "timezone", "max_concurrent")
+        doc = await body("name", "timezone", "max_concurrent", "alert_below_nano")
         if "max_concurrent" in doc:
             parse_max_concurrent(doc["max_concurrent"])  # refused before anything else is changed
+        if "alert_below_nano" in doc:
+            parse_alert_below(doc["alert_below_nano"])
         kwargs = {k: doc[k] for k in ("name", "timezone") if k in doc}
         await directory.update_account(account, **kwargs)
         if "max_concurrent" in doc:  # null: back to the server's default
             await directory.set_max_concurrent(account, doc["max_concurrent"])
+        if "alert_below_nano" in doc:  # null: no balance alert
+            await directory.set_alert_below(account, doc["alert_below_nano"])
         return _json(account.public())
 
     @app.put("/admin/v1/accounts/<ref>/password")
@@ -300,5 +305,6 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         return _json({"data": routes() if routes is not None else []})
 
     add_price_routes(app, directory, reload)
+    add_code_routes(app, directory, store, body)
 
     return app

@@ -8,7 +8,7 @@ tab is the only thing that settles it:
 - the request path settles explicitly where it knows the outcome (``settle`` with the
   provider's usage, ``release`` when nothing may be charged);
 - a streamed answer takes the tab over (``hand_off``): the stream settles it, and
-  :class:`gatewayd.relay.AnswerStream` closes the stream whatever the client does;
+  :class:`gatewayd.pump.AnswerStream` closes the stream whatever the client does;
 - every other way out of the block -- the client gone at any await, our own exception, a
   refusal raised before settling -- is settled by ``__aexit__``, shielded from
   cancellation: input is charged only if the request's bytes were handed to a provider
@@ -33,7 +33,7 @@ import trio
 from gatewayd.billing.pricing import Bill, bill
 from gatewayd.catalogue import Model
 from gatewayd.formats.usage import Usage
-from gatewayd.store.base import Hold
+from gatewayd.store.base import Hold, StoreUnavailable
 
 if TYPE_CHECKING:  # the ledger makes tabs (a cycle at run time)
     from gatewayd.billing.ledger import Ledger
@@ -77,11 +77,12 @@ class Tab:
         self.on_settled = on_settled
         self.sent = False  # some attempt's request bytes were handed to a provider connection
         self.handed_off = False  # a stream owns the settlement now
+        self.store_failed = False  # the store could not take the settlement (``settle``)
         self.outcome: Outcome | None = None
 
     @property
     def settled(self) -> bool:
-        return self.hold.settled
+        return self.hold.settled or self.store_failed  # the latter: nothing more can be done here
 
     def mark_sent(self) -> None:
         """The request's bytes reached a provider connection: the provider can bill its input."""
@@ -92,8 +93,12 @@ class Tab:
         self.handed_off = True
 
     async def settle(self, usage: Usage, outcome: Outcome, http_status: int) -> None:
-        """Charge ``usage`` and write the usage row, exactly once, shielded from cancellation."""
-        if self.hold.settled:
+        """Charge ``usage`` and write the usage row, exactly once, shielded from cancellation.
+
+        A store that cannot take the settlement raises ``StoreUnavailable`` (the caller answers
+        503 ``store_unavailable``); the tab is not tried again: the hold is left to the store's
+        own recovery (SQLite releases it at the next start, as a dead process's)."""
+        if self.hold.settled or self.store_failed:
             return
         priced = bill(self.model, usage, self.price_ratio)
         if priced.unpriced:
@@ -101,7 +106,11 @@ class Tab:
                         extra={"fields": {"request_id": self.hold.request_id, "model": self.model.id}})
         started = time.perf_counter()
         with trio.CancelScope(shield=True):
-            await self.ledger.settle(self.hold, usage, priced, status=outcome.value, http_status=http_status)
+            try:
+                await self.ledger.settle(self.hold, usage, priced, status=outcome.value, http_status=http_status)
+            except StoreUnavailable:
+                self.store_failed = True
+                raise
         self.outcome = outcome
         if self.on_settled is not None:
             self.on_settled(usage, outcome, priced, time.perf_counter() - started)
@@ -117,7 +126,7 @@ class Tab:
 
     async def close(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
         """The block that owned the tab is left: settle whatever nobody settled."""
-        if self.handed_off or self.hold.settled:
+        if self.handed_off or self.hold.settled or self.store_failed:
             return
         if exc_type is not None and (issubclass(exc_type, trio.Cancelled) or _only_cancelled(exc)):
             await self.abandon(Outcome.CLIENT_DISCONNECTED, 499)  # the client went away
@@ -150,3 +159,10 @@ class OpenTab:
 
 def _only_cancelled(exc: BaseException | None) -> bool:
     return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
+
+
+def store_failed_while_settling(tab: Tab) -> None:
+    """The operator's line for a settlement the store could not take: a 503
+    ``store_unavailable`` (the store's fault, not a gateway bug: no traceback)."""
+    log.warning("store unavailable while settling; the hold is left to the store's recovery", extra={"fields": {
+        "request_id": tab.hold.request_id, "error": "store_unavailable"}})

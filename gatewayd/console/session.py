@@ -180,11 +180,16 @@ class SignInThrottle:
 
     The count is taken in the store's transaction (``gatewayd.store.signin_attempts``), so
     of twenty concurrent wrong passwords for one email, five are checked and fifteen refused.
+
+    ``scope`` prefixes the bucket names, so another guess than a password is throttled by the
+    same rules with counts of its own (the redemption codes: ``scope="code"``, with the account
+    id in place of the email).
     """
 
     def __init__(self, store, limit: int = 5, account_limit: int = 20, address_limit: int = 50,
                  window_s: float = 15 * 60, lockout_s: float = 15 * 60, max_lockout_s: float = 24 * 3600,
-                 forget_s: float = 24 * 3600, clock=time.time) -> None:
+                 forget_s: float = 24 * 3600, clock=time.time, scope: str = "") -> None:
+        self.scope = f"{scope}:" if scope else ""
         self.limit = limit
         self.account_limit = account_limit
         self.address_limit = address_limit
@@ -198,9 +203,9 @@ class SignInThrottle:
 
     def _buckets(self, email: str, address: str) -> dict[str, int]:
         """Bucket name -> its limit."""
-        email = email.strip().lower()
-        return {f"e:{email}|{address}": self.limit, f"e:{email}": self.account_limit,
-                f"a:{address}": self.address_limit}
+        email, scope = email.strip().lower(), self.scope
+        return {f"{scope}e:{email}|{address}": self.limit, f"{scope}e:{email}": self.account_limit,
+                f"{scope}a:{address}": self.address_limit}
 
     async def reserve(self, email: str, address: str) -> int | None:
         """Take one attempt: None when the password may be checked now, else the seconds to

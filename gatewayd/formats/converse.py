@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Any
 
 import orjson
 
@@ -32,12 +33,12 @@ __all__ = ["ConverseToMessagesStream", "converse_response_to_message", "converse
            "messages_request_to_converse"]
 
 _IMAGE_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
-_TOOL_CHOICE = {"auto": {"auto": {}}, "any": {"any": {}}}
+_TOOL_CHOICE: dict[str, dict[str, Any]] = {"auto": {"auto": {}}, "any": {"any": {}}}
 #: Converse ``stopReason`` -> Anthropic ``stop_reason`` (the rest keep their name)
 _STOP = {"content_filtered": "refusal", "guardrail_intervened": "refusal"}
 
 
-def _bytes(data, where: str) -> str:
+def _bytes(data: Any, where: str) -> str:
     """Base64 data kept as base64: Converse's JSON carries ``bytes`` base64-encoded too."""
     if not isinstance(data, str):
         raise TranslationError(f"{where} must be base64 data", where)
@@ -48,7 +49,7 @@ def _bytes(data, where: str) -> str:
     return data
 
 
-def _block(block, where: str) -> dict | None:
+def _block(block: Any, where: str) -> dict[str, Any] | None:
     if not isinstance(block, dict):
         raise TranslationError(f"{where} must be an object", where)
     kind = block.get("type")
@@ -58,7 +59,7 @@ def _block(block, where: str) -> dict | None:
         source = block.get("source") or {}
         if source.get("type") != "base64":
             raise TranslationError("this model takes images as base64 data only (no URLs)", where)
-        fmt = _IMAGE_FORMATS.get(source.get("media_type"))
+        fmt = _IMAGE_FORMATS.get(str(source.get("media_type")))
         if fmt is None:
             raise TranslationError(f"image type {source.get('media_type')!r} is not supported by this model", where)
         return {"image": {"format": fmt, "source": {"bytes": _bytes(source.get("data"), f"{where}.source.data")}}}
@@ -77,7 +78,7 @@ def _block(block, where: str) -> dict | None:
             parts = [{"text": content}] if content else []
         else:
             parts = [b for k, p in enumerate(content or ()) if (b := _block(p, f"{where}.content[{k}]"))]
-        result = {"toolUseId": block["tool_use_id"], "content": parts or [{"text": ""}]}
+        result: dict[str, Any] = {"toolUseId": block["tool_use_id"], "content": parts or [{"text": ""}]}
         if block.get("is_error"):
             result["status"] = "error"
         return {"toolResult": result}
@@ -87,13 +88,13 @@ def _block(block, where: str) -> dict | None:
     raise TranslationError(f"content of type {kind!r} is not supported by this model", where)
 
 
-def _content(content, where: str) -> list[dict]:
+def _content(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"text": content}] if content else []
     return [b for k, part in enumerate(content or ()) if (b := _block(part, f"{where}[{k}]")) is not None]
 
 
-def messages_request_to_converse(body: dict) -> dict:
+def messages_request_to_converse(body: dict[str, Any]) -> dict[str, Any]:
     """A messages-format body (the chat translation's output) as a ``Converse`` body; the
     model goes in the URL. What Converse cannot carry is the client's 400."""
     if body.get("thinking") is not None:
@@ -106,11 +107,11 @@ def messages_request_to_converse(body: dict) -> dict:
     for k, tool in enumerate(body.get("tools") or ()):
         if tool.get("type") not in (None, "custom"):
             raise TranslationError(f"tool type {tool.get('type')!r} is not supported by this model", f"tools[{k}]")
-    out: dict = {"messages": messages}
+    out: dict[str, Any] = {"messages": messages}
     system = body.get("system")
     if system:
         out["system"] = [{"text": system}] if isinstance(system, str) else _content(system, "system")
-    config: dict = {"maxTokens": body["max_tokens"]}
+    config: dict[str, Any] = {"maxTokens": body["max_tokens"]}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "topP"), ("stop_sequences", "stopSequences")):
         if body.get(ours) is not None:
             config[theirs] = body[ours]
@@ -118,7 +119,7 @@ def messages_request_to_converse(body: dict) -> dict:
     tools = body.get("tools")
     choice = body.get("tool_choice") or {}
     if tools and choice.get("type") != "none":
-        tool_config: dict = {"tools": [
+        tool_config: dict[str, Any] = {"tools": [
             {"toolSpec": {"name": t["name"], **({"description": t["description"]} if t.get("description") else {}),
                           "inputSchema": {"json": t.get("input_schema") or {"type": "object"}}}}
             for t in tools
@@ -131,7 +132,7 @@ def messages_request_to_converse(body: dict) -> dict:
     return out
 
 
-def converse_usage(usage) -> dict | None:
+def converse_usage(usage: Any) -> dict[str, int] | None:
     """Converse's ``usage`` in Anthropic's shape (input without the cache, as both report it)."""
     if not isinstance(usage, dict):
         return None
@@ -145,11 +146,11 @@ def converse_usage(usage) -> dict | None:
             "cache_creation_input_tokens": count("cacheWriteInputTokens")}
 
 
-def _stop(reason) -> str:
+def _stop(reason: Any) -> str:
     return _STOP.get(reason, reason) if isinstance(reason, str) else "end_turn"
 
 
-def _message_block(block: dict) -> dict | None:
+def _message_block(block: dict[str, Any]) -> dict[str, Any] | None:
     if "text" in block:
         return {"type": "text", "text": block["text"]}
     if "toolUse" in block:
@@ -161,13 +162,13 @@ def _message_block(block: dict) -> dict | None:
     return None
 
 
-def converse_response_to_message(doc: dict, *, model: str, message_id: str) -> dict:
+def converse_response_to_message(doc: dict[str, Any], *, model: str, message_id: str) -> dict[str, Any]:
     """A ``Converse`` answer as an Anthropic message (usage absent when Converse gave none)."""
     message = (doc.get("output") or {}).get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise InvalidAnswer("a Converse answer without output.message.content")
     content = [b for b in map(_message_block, message["content"]) if b is not None]
-    out = {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": content,
+    out: dict[str, Any] = {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": content,
            "stop_reason": _stop(doc.get("stopReason")), "stop_sequence": None}
     usage = converse_usage(doc.get("usage"))
     if usage is not None:
@@ -186,7 +187,7 @@ class ConverseToMessagesStream:
         self._stop = "end_turn"
         self._started = False
 
-    def _start(self, out: list, index: int, block: dict) -> int:
+    def _start(self, out: list[tuple[str, dict[str, Any]]], index: int, block: dict[str, Any]) -> int:
         if index not in self._index:
             self._index[index] = len(self._index)
             self._open[index] = block["type"]
@@ -194,7 +195,7 @@ class ConverseToMessagesStream:
                                                 "content_block": block}))
         return self._index[index]
 
-    def _message_start(self, out: list) -> None:
+    def _message_start(self, out: list[tuple[str, dict[str, Any]]]) -> None:
         if not self._started:
             self._started = True
             out.append(("message_start", {"type": "message_start", "message": {
@@ -203,8 +204,8 @@ class ConverseToMessagesStream:
                 # Converse reports usage only at the end (metadata): zeros here, as SDKs require the field
                 "usage": {"input_tokens": 0, "output_tokens": 0}}}))
 
-    def feed(self, name: str | None, data: dict) -> list[tuple[str, dict]]:
-        out: list[tuple[str, dict]] = []
+    def feed(self, name: str | None, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
         if name == "error":
             return [("error", data)]
         self._message_start(out)
@@ -246,6 +247,6 @@ class ConverseToMessagesStream:
         return out
 
 
-def encode_event(name: str, data: dict) -> bytes:
+def encode_event(name: str, data: dict[str, Any]) -> bytes:
     """An Anthropic event as SSE bytes (what the messages pipes read as ``raw``)."""
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"

@@ -8,11 +8,13 @@ from typing import Any
 
 import orjson
 
+from gatewayd.formats.errors import provider_json
+
 
 def convert_embeddings(upstream: bytes, wanted: str) -> bytes:
     """Give the client the encoding it asked for, converting only if the upstream differed
     (base64 is little-endian float32, what openai-python decodes)."""
-    doc = orjson.loads(upstream)
+    doc = provider_json(upstream)
     changed = False
     for item in doc.get("data") or ():
         vector = item.get("embedding")

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from gatewayd.formats.chat_to_gemini import SIGNATURE_SEPARATOR
-from gatewayd.formats.errors import InvalidAnswer
+from gatewayd.formats.errors import InvalidAnswer, provider_json_or_none
 from gatewayd.formats.usage import GeminiTally, Usage, from_gemini
 
 __all__ = [
@@ -351,10 +351,7 @@ def gemini_error_to_chat(status: int, body: bytes) -> dict[str, Any]:
     chat envelope; the message is kept word for word, the gRPC status name becomes the
     ``code`` (``resource_exhausted``, ``invalid_argument`` ...). A body already in the
     chat envelope (a blocked prompt) is kept; a body that is not JSON becomes its text."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        doc = None
+    doc = provider_json_or_none(body)
     if isinstance(doc, list) and doc and isinstance(doc[0], dict):
         doc = doc[0]  # the array form a non-SSE stream answers errors in
     error = doc.get("error") if isinstance(doc, dict) else None
@@ -382,10 +379,7 @@ def retry_delay_s(body: bytes) -> float | None:
     "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}``. Anything else
     (no such entry, a delay that is not a Duration string) is no hint.
     """
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
+    doc = provider_json_or_none(body)
     if isinstance(doc, list) and doc:
         doc = doc[0]  # the array form a non-SSE stream answers errors in
     error = doc.get("error") if isinstance(doc, dict) else None

@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
+from gatewayd.formats.errors import provider_json_or_none
+
 
 def _strings(holder: Any, fields: tuple[str, ...]) -> Iterator[str]:
     if isinstance(holder, dict):
@@ -29,10 +31,7 @@ def _strings(holder: Any, fields: tuple[str, ...]) -> Iterator[str]:
 def _collect(datas: Iterable[bytes], texts_of: Callable[[dict[str, Any]], Iterable[str]]) -> str:
     parts: list[str] = []
     for data in datas:
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
+        event = provider_json_or_none(data)
         if isinstance(event, dict):
             parts.extend(texts_of(event))
     return "".join(parts)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 
 import attrs
-import orjson
 
 from gatewayd.formats import partial, usage as usage_mod
+from gatewayd.formats.errors import provider_json, provider_json_or_none
 from gatewayd.formats.sse import DONE, SSEEvent, encode
 from gatewayd.formats.stored_objects import answer_received_ids
 from gatewayd.formats.usage import Usage
@@ -103,7 +103,7 @@ class ChatPassthrough(ChatClientPipe):
                 if tier is not None:
                     self.service_tier = tier.group(1).decode()
             if _CHAT_USAGE.search(data):
-                chunk = orjson.loads(data)
+                chunk = provider_json(data)
                 self._reported = usage_mod.from_chat_completion(chunk)
                 if not self.client_wants_usage and not chunk.get("choices"):
                     continue
@@ -141,12 +141,12 @@ class MessagesPassthrough(Pipe):
                 self._stop = ev.raw
                 continue
             if name == "message_start":
-                self.tally.start(orjson.loads(ev.data))
+                self.tally.start(provider_json(ev.data))
             elif name == "message_delta":
-                self.tally.delta(orjson.loads(ev.data))
+                self.tally.delta(provider_json(ev.data))
             elif name == "content_block_start":
                 if b'"server_tool_use"' in ev.data:
-                    self.tally.block_start(orjson.loads(ev.data))
+                    self.tally.block_start(provider_json(ev.data))
             elif name == "error":
                 self.failed = True
                 self.error_message = _error_message(ev.data)
@@ -195,7 +195,7 @@ class ResponsesPassthrough(Pipe):
 
     def _item_done(self, data: bytes) -> None:
         if any(kind in data for kind in _RESPONSES_TOOL_ITEMS):
-            doc = orjson.loads(data)
+            doc = provider_json(data)
             self.tally.add(doc.get("item") if isinstance(doc, dict) else None)
 
     def feed(self, events: list[SSEEvent]) -> bytes:
@@ -206,7 +206,7 @@ class ResponsesPassthrough(Pipe):
             if name in ("response.completed", "response.incomplete", "response.failed") or (
                 name is None and any(t in data[:80] for t in _RESPONSES_TERMINAL)
             ):
-                doc = orjson.loads(data)
+                doc = provider_json(data)
                 doc = doc if isinstance(doc, dict) else {}
                 response = got if isinstance(got := doc.get("response"), dict) else {}
                 self._final = usage_mod.from_response(response)
@@ -242,9 +242,8 @@ class ResponsesPassthrough(Pipe):
 
 
 def _error_message(data: bytes) -> str:
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
+    doc = provider_json_or_none(data)
+    if doc is None:
         return "upstream stream error"
     err = doc.get("error") if isinstance(doc, dict) else None
     if isinstance(err, dict) and isinstance(message := err.get("message"), str):

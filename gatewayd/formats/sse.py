@@ -12,6 +12,8 @@ from typing import Any
 import attrs
 import orjson
 
+from gatewayd.formats.errors import provider_json
+
 DONE = b"data: [DONE]\n\n"
 
 
@@ -24,7 +26,7 @@ class SSEEvent:
     data: bytes
 
     def json(self) -> Any:
-        return orjson.loads(self.data)
+        return provider_json(self.data)
 
     @property
     def is_done(self) -> bool:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import attrs
-import orjson
 
 from gatewayd.formats import partial, usage as usage_mod
+from gatewayd.formats.errors import provider_json
 from gatewayd.formats.messages_to_chat import MessagesToChatStream
 from gatewayd.formats.pipes import ChatClientPipe, Pipe
 from gatewayd.formats.responses import ChatToResponsesStream
@@ -35,7 +35,7 @@ class MessagesToChatPipe(ChatClientPipe):
         for ev in events:
             if ev.event is None:
                 continue
-            for chunk in self.translator.feed(ev.event, orjson.loads(ev.data)):
+            for chunk in self.translator.feed(ev.event, provider_json(ev.data)):
                 out.append(encode(chunk))
         self.complete = self.translator.finished
         self.failed = self.translator.failed
@@ -85,7 +85,7 @@ class ToResponsesPipe(Pipe):
             if self.messages is not None:
                 if ev.event is None:
                     continue
-                for chunk in self.messages.feed(ev.event, orjson.loads(ev.data)):
+                for chunk in self.messages.feed(ev.event, provider_json(ev.data)):
                     yield tell_cache_writes(chunk, self.messages.usage)
                 if self.messages.finished:
                     self.complete = True
@@ -93,7 +93,7 @@ class ToResponsesPipe(Pipe):
                 self.complete = True
             else:
                 self.chat_datas.append(ev.data)
-                yield orjson.loads(ev.data)
+                yield provider_json(ev.data)
 
     def feed(self, events: list[SSEEvent]) -> bytes:
         out = []

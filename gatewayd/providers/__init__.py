@@ -1,9 +1,10 @@
 """The adapter table: (client format, upstream protocol) -> route builder.
 
 One module per upstream protocol, each exposing ``ROUTES`` (client format -> builder, see
-:mod:`.base`), ``SIM_BASE_PATH`` (where the simulator serves it, for ``--demo``) and
-optionally ``DEFAULT_FAMILY`` (a model's ``family`` when its first route speaks it) and
-``PROVIDER_KEYS`` with ``provider_settings`` (the extra ``[[providers]]`` keys the protocol
+:mod:`.base`), optionally ``client_formats(upstream_id)`` (the formats one route serves when
+they depend on the model: Gemini on Vertex AI serves no messages), ``SIM_BASE_PATH`` (where
+the simulator serves it, for ``--demo``) and optionally ``DEFAULT_FAMILY`` (a model's
+``family`` when its first route speaks it) and ``PROVIDER_KEYS`` with ``provider_settings`` (the extra ``[[providers]]`` keys the protocol
 takes, and their validation: Azure's ``api_version``). Adding a protocol is one module
 here, its translators in ``gatewayd.formats``, the simulator, their tests, and one line in
 ``ADAPTERS``: the config loader asks this table, and knows no protocol by name.
@@ -11,16 +12,18 @@ here, its translators in ``gatewayd.formats``, the simulator, their tests, and o
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import attrs
 
-from gatewayd.catalogue import Provider
+from gatewayd.catalogue import ModelRoute, Provider
 from gatewayd.providers import anthropic, azure_openai, bedrock, gemini, openai, vertex
 from gatewayd.providers.base import Builder, SettingError
 
 __all__ = ["ADAPTERS", "CLIENT_FORMATS", "SettingError", "anthropic_rates", "builder", "client_formats",
-           "default_base_url", "default_family", "provider_keys", "provider_settings", "sim_base_path", "simulated"]
+           "default_base_url", "default_family", "provider_keys", "provider_settings", "serves", "sim_base_path",
+           "simulated"]
 
 ADAPTERS = {
     "openai": openai,
@@ -39,9 +42,21 @@ def builder(client_format: str, protocol: str) -> Builder | None:
     return ADAPTERS[protocol].ROUTES.get(client_format)
 
 
-def client_formats(protocol: str) -> frozenset[str]:
-    """The client formats a provider of ``protocol`` can serve."""
-    return frozenset(ADAPTERS[protocol].ROUTES)
+@functools.lru_cache(maxsize=4096)
+def client_formats(protocol: str, upstream_id: str | None = None) -> frozenset[str]:
+    """The client formats a provider of ``protocol`` can serve; with ``upstream_id``, those
+    that route serves (what its adapter's ``client_formats`` hook says, of its ``ROUTES``)."""
+    adapter = ADAPTERS[protocol]
+    formats = frozenset(adapter.ROUTES)
+    per_route = getattr(adapter, "client_formats", None)
+    if per_route is None or upstream_id is None:
+        return formats
+    return formats & per_route(upstream_id)
+
+
+def serves(route: ModelRoute, client_format: str) -> bool:
+    """Whether ``route`` can take a client of ``client_format`` (the router plans only these)."""
+    return client_format in client_formats(route.provider.protocol, route.upstream_id)
 
 
 def default_family(protocol: str) -> str:

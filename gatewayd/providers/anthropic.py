@@ -19,7 +19,7 @@ from gatewayd.catalogue import Model, ModelRoute
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
 from gatewayd.formats import partial, pipes, usage as usage_mod
 from gatewayd.formats.chat_to_messages import chat_request_to_messages
-from gatewayd.formats.errors import answer_object
+from gatewayd.formats.errors import answer_object, provider_json_or_none
 from gatewayd.formats.messages_to_chat import messages_response_to_chat
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.responses_output import envelope
@@ -60,10 +60,7 @@ def messages_passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[s
     the messages error shape; otherwise (an HTML page from a proxy, another vendor's shape)
     its message retold in that shape, so Anthropic clients can still read it."""
     status, body, headers = passthrough_error(error)
-    try:
-        doc = orjson.loads(error.body)
-    except orjson.JSONDecodeError:
-        doc = None
+    doc = provider_json_or_none(error.body)
     if isinstance(doc, dict) and doc.get("type") == "error" and isinstance(doc.get("error"), dict):
         return status, body, headers
     kind = MESSAGES_TYPE_BY_STATUS.get(status, "api_error" if status >= 500 else "invalid_request_error")

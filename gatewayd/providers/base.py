@@ -26,6 +26,7 @@ from gatewayd.formats.raw_json import set_top_level_fields
 from gatewayd.formats.sse import SSESplitter
 from gatewayd.formats.responses_tools import DROPPED_REASON, plan_tools
 from gatewayd.formats.usage import Usage
+from gatewayd.formats.errors import InvalidAnswer, provider_json
 
 
 class SettingError(Exception):
@@ -136,8 +137,8 @@ def passthrough_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]
             headers[name] = error.headers[name]
     body = error.body
     try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
+        provider_json(body)
+    except InvalidAnswer:
         body = orjson.dumps({"error": {"message": error.message(), "type": "upstream_error", "code": None}})
     return error.status, body, headers
 

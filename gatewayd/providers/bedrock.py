@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from urllib.parse import quote
 
 import attrs
+import httpx
 import orjson
 
 from gatewayd.billing.estimate import ANTHROPIC_MEDIA, estimate_input_tokens
@@ -53,6 +54,7 @@ from gatewayd.formats.usage import from_message
 from gatewayd.providers.anthropic import _to_messages, answer_usage, produced_usage
 from gatewayd.providers.base import Call, Route, SettingError, dropped_tools_headers, encode_body, translate, with_changes
 from gatewayd.providers.bedrock_auth import AwsAuth
+from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
 
 __all__ = ["PROVIDER_KEYS", "ROUTES", "SIM_BASE_PATH", "default_base_url", "provider_settings", "simulated",
            "uses_invoke"]
@@ -101,12 +103,20 @@ def uses_invoke(upstream_id: str) -> bool:
 serves_claude = uses_invoke  # Claude on Bedrock bills cache writes by Anthropic's rule (1.25x, 1h 2x)
 
 
-def _request(upstream, target: ModelRoute, body: bytes, action: str, *, stream: bool):
+def _request(upstream, target: ModelRoute, body: bytes, action: str, *, stream: bool) -> httpx.Request:
+    """The request, signed just before it is sent (``AUTHORIZE_EXTENSION``: the send awaits
+    it, so a large body's hash is computed in a worker thread, not on the loop)."""
     url = f"{target.provider.base_url}/model/{quote(target.upstream_id, safe='')}/{action}"
     headers = {"content-type": "application/json",
                "accept": "application/vnd.amazon.eventstream" if stream else "application/json"}
-    headers = target.provider.settings["auth"].headers(url, body, headers)
-    return upstream.post(url, body, headers, stream=stream)
+    auth: AwsAuth = target.provider.settings["auth"]
+    request: httpx.Request = upstream.post(url, body, headers, stream=stream)
+
+    async def authorize(request: httpx.Request) -> None:
+        request.headers.update(await auth.signed_headers(url, body, headers))
+
+    request.extensions[AUTHORIZE_EXTENSION] = authorize
+    return request
 
 
 # -- errors ------------------------------------------------------------------------------
@@ -180,7 +190,7 @@ def passthrough_body(raw: bytes, body: dict, changes: dict, betas: list[str]) ->
     for key, pattern in (("model", _MODEL), ("stream", _STREAM)):
         if edited is not None and key in body:
             edited = _without(edited, pattern)
-    head = {"anthropic_version": BEDROCK_ANTHROPIC_VERSION}
+    head: dict[str, str | list[str]] = {"anthropic_version": BEDROCK_ANTHROPIC_VERSION}
     if betas:
         head["anthropic_beta"] = betas
     if edited is None or not edited.lstrip().startswith(b"{"):
@@ -211,7 +221,7 @@ class ConversePipe(pipes.Pipe):
     def feed(self, events: list[SSEEvent]) -> bytes:
         converted = []
         for ev in events:
-            for name, data in self.translator.feed(ev.event, orjson.loads(ev.data)):
+            for name, data in self.translator.feed(ev.event, ev.json()):
                 raw = encode_event(name, data)
                 converted.append(SSEEvent(raw=raw, event=name, data=raw[len(name) + 14:-2]))
         return self.inner.feed(converted)

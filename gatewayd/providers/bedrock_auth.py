@@ -10,8 +10,11 @@ The provider's credentials are resolved once, when the config is read:
   metadata service, so it runs once per process (at start-up, before any request) and
   is shared by later reloads.
 
-Signing itself is CPU only (an HMAC chain and a SHA-256 of the body: see
-``bench/bedrock_signing.py`` for its cost) and runs on the event loop. Temporary
+Signing is CPU only: an HMAC chain (about 0.1 ms) and the SHA-256 of the body, which grows
+with it (1 ms a megabyte; ``bench/bedrock_signing.py``). :meth:`AwsAuth.signed_headers`, what
+a request calls just before it is sent, hashes a body over :data:`HASH_IN_THREAD_OVER` bytes
+in a worker thread (``hashlib`` releases the GIL) and hands the digest to the signer, so the
+loop only does the HMACs. Temporary
 credentials (a role's) are kept frozen and refreshed ahead of expiry *off* the event loop:
 a request that finds them inside botocore's advisory window starts one refresh in a worker
 thread (``trio.to_thread``) and signs with the still-valid frozen ones meanwhile.
@@ -19,6 +22,7 @@ thread (``trio.to_thread``) and signs with the still-valid frozen ones meanwhile
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from typing import Mapping
@@ -35,6 +39,8 @@ from gatewayd.providers.base import SettingError
 log = logging.getLogger("gatewayd")
 
 SERVICE = "bedrock"
+#: bodies larger than this are hashed off the event loop (a 256 kB SHA-256 costs ~0.3 ms)
+HASH_IN_THREAD_OVER = 256 * 1024
 _chain: object | None = None  # the default chain's credentials, resolved once per process
 
 
@@ -114,12 +120,39 @@ class AwsAuth:
         finally:
             self._refreshing = False
 
-    def headers(self, url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
+    def headers(self, url: str, body: bytes, headers: dict[str, str],
+                payload_hash: str | None = None) -> dict[str, str]:
         """``headers`` plus the authorization: the Bearer key, or SigV4 over the method, the
         URL as sent (its path percent-encoded as it goes on the wire), these headers, the
-        host and the body's SHA-256."""
+        host and the body's SHA-256 (``payload_hash``, its hex digest, when already known)."""
         if self.api_key is not None:
             return {**headers, "authorization": f"Bearer {self.api_key}"}
         request = AWSRequest(method="POST", url=url, data=body, headers=dict(headers))
-        SigV4Auth(self.credentials(), SERVICE, self.region).add_auth(request)
+        _SigV4(self.credentials(), SERVICE, self.region, payload_hash).add_auth(request)
         return dict(request.headers.items())
+
+    async def signed_headers(self, url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
+        """:meth:`headers`, with a large body's SHA-256 computed in a worker thread."""
+        if self.api_key is not None or len(body) <= HASH_IN_THREAD_OVER:
+            return self.headers(url, body, headers)
+        digest = await trio.to_thread.run_sync(_sha256_hex, body)
+        return self.headers(url, body, headers, digest)
+
+
+def _sha256_hex(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+class _SigV4(SigV4Auth):
+    """botocore's SigV4, told the payload's hash instead of computing it (on the loop). The
+    hash is not sent as ``X-Amz-Content-SHA256``: the request is the one botocore would sign."""
+
+    def __init__(self, credentials: ReadOnlyCredentials | None, service: str, region: str,
+                 payload_hash: str | None) -> None:
+        super().__init__(credentials, service, region)
+        self._payload_hash = payload_hash
+
+    def payload(self, request: AWSRequest) -> str:
+        if self._payload_hash is None:
+            return str(super().payload(request))
+        return self._payload_hash

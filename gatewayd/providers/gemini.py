@@ -33,7 +33,7 @@ from gatewayd.billing.features import gemini_asks, gemini_cap, require_prices
 from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import UpstreamError
 from gatewayd.formats.chat_to_gemini import chat_request_to_gemini
-from gatewayd.formats.errors import answer_object
+from gatewayd.formats.errors import answer_object, provider_json
 from gatewayd.formats.gemini_to_chat import (
     GeminiToChatStream,
     PromptBlocked,
@@ -106,7 +106,7 @@ def _chunks(translator: GeminiToChatStream, events: list[SSEEvent], started: boo
     went out it can only be told as a stream error."""
     for ev in events:
         try:
-            yield from translator.feed(orjson.loads(ev.data))
+            yield from translator.feed(provider_json(ev.data))
         except PromptBlocked as blocked:
             if not started:
                 raise _blocked(blocked) from None

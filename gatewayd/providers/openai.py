@@ -25,7 +25,7 @@ from gatewayd.billing.features import (
 )
 from gatewayd.catalogue import ModelRoute
 from gatewayd.formats import partial, pipes, usage as usage_mod
-from gatewayd.formats.errors import InvalidAnswer, answer_object
+from gatewayd.formats.errors import InvalidAnswer, answer_object, provider_json
 from gatewayd.formats.embeddings import convert_embeddings, embedding_inputs
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.responses_output import envelope
@@ -121,7 +121,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
             make_pipe=pipes.ResponsesPassthrough,
             finish=finish,
             upstream_error=passthrough_error,
-            received_ids=lambda raw: answer_received_ids(orjson.loads(raw)),
+            received_ids=lambda raw: answer_received_ids(provider_json(raw)),
             asks=asks,
         )
 

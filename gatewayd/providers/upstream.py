@@ -21,7 +21,8 @@ import httpx
 from gatewayd.providers.pool import ACCOUNT_EXTENSION, ConnectionPool
 
 # a request extension: ``async (request) -> None`` that sets the request's credentials just
-# before it is sent (Vertex AI's OAuth tokens: fetched, in a thread, only when they expire)
+# before it is sent (Vertex AI's OAuth tokens: fetched, in a thread, only when they expire;
+# Bedrock's SigV4: a large body hashed in a thread)
 AUTHORIZE_EXTENSION = "gatewayd.authorize"
 
 

@@ -13,7 +13,8 @@ Which wire a route speaks is decided by its ``upstream_id`` (the publisher's mod
 - anything else (``gemini...``, or ``google/<id>``): Gemini's ``generateContent`` /
   ``streamGenerateContent?alt=sse`` under ``publishers/google/models/{id}``, the same wire as
   Google's public Gemini API: the Gemini adapter's builders, translation and error mapping.
-  Chat and responses clients only; ``/v1/messages`` refuses such a route.
+  Chat and responses clients only (:func:`client_formats`): the router plans no such route
+  for ``/v1/messages``, and a model whose routes are all such is refused there up front.
 
 The builders of both adapters address their request through the ``upstream`` they are
 handed (``upstream.post(url, body, headers)``); this module hands them one that re-addresses
@@ -195,12 +196,18 @@ def _vertex_route(build: Builder, call: Call, target: ModelRoute, upstream, pars
     return route
 
 
+def client_formats(upstream_id: str) -> frozenset[str]:
+    """Claude on Vertex serves messages, chat and responses; Gemini chat and responses."""
+    return frozenset(ROUTES) if serves_claude(upstream_id) else frozenset({"chat", "responses"})
+
+
 def _claude(target: ModelRoute) -> bool:
     return publisher_model(target.upstream_id)[0] == "anthropic"
 
 
 def messages(call: Call, target: ModelRoute, upstream) -> Route:
-    """A messages client: Claude on Vertex, the client's bytes with two edits."""
+    """A messages client: Claude on Vertex, the client's bytes with two edits (a Gemini route
+    is never planned for messages: :func:`client_formats`; refused here all the same)."""
     if not _claude(target):
         raise BodyError(f"model {call.model.id} is served by a Gemini model on Vertex AI, which does not speak "
                         "the messages format: call it on /v1/chat/completions or /v1/responses")

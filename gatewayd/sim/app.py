@@ -17,7 +17,7 @@ import itertools
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 from functools import partial
 
 import attrs
@@ -28,7 +28,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from . import anthropic, bedrock, embeddings, gemini, openai_chat, openai_responses
-from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, parse_markers, plan
+from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, Plan, parse_markers, plan
 from .operator_ids import operator_id_message
 from .prompt_cache import PromptCache
 
@@ -239,6 +239,23 @@ class Wire:
     protocol: str  #: "chat", "responses" or "messages" (token counting)
 
 
+def with_prompt_cache(state, reply: Plan, body: dict, protocol: str,
+                      count: Callable[[dict], int] | None = None) -> Plan:
+    """``reply`` with the part of its input the simulator's prompt cache holds (when the
+    setting is on) moved to cache reads."""
+    if state.prompt_cache is None:
+        return reply
+    cached = min(state.prompt_cache.cached_tokens(body, protocol, count), reply.input_tokens)
+    return attrs.evolve(reply, input_tokens=reply.input_tokens - cached, cache_read=reply.cache_read + cached)
+
+
+class StreamFaults(Protocol):
+    """What :func:`_drive` needs of a wire: the bytes of a mid-stream error (Bedrock's
+    simulator, which frames its streams differently, gives only this)."""
+
+    def stream_error(self, sent: int) -> bytes: ...
+
+
 def _wire(module, protocol, error, check_headers) -> Wire:
     return Wire(
         error,
@@ -321,7 +338,7 @@ async def _before_reply(faults: Faults, entry: Recorded, error: Callable[..., Re
 
 
 async def _drive(
-    events: Iterator[tuple[bytes, int]], faults: Faults, entry: Recorded, wire: Wire, scope: Mapping[str, Any]
+    events: Iterator[tuple[bytes, int]], faults: Faults, entry: Recorded, wire: StreamFaults, scope: Mapping[str, Any]
 ) -> AsyncIterator[bytes]:
     """Write a stream's events, applying the mid-stream faults.
 
@@ -421,10 +438,7 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
     prompt = wire.extract(body)
     if state.markers:
         prompt = attrs.evolve(prompt, user_text=f"{prompt.user_text} {state.markers}")
-    reply = plan(prompt)
-    if state.prompt_cache is not None:
-        cached = min(state.prompt_cache.cached_tokens(body, wire.protocol), reply.input_tokens)
-        reply = attrs.evolve(reply, input_tokens=reply.input_tokens - cached, cache_read=reply.cache_read + cached)
+    reply = with_prompt_cache(state, plan(prompt), body, wire.protocol)
     faults = reply.faults
     stream = body.get("stream") is True if url_stream is None else url_stream
     entry.stream = stream

@@ -272,11 +272,11 @@ class _StreamWire:
 
 async def answer(state, model_path: str) -> Response:
     """``POST /bedrock/model/{modelId}/{action}``."""
-    raw = await request.get_data()
+    raw = await sim_app._request_body()
     entry = state.record(raw)
     scope = request.scope
     raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1").split("?", 1)[0]
-    denied = check_signature(scope["method"], raw_path, scope["query_string"].decode("latin-1"), request.headers, raw)
+    denied = check_signature(request.method, raw_path, scope["query_string"].decode("latin-1"), request.headers, raw)
     if denied is not None:
         return sim_app._done(entry, denied)
     model_id, _, action = unquote(model_path).rpartition("/")
@@ -301,7 +301,10 @@ async def answer(state, model_path: str) -> Response:
         prompt = extract_converse(body)
     if state.markers:
         prompt = attrs.evolve(prompt, user_text=f"{prompt.user_text} {state.markers}")
-    reply = plan(prompt)
+    if invoke:
+        reply = sim_app.with_prompt_cache(state, plan(prompt), messages_body, "messages")
+    else:
+        reply = sim_app.with_prompt_cache(state, plan(prompt), body, "converse", converse_input_tokens)
     faults = reply.faults
     stream = action.endswith("-stream")
     entry.stream = stream

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import collections
 import hashlib
+from typing import Callable
 
 import orjson
 
 from .behaviour import count_input_tokens
 
-_TURNS = {"chat": "messages", "messages": "messages", "responses": "input", "gemini": "contents"}
+_TURNS = {"chat": "messages", "messages": "messages", "responses": "input", "gemini": "contents",
+          "converse": "messages"}
 
 
 class PromptCache:
@@ -27,15 +29,17 @@ class PromptCache:
         self.limit = limit
         self._seen: collections.OrderedDict[bytes, None] = collections.OrderedDict()
 
-    def cached_tokens(self, body: dict, protocol: str) -> int:
-        """The prompt tokens this request reads from the cache; remembers its prefixes."""
+    def cached_tokens(self, body: dict, protocol: str, count: Callable[[dict], int] | None = None) -> int:
+        """The prompt tokens this request reads from the cache; remembers its prefixes.
+        ``count`` counts a body's tokens when :func:`count_input_tokens` does not know the
+        protocol (Bedrock's Converse)."""
         field = _TURNS[protocol]
         turns = body.get(field)
         if isinstance(turns, str):
             turns = [{"role": "user", "content": turns}]
         if not isinstance(turns, list) or not turns:
             return 0
-        head = [body.get(k) for k in ("system", "instructions", "systemInstruction", "tools")]
+        head = [body.get(k) for k in ("system", "instructions", "systemInstruction", "tools", "toolConfig")]
         digest = hashlib.blake2b(orjson.dumps(head))
         found = 0
         for k, turn in enumerate(turns, 1):
@@ -50,4 +54,5 @@ class PromptCache:
             self._seen.popitem(last=False)
         if not found:
             return 0
-        return count_input_tokens({**body, field: turns[:found]}, protocol)
+        prefix = {**body, field: turns[:found]}
+        return count(prefix) if count is not None else count_input_tokens(prefix, protocol)

@@ -23,7 +23,9 @@ Directory (accounts, keys)
     ``set_groups``, ``set_embedding_models``, ``add_payment(account, amount, note) -> Payment``
     (the operator's), ``record_payment(account, amount, note, source=, reference=) -> (Payment,
     credited)`` (exactly once per source and reference; refunds and disputes negative),
-    ``payments(id)``, ``insert_key(key, max_keys)`` (``TooManyKeys``: count and insert
+    ``payments(id)``; redemption codes (``gatewayd.store.redemption_codes``): ``insert_codes``,
+    ``redemption_codes()``, ``revoke_code(id, now)``, ``redeem_code(account, hash, now)`` (the code's
+    row and its payment in one transaction: once); ``insert_key(key, max_keys)`` (``TooManyKeys``: count and insert
     in one transaction, serialised per account), ``update_key(key)`` (``KeyRevoked``),
     ``set_key_status(id, status) -> stored status`` (a revoke always wins).
 Money

@@ -21,7 +21,11 @@ import orjson
 
 from gatewayd.money import MAX_PAID_NANO
 from gatewayd.records import Account, Key, expiry_instant, new_id, utc_now_iso
+from gatewayd.store import alert_outbox
+from gatewayd.store.alert_outbox import OutboxRow
 from gatewayd.store.audit import NAMED_AT_MOST, over_hold_condition
+from gatewayd.store import redemption_codes
+from gatewayd.store.redemption_codes import RedemptionCode
 from gatewayd.store.signin_attempts import Decide
 from gatewayd.store.usage_queries import UsageFilter
 from gatewayd.store.base import (
@@ -42,7 +46,7 @@ USAGE_COLUMNS = ", ".join(USAGE_FIELDS)
 
 ACCOUNT_COLUMNS = (
     "id, email, name, timezone, password_hash, credit_nano, total_paid_nano, groups, embedding_models, created_at,"
-    " max_concurrent"
+    " max_concurrent, alert_below_nano"
 )
 KEY_COLUMNS = (
     "k.id, k.account_id, k.name, k.secret_hash, k.secret_hint, k.status, k.spend_limit_nano, k.spent_nano,"
@@ -90,6 +94,7 @@ def account_from_row(row: Any, held_nano: int = 0) -> Account:
         created_at=row["created_at"],
         held_nano=held_nano,
         max_concurrent=row["max_concurrent"],
+        alert_below_nano=row["alert_below_nano"],
     )
 
 
@@ -229,6 +234,11 @@ class SQLStore:
         await self._write(lambda tx: tx.run("UPDATE accounts SET max_concurrent = ? WHERE id = ?",
                                             (max_concurrent, account_id)))
 
+    async def set_alert_below(self, account_id: str, alert_below_nano: int | None) -> None:
+        """The balance below which the account is alerted (None: no balance alert; gatewayd.alerts)."""
+        await self._write(lambda tx: tx.run("UPDATE accounts SET alert_below_nano = ? WHERE id = ?",
+                                            (alert_below_nano, account_id)))
+
     async def set_password_hash(self, account_id: str, password_hash: str) -> None:
         await self._write(lambda tx: tx.run("UPDATE accounts SET password_hash = ? WHERE id = ?",
                                             (password_hash, account_id)))
@@ -310,6 +320,38 @@ class SQLStore:
         rows = await self._read(lambda tx: tx.rows(
             f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE account_id = ? ORDER BY id DESC", (account_id,)))
         return [payment_from_row(r) for r in rows]
+
+    # -- redemption codes (gatewayd.codes, gatewayd.store.redemption_codes) ------------
+
+    async def insert_codes(self, codes: list[tuple[RedemptionCode, str]]) -> None:
+        """Store new codes, each with its SHA-256 (the code itself is never stored)."""
+        await self._write(lambda tx: redemption_codes.insert(tx, codes))
+
+    async def redemption_codes(self) -> list[RedemptionCode]:
+        return await self._read(redemption_codes.listed)
+
+    async def revoke_code(self, code_id: str, now: str) -> RedemptionCode | None:
+        return await self._write(lambda tx: redemption_codes.revoke(tx, code_id, now))
+
+    async def redeem_code(self, account: Account, code_hash: str, now: str) -> tuple[Payment | None, str | None]:
+        """The code with this hash credits ``account`` once: (its payment, None), or (None, why not:
+        ``redemption_codes.UNKNOWN`` / ``REDEEMED`` / ``REVOKED`` / ``EXPIRED``). The code's row and
+        its payment are one transaction."""
+
+        def redeem(tx: Tx) -> tuple[Payment | None, str | None, dict[str, Any] | None]:
+            code, refused = redemption_codes.claim(tx, code_hash, account.id, now)
+            if code is None:
+                return None, refused, None
+            note = f"code {code.id}" + (f": {code.note}" if code.note else "")
+            payment, stored = self._record_payment(tx, account.id, code.amount_nano, note, "code", code.id, now)
+            if stored is None:  # pragma: no cover - the claim above lets one transaction through
+                raise AssertionError(f"code {code.id} claimed but its payment exists already")
+            return payment, None, stored
+
+        payment, refused, stored = await self._write(redeem)
+        if payment is not None and stored is not None:
+            self._credit_payment(account, payment.amount_nano, stored)
+        return payment, refused
 
     # -- keys -------------------------------------------------------------------------
 
@@ -508,6 +550,31 @@ class SQLStore:
     async def forget_received_ids(self, now: int) -> int:
         """Delete the records expired at ``now`` (epoch s); returns how many."""
         return await self._write(lambda tx: tx.run("DELETE FROM received_ids WHERE expires_at <= ?", (now,)))
+
+    # -- the alert outbox (gatewayd.store.alert_outbox; rows are written by triggers) -------
+
+    async def claim_alerts(self, *, now: float, lease_s: float, token: str, limit: int) -> list[OutboxRow]:
+        skip_locked = self.kind == "postgres"
+        return await self._write(lambda tx: alert_outbox.claim(tx, now=now, lease_s=lease_s, token=token,
+                                                               limit=limit, skip_locked=skip_locked))
+
+    async def finish_alert(self, row_id: int, token: str, *, outcome: str, email_done: bool, webhook_done: bool,
+                           error: str | None = None) -> bool:
+        at = self.now_iso()
+        return await self._write(lambda tx: alert_outbox.finish(
+            tx, row_id, token, outcome=outcome, at=at, email_done=email_done, webhook_done=webhook_done, error=error))
+
+    async def retry_alert(self, row_id: int, token: str, *, next_attempt_at: float, email_done: bool,
+                          webhook_done: bool, error: str) -> bool:
+        return await self._write(lambda tx: alert_outbox.retry_later(
+            tx, row_id, token, next_attempt_at=next_attempt_at, email_done=email_done, webhook_done=webhook_done,
+            error=error))
+
+    async def recent_alerts(self, account_id: str, limit: int = 20) -> list[OutboxRow]:
+        return await self._read(lambda tx: alert_outbox.recent(tx, account_id, limit))
+
+    async def forget_finished_alerts(self, before: str) -> int:
+        return await self._write(lambda tx: alert_outbox.forget_finished(tx, before))
 
     # -- audit ------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from gatewayd.local_files import check_database_files, open_nofollow
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.budgets import period_start
 from gatewayd.store.audit import BUDGET_COLUMNS, AuditAccount, AuditKey, audit_budget, build_audit
-from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreError
+from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreError, StoreUnavailable
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -333,7 +333,10 @@ class SQLiteStore(SQLStore):
             if hold_row_queued:  # queued earlier, so the writer (FIFO) inserted it before this job
                 conn.execute("DELETE FROM holds WHERE request_id = ?", (hold.request_id,))
 
-        await self.writer.write(write)
+        try:
+            await self.writer.write(write)
+        except sqlite3.OperationalError as e:  # disk full, an I/O error: the database cannot take it
+            raise StoreUnavailable(f"SQLite: {e}") from None
 
     # -- instances ----------------------------------------------------------------------
 

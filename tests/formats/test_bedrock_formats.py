@@ -163,6 +163,35 @@ def test_the_adapters_signature_is_what_the_simulator_recomputes():
     assert refused.status_code == 403 and refused.headers["x-amzn-ErrorType"].startswith("InvalidSignatureException")
 
 
+async def test_a_large_body_is_hashed_in_a_worker_thread_and_signed_as_on_the_loop(monkeypatch):
+    """Over 256 kB the body's SHA-256 is computed off the event loop and handed to the signer:
+    the simulator's recomputation (of the whole request) accepts it; a small body is hashed
+    in place."""
+    import threading
+
+    from gatewayd.providers import bedrock_auth
+
+    threads = []
+    real = bedrock_auth._sha256_hex
+
+    def hashing(body: bytes) -> str:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(body)
+
+    monkeypatch.setattr(bedrock_auth, "_sha256_hex", hashing)
+    auth = AwsAuth(region="us-east-1", source=Credentials(sim_bedrock.ACCESS_KEY_ID, sim_bedrock.SECRET_ACCESS_KEY))
+    url = "http://127.0.0.1:9/bedrock/model/us.anthropic.claude-x-v1%3A0/invoke"
+    path = "/bedrock/model/us.anthropic.claude-x-v1%3A0/invoke"
+    for body in (b'{"messages":[]}', b'{"x":"' + b"y" * bedrock_auth.HASH_IN_THREAD_OVER + b'"}'):
+        signed = await auth.signed_headers(url, body, {"content-type": "application/json"})
+        headers = {k.lower(): v for k, v in signed.items()}
+        headers["host"] = "127.0.0.1:9"
+        assert "x-amz-content-sha256" not in headers  # the request botocore itself would sign
+        assert sim_bedrock.check_signature("POST", path, "", headers, body) is None
+        assert sim_bedrock.check_signature("POST", path, "", headers, body[:-1] + b" ").status_code == 403
+    assert threads == [False]  # the large body only, and not on the loop's thread
+
+
 async def test_temporary_credentials_are_refreshed_in_a_worker_thread_and_used_meanwhile():
     """Near expiry, a request starts one refresh off the event loop and signs with the still
     valid credentials; the next request signs with the new ones."""

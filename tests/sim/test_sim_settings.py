@@ -70,6 +70,32 @@ async def test_prompt_cache_serves_repeated_leading_turns(sim):
     assert again["prompt_tokens_details"]["cached_tokens"] == 0
 
 
+async def test_prompt_cache_applies_to_bedrock_invoke_and_converse(sim):
+    from gatewayd.sim.bedrock import API_KEY, converse_input_tokens
+
+    bedrock = {"authorization": f"Bearer {API_KEY}"}
+    await sim.put("/_sim/settings", json={"prompt_cache": True})
+    m1 = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 50, "system": "s", "messages": turns(1)}
+    m2 = {**m1, "messages": turns(2)}
+    path = "/bedrock/model/anthropic.claude-x-v1%3A0/invoke"
+    first = (await sim.post(path, json=m1, headers=bedrock)).json()["usage"]
+    assert first["cache_read_input_tokens"] == 0
+    u = (await sim.post(path, json=m2, headers=bedrock)).json()["usage"]
+    assert u["cache_read_input_tokens"] == count_input_tokens(m1, "messages")
+    assert u["input_tokens"] + u["cache_read_input_tokens"] == count_input_tokens(m2, "messages")
+
+    def converse(n: int) -> dict:
+        return {"messages": [{"role": t["role"], "content": [{"text": t["content"]}]} for t in turns(n)],
+                "system": [{"text": "s"}]}
+
+    path = "/bedrock/model/amazon.nova-pro-v1%3A0/converse"
+    assert (await sim.post(path, json=converse(1), headers=bedrock)).json()["usage"]["cacheReadInputTokens"] == 0
+    u = (await sim.post(path, json=converse(2), headers=bedrock)).json()["usage"]
+    assert u["cacheReadInputTokens"] == converse_input_tokens(converse(1))
+    assert u["inputTokens"] + u["cacheReadInputTokens"] == converse_input_tokens(converse(2))
+    await sim.put("/_sim/settings", json={"prompt_cache": False})
+
+
 async def test_azure_paths(sim):
     body = {"model": "ignored", "messages": [{"role": "user", "content": "hi"}]}
     path = "/openai/deployments/my-dep/chat/completions"

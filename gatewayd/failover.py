@@ -1,0 +1,266 @@
+"""Attempts and failover: one request's routes tried in order until one answers.
+
+``Failover.run`` takes the routes the relay built (the router's order, cut to
+``routing.max_attempts``) and the request's tab, and for each route:
+
+    call the provider (a fair share of the connection pool) -> status line ->
+    plain answer: read it, translate it, settle the tab, answer 200;
+    stream: read to the first bytes for the client, hand the tab to the stream, answer 200
+
+A route that fails before any byte has reached the client (connect failure, no first
+byte in time, 429, 5xx, an invalid or broken answer) gives way to the next, up to
+``routing.deadline_s``; a 4xx other than 429 is the client's error and is answered at
+once. Each outcome is told to the router (route health, stickiness, provider health).
+Deadlines run on trio's clock (``trio.current_time``), so a test's ``MockClock`` drives them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import httpx
+import trio
+
+from gatewayd import trace
+from gatewayd.attempt import PROVIDER_FAULTS, AttemptFailed
+from gatewayd.billing.cut import hidden_output_possible
+from gatewayd.billing.tab import Outcome, Tab
+from gatewayd.concurrency import gateway_busy
+from gatewayd.config import ModelRoute, RoutingSettings
+from gatewayd.drain import Drain
+from gatewayd.errors import GatewayError, UpstreamError, our_fault
+from gatewayd.formats.usage import Usage
+from gatewayd.providers.base import Call, Route
+from gatewayd.providers.upstream import Upstream
+from gatewayd.pump import AnswerStream, StreamPump
+from gatewayd.received_ids import ReceivedIds
+from gatewayd.routing import Router
+
+
+class Failover:
+    """The attempts of every request of one relay: what they need, passed in."""
+
+    def __init__(self, settings: RoutingSettings, upstream: Upstream, router: Router, drain: Drain,
+                 received_ids: ReceivedIds) -> None:
+        self.settings = settings  # replaced on a config reload
+        self.upstream = upstream
+        self.router = router
+        self.drain = drain
+        self.received_ids = received_ids
+
+    async def run(self, tab: Tab, call: Call, attempts: list[tuple[ModelRoute, Route]], key: str | None):
+        """Try the built routes in order until one answers (module doc); settle a plain
+        answer, hand a stream its tab, or answer the last failure."""
+        model = call.model
+        t = trace.get()
+        deadline = trio.current_time() + self.settings.deadline_s
+        tab.hidden_possible = hidden_output_possible(model, call.body)
+        if call.client_format in ("chat", "messages", "responses"):
+            tab.prompt = (call.body, call.client_format)
+        failures: list[tuple[AttemptFailed, Route]] = []
+        for n, (target, route) in enumerate(attempts):
+            if n and trio.current_time() >= deadline:
+                break
+            tab.input_estimate = route.input_tokens_estimate
+            tab.output_allowance = route.output_tokens
+            tab.hold.provider = target.provider.name
+            tab.hold.attempts += 1
+            if t is not None:
+                t.provider = target.provider.name
+                t.route = target.name
+            last = n == len(attempts) - 1
+            self.router.started(target)
+            began = trio.current_time()
+            try:
+                if route.stream:
+                    first, pump = await self._open_stream(route, tab, target, last, deadline)
+                    self.router.succeeded(target, trio.current_time() - began)
+                    self.router.remember(model, key, target)
+                    tab.hand_off()  # no checkpoint since the pump started: it settles from here on
+                    return 200, {**route.headers, "cache-control": "no-cache"}, AnswerStream(first, pump, tab)
+                body, usage, first_byte_s = await self._answer(route, tab, last, deadline)
+            except AttemptFailed as failure:
+                failures.append((failure, route))
+                if failure.retryable:
+                    self.router.failed(target, failure.reason, failure.retry_after_s)
+                    continue
+                self.router.succeeded(target)  # it answered: the refusal is about the request
+                break
+            except BaseException:
+                self.router.abandoned(target)
+                raise
+            self.router.succeeded(target, first_byte_s)
+            self.router.remember(model, key, target)
+            await tab.settle(usage, Outcome.OK, 200)
+            if route.received_ids is not None:
+                with trio.CancelScope(shield=True):
+                    await self.received_ids.record(tab.hold.account.id, route.received_ids(body), tab.hold.request_id)
+            return 200, route.headers, body
+        return await self._all_failed(tab, model.id, failures)
+
+    async def _all_failed(self, tab: Tab, model_id: str, failures: list[tuple["AttemptFailed", Route]]):
+        """No route answered: the last provider error (status and message kept), else, when
+        several routes were tried and none could be reached, 503 ``model_not_found``; a lone
+        attempt keeps its own 502/504."""
+        answered = [(f.upstream, r) for f, r in failures if f.upstream is not None]
+        if answered:
+            upstream, route = answered[-1]
+            status, body, headers = route.upstream_error(upstream)
+            await tab.release(Outcome.UPSTREAM_ERROR, status)
+            return status, {**route.headers, **headers}, body
+        failure, _ = failures[-1]
+        if len(failures) > 1 and not any(f.reached for f, _ in failures):
+            await tab.release(failure.outcome, 503)
+            raise GatewayError(
+                503, f"No available channel for model {model_id} right now: none of its {len(failures)} routes "
+                     f"could be reached (last: {failure.reason})", "model_not_found", model_step=True)
+        assert failure.error is not None  # a failure without the provider's answer carries its own error
+        await tab.release(failure.outcome, failure.error.status)
+        raise failure.error
+
+    def _cut_off(self, limit: float, last: bool, deadline: float) -> float:
+        """How long an attempt may wait: no limit for the last route, nor when no other attempt
+        could start after the cut (the deadline would have passed): cutting would gain nothing."""
+        if last or not limit or trio.current_time() + limit >= deadline:
+            return math.inf
+        return limit
+
+    async def _open_stream(self, route: Route, tab: Tab, target: ModelRoute, last: bool, deadline: float):
+        """Call the provider and read up to the first bytes for the client, before answering
+        200: a stream that fails before it starts (invalid, dropped, silent) can still go to
+        another route, or be a plain 502/504. Unless this is the last route, the first bytes
+        must come within ``first_byte_timeout_s``."""
+        limit = self._cut_off(self.settings.first_byte_timeout_s, last, deadline)
+        with trio.move_on_after(limit) as waiting:
+            response = await self._call(route, tab)
+            pump = StreamPump(self, response, route, tab, target).run()
+            try:
+                first = await pump.__anext__()
+            except StopAsyncIteration:
+                first = b""
+            return first, pump
+        assert waiting.cancelled_caught
+        raise AttemptFailed(
+            GatewayError(504, f"the provider sent nothing within {limit:g} seconds", "upstream_timeout",
+                         model_step=True),
+            "idle_timeout", reason=f"no first byte within {limit:g} s", reached=False,
+        )
+
+    async def _answer(self, route: Route, tab: Tab, last: bool, deadline: float) -> tuple[bytes, Usage, float]:
+        """A non-streaming answer, its usage, and the time to its status line (the route's
+        latency for ``gatewayctl routes``, as the time to the first event is a stream's).
+
+        The spec puts no cut-off on it, and the last route never has one; while another
+        route remains, a provider that sends no status line within
+        ``routing.non_stream_first_byte_timeout_s`` (a hung provider looks like that) gives
+        way to it, as does one whose whole answer takes longer than
+        ``routing.non_stream_timeout_s`` when that is set."""
+        settings = self.settings
+        first_byte = self._cut_off(settings.non_stream_first_byte_timeout_s, last, deadline)
+        limit = self._cut_off(settings.non_stream_timeout_s, last, deadline)
+        began = trio.current_time()
+        with trio.move_on_after(limit) as waiting:
+            with trio.move_on_after(first_byte) as silent:
+                response = await self._call(route, tab)
+            first_byte_s = trio.current_time() - began
+            if silent.cancelled_caught:
+                raise AttemptFailed(
+                    GatewayError(504, f"the provider did not start answering within {first_byte:g} seconds",
+                                 "upstream_timeout", model_step=True),
+                    "idle_timeout", reason=f"no status line within {first_byte:g} s", reached=False,
+                )
+            return (*await self._finish(response, route, tab), first_byte_s)
+        assert waiting.cancelled_caught
+        raise AttemptFailed(
+            GatewayError(504, f"the provider did not answer within {limit:g} seconds", "upstream_timeout",
+                         model_step=True),
+            "idle_timeout", reason=f"no answer within {limit:g} s", reached=False,
+        )
+
+    async def cut_by_shutdown(self, tab: Tab) -> GatewayError:
+        await tab.release(Outcome.SHUTDOWN, 503)
+        return GatewayError(503, "the gateway is shutting down; the provider did not answer in time",
+                            "shutting_down", model_step=True)
+
+    async def _call(self, route: Route, tab: Tab) -> httpx.Response:
+        t = trace.get()
+        provider = tab.hold.provider or tab.model.provider.name
+        # a client that left while the hold was taken (a database answering slowly) stops here,
+        # before any byte goes to a provider: nothing of it can be billed
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = time.perf_counter()
+            with self.drain.read() as reading:
+                response = await self.upstream.send(route.request, on_sent=tab.mark_sent,
+                                                   account=tab.hold.account.id)
+            if reading.cancelled_caught:
+                raise await self.cut_by_shutdown(tab)
+            if t is not None:
+                t.upstream_ttfb_s = time.perf_counter() - sent
+            self.router.provider_seen(provider, True)
+        except httpx.PoolTimeout:  # every upstream connection of ours is in use: our capacity, not the route's
+            await tab.release(Outcome.GATEWAY_BUSY, 503)
+            raise gateway_busy() from None
+        except httpx.ConnectTimeout:
+            self.router.provider_seen(provider, False, "connect timeout")
+            raise AttemptFailed(
+                GatewayError(504, "the provider did not accept a connection in time", "upstream_timeout",
+                             model_step=True),
+                "upstream_unreachable", reason="connect timeout", reached=False) from None
+        except httpx.ReadTimeout:  # only streams have a read timeout: the idle cut-off
+            idle = self.upstream.stream_idle_timeout_s
+            raise AttemptFailed(
+                GatewayError(504, f"the provider sent nothing for {idle:g} seconds", "upstream_timeout",
+                             model_step=True),
+                "idle_timeout", reason=f"no status line within {idle:g} s", reached=False) from None
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+            self.router.provider_seen(provider, False, type(e).__name__)
+            raise AttemptFailed(
+                GatewayError(502, f"the provider could not be reached ({type(e).__name__})", "bad_gateway",
+                             model_step=True),
+                "upstream_unreachable", reason=f"unreachable ({type(e).__name__})", reached=False) from None
+        if response.status_code != 200:
+            try:
+                body = await response.aread()
+            except httpx.HTTPError:
+                body = b""
+            finally:
+                await response.aclose()
+            error = UpstreamError(response.status_code, body, dict(response.headers))
+            retryable = error.status == 429 or error.status >= 500
+            raise AttemptFailed(
+                None, "upstream_error", upstream=error, retryable=retryable,
+                reason=f"{error.status}: {error.message(for_operator=True)[:200]}",
+                retry_after_s=route.retry_after(error) if retryable else None,  # the adapter knows where
+            ) from None
+        return response
+
+    async def _finish(self, response: httpx.Response, route: Route, tab: Tab) -> tuple[bytes, Usage]:
+        try:
+            with self.drain.read() as reading:
+                raw = await response.aread()
+            if reading.cancelled_caught:
+                raise await self.cut_by_shutdown(tab)
+        except httpx.HTTPError as e:
+            raise AttemptFailed(
+                GatewayError(502, f"the provider dropped the connection ({type(e).__name__})", "bad_gateway",
+                             model_step=True),
+                "upstream_broken", reason=f"answer broke off ({type(e).__name__})") from None
+        finally:
+            await response.aclose()
+        try:
+            body, usage = route.finish(raw)
+        except UpstreamError as e:  # the provider refused inside a 200 (a blocked prompt): nothing charged
+            raise AttemptFailed(None, "upstream_error", upstream=e, retryable=False,
+                                reason=f"refused: {e.message(for_operator=True)[:200]}") from None
+        except PROVIDER_FAULTS as e:
+            raise AttemptFailed(
+                GatewayError(502, "the provider returned an invalid response", "bad_gateway", model_step=True),
+                "upstream_invalid", reason=f"invalid answer ({type(e).__name__})") from None
+        except Exception as e:  # our translator failed on an answer it did not expect: nothing is charged
+            await tab.release(Outcome.INTERNAL_ERROR, 500)
+            raise our_fault(tab.hold.request_id, "while translating the provider's answer", e) from None
+        return body, usage if usage is not None else Usage(input_tokens=route.input_tokens_estimate)
+
+
