@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.console_helpers import account_with_password, browser_missing, launch
+from tests.console_helpers import PASSWORD, account_with_password, browser_missing, launch
 from tests.live import Daemon, unique_email
 from tests.stripe_fake import StripeFake
 from tests.stripe_helpers import STRIPE_ENV, deliver, stripe_section
@@ -41,7 +41,7 @@ def test_add_funds_in_a_browser(daemon, fake):
         page.set_default_timeout(15_000)
         page.goto(daemon.url + "/console/signin")
         page.fill("input[name=email]", email)
-        page.fill("input[name=password]", "correct horse battery staple")
+        page.fill("input[name=password]", PASSWORD)
         page.click("button:has-text('Sign in')")
         page.wait_for_url("**/console/keys")
         page.goto(daemon.url + "/console/balance")
