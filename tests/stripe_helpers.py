@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
+from tests.live import Daemon
 from tests.stripe_fake import SECRET_KEY, WEBHOOK_SECRET, StripeFake, event, signed
 
 _NONCE = re.compile(r'name="nonce" value="([0-9a-f]+)"')
@@ -33,3 +35,20 @@ def deliver(url: str, kind: str, obj: dict, **sign) -> httpx.Response:
 def deliver_event(url: str, doc: dict, **sign) -> httpx.Response:
     body, headers = signed(doc, **sign)
     return httpx.post(url + "/webhooks/stripe", content=body, headers=headers, timeout=30)
+
+
+# Module fixtures for the Stripe test files (imported there: ``from tests.stripe_helpers import ...``)
+@pytest.fixture(scope="module", name="fake")
+def fake_fixture():
+    """The loopback fake of Stripe's API, one per test module."""
+    fake = StripeFake()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture(scope="module", name="daemon")
+def daemon_fixture(sim, fake, tmp_path_factory):
+    """A gatewayd with ``[payments.stripe]`` pointed at the fake."""
+    d = Daemon(tmp_path_factory.mktemp("stripe"), sim.url, extra=stripe_section(fake), env=STRIPE_ENV)
+    yield d
+    d.stop()

@@ -6,25 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.console_helpers import PASSWORD, account_with_password, browser_missing, launch
-from tests.live import Daemon, unique_email
-from tests.stripe_fake import StripeFake
-from tests.stripe_helpers import STRIPE_ENV, deliver, stripe_section
+from tests.live import unique_email
+from tests.stripe_helpers import daemon_fixture, deliver, fake_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def fake():
-    fake = StripeFake()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture(scope="module")
-def daemon(sim, fake, tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("stripe-browser"), sim.url, extra=stripe_section(fake), env=STRIPE_ENV)
-    yield d
-    d.stop()
 
 
 def test_add_funds_in_a_browser(daemon, fake):

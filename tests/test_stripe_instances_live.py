@@ -17,17 +17,10 @@ from tests.console_helpers import ConsoleClient, account_with_password
 from tests.faults import gatewayctl_audit
 from tests.live import Daemon, unique_email
 from tests.pgproxy import Proxy
-from tests.stripe_fake import StripeFake, event
-from tests.stripe_helpers import STRIPE_ENV, deliver_event, nonce_of, stripe_section
+from tests.stripe_fake import event
+from tests.stripe_helpers import STRIPE_ENV, deliver_event, fake_fixture, nonce_of, stripe_section  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not pg.available(), reason="PostgreSQL is not running")]
-
-
-@pytest.fixture(scope="module")
-def fake():
-    fake = StripeFake()
-    yield fake
-    fake.close()
 
 
 @pytest.fixture(scope="module")

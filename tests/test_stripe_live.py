@@ -17,24 +17,10 @@ from gatewayd.money import usd_to_nano
 from tests.console_helpers import ConsoleClient, account_with_password
 from tests.faults import chat_body, gatewayctl_audit, headers
 from tests.live import Daemon, unique_email
-from tests.stripe_fake import StripeFake, event, signed
-from tests.stripe_helpers import STRIPE_ENV, deliver, deliver_event, nonce_of, stripe_section
+from tests.stripe_fake import event, signed
+from tests.stripe_helpers import daemon_fixture, deliver, deliver_event, fake_fixture, nonce_of  # noqa: F401
 
 PAID = "10"  # the operator's payment every account starts with
-
-
-@pytest.fixture(scope="module")
-def fake():
-    fake = StripeFake()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture(scope="module")
-def daemon(sim, fake, tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("stripe"), sim.url, extra=stripe_section(fake), env=STRIPE_ENV)
-    yield d
-    d.stop()
 
 
 @pytest.fixture(scope="module")
