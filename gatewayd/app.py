@@ -56,6 +56,7 @@ ENDPOINTS = {
     "/healthz": "ops",
     "/readyz": "ops",
     "/metrics": "ops",
+    "/webhooks/stripe": "webhooks",
 }
 
 

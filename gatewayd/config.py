@@ -16,7 +16,7 @@ from fractions import Fraction
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import AbstractSet, Any
+from typing import TYPE_CHECKING, AbstractSet, Any
 
 import attrs
 
@@ -26,6 +26,9 @@ from gatewayd.alerts import AlertSettings
 from gatewayd.billing import price_overlay
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio, usd_to_nano
+
+if TYPE_CHECKING:
+    from gatewayd.payments.stripe_settings import StripeSettings
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
     "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
@@ -119,6 +122,7 @@ class Config:
     # model id -> field -> value, kept to say where each price came from
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
+    stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -576,7 +580,8 @@ def load_config(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
-    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts"}
+    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
+               "payments"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -606,6 +611,8 @@ def load_config(
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
+    from gatewayd.payments.stripe_settings import read_payments  # it builds on this module's _Section
+
     return Config(
         server=server,
         database_url=database_url,
@@ -619,4 +626,5 @@ def load_config(
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
         alerts=alerts.read_settings(raw.get("alerts"), env),
+        stripe=read_payments(raw.get("payments"), env),
     )

@@ -30,6 +30,7 @@ from gatewayd.bodies import BodyBudget
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
+from gatewayd.payments.stripe_webhook import mount_stripe_webhook
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
 from gatewayd import cleartext_h2, hangups, local_files, logs, loopwatch, protocol_errors
@@ -214,6 +215,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 metrics_listen = worker.metrics_listen(metrics_listen)
             public_app = create_app(readiness if metrics_listen is None else None)
             console = await mount_console(public_app, directory, store, config)
+            mount_stripe_webhook(public_app, console)  # the console holds the config in force
             first = config
             reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], metrics)
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
