@@ -135,7 +135,7 @@ async def chat(relay, secret, model="c", stream=False):
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
     ctx = Ctx(request_id="req", client_ip="127.0.0.1", headers=Headers({"authorization": f"Bearer {secret}"}),
               endpoint="chat")
-    status, headers, out = await endpoints.chat_completions(relay, ctx, orjson.dumps(body))
+    status, headers, out = await relay.serve(endpoints.CHAT, ctx, orjson.dumps(body))
     if not isinstance(out, bytes):
         out = b"".join([piece async for piece in out])
     return status, headers, out
