@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from typing import Callable
 
@@ -36,14 +37,16 @@ import orjson
 import trio
 
 from gatewayd import endpoints, trace
+from gatewayd.access import authorize_model
 from gatewayd.api_routes import ApiRoutes, Headers
 from gatewayd.errors import GatewayError, our_fault
 from gatewayd.formats.responses_socket import (
-    CREATE, LastResponse, create_body, error_event, event_type, finished_response, remembered, socket_event,
+    CREATE, LastResponse, create_body, error_event, event_type, finished_response, is_warmup, remembered,
+    socket_event, warmup_events,
 )
 from gatewayd.formats.sse import SSESplitter
 from gatewayd.providers.base import translate
-from gatewayd.relay import AnswerStream
+from gatewayd.relay import AnswerStream, Ctx
 from gatewayd.trace import Trace
 from gatewayd.upgrades import refuse_websocket
 
@@ -161,6 +164,9 @@ class ResponsesSocket:
         last, self.last = self.last, None  # a response replaces it once finished
         try:
             body = translate(create_body, event, last)
+            if is_warmup(body):
+                await self._warm_up(ctx, body, t)
+                return
             status, _headers, answer = await endpoints.responses(self.relay, ctx, orjson.dumps(body))
         except GatewayError as error:
             t.status = error.status
@@ -179,6 +185,24 @@ class ResponsesSocket:
             await self._send_text(error_event(status, answer) if status >= 400 else bytes(answer))
             return
         await self._stream(answer, body, t)
+
+    async def _warm_up(self, ctx: Ctx, body: dict, t: Trace) -> None:
+        """``generate: false``, answered here: nothing goes to the provider and nothing is
+        charged (no hold, no usage row; the log line says status 200 with no usage). The key
+        must still be allowed the model; the socket remembers the request's input, so the next
+        ``response.create`` naming this response carries it to the provider."""
+        caller = self.relay.admit(ctx)
+        model_id = endpoints.field(body, "model", str, required=True, what="a string")
+        if body.get("input") is not None and not isinstance(body["input"], (str, list)):
+            raise GatewayError(400, "field 'input' must be a string or an array of input items", param="input")
+        authorize_model(self.relay.config, caller, model_id, kind="chat", endpoint="responses")
+        t.model = model_id
+        t.status = 200
+        response_id = "resp_" + os.urandom(12).hex()
+        self.last = remembered(body, {"id": response_id, "output": []})
+        self._done(t)
+        for event in warmup_events(body, response_id, int(time.time())):
+            await self._send_text(event)
 
     async def _stream(self, answer: AnswerStream, body: dict, t: Trace) -> None:
         """The stream's events, one message each: the ``data`` bytes as the SSE stream has them."""

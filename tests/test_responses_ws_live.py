@@ -232,3 +232,27 @@ def test_bad_messages_get_error_events_and_the_socket_stays_usable(gateway, fund
         assert one_response(ws)[-1]["type"] == "response.completed"
     assert [r["status"] for r in gateway.admin.usage(account["id"])] == ["ok"]
     assert "Traceback" not in gateway.output.text
+
+
+def test_a_warm_up_is_answered_free_and_the_next_response_carries_its_input(gateway, sim, funded):
+    """Codex's ``generate: false`` on a new socket: no provider call, no charge; the next
+    request names it and the provider gets the warm-up's input with the new one."""
+    account, _, secret = funded
+    marker = f"ws-warm-{uuid.uuid4().hex[:8]}"
+    with open_socket(gateway, secret) as ws:
+        create(ws, model=CLAUDE, instructions="be brief", input=[{"role": "user", "content": f"context {marker}"}],
+               generate=False)
+        warm = one_response(ws)
+        assert [e["type"] for e in warm] == ["response.created", "response.completed"]
+        assert warm[-1]["response"]["usage"]["output_tokens"] == 0
+        assert gateway.admin.usage(account["id"]) == [] and sim.requests(marker) == []
+        create(ws, model=CLAUDE, instructions="be brief", previous_response_id=warm[-1]["response"]["id"],
+               input=[{"role": "user", "content": "go on [[sim:words=3]]"}])
+        assert one_response(ws)[-1]["type"] == "response.completed"
+    [upstream] = sim.requests(marker)
+    assert f"context {marker}" in json.dumps(upstream["json"]["messages"]) and "go on" in json.dumps(upstream["json"])
+    [row] = settled_rows(gateway, account["id"], 1)
+    assert row["status"] == "ok"
+    with open_socket(gateway, secret) as ws:  # a warm-up is still checked: the model must exist
+        create(ws, model="no-such-model", input="x", generate=False)
+        assert json.loads(ws.recv(timeout=10))["error"]["code"] == "model_not_found"

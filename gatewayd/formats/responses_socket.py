@@ -27,6 +27,8 @@ __all__ = [
     "socket_event",
     "create_body",
     "event_type",
+    "is_warmup",
+    "warmup_events",
     "finished_response",
     "remembered",
     "error_event",
@@ -81,6 +83,8 @@ def create_body(event: dict, last: LastResponse | None) -> dict:
     if stream is not None and stream is not True:
         raise TranslationError("a response over a WebSocket is always streamed; leave 'stream' out", "stream")
     body["stream"] = True
+    if body.get("generate") is True:
+        del body["generate"]  # the default; a WebSocket-only field the HTTP API does not take
     previous = body.get("previous_response_id")
     if last is not None and isinstance(previous, str) and previous == last.response_id:
         new = body.get("input")
@@ -100,6 +104,27 @@ def event_type(event_name: str | None, data: bytes) -> str | None:
         if data.startswith(b'{"type":"%s"' % kind.encode()):
             return kind
     return None
+
+
+def is_warmup(body: dict) -> bool:
+    """``generate: false``: a request that asks the model nothing. Codex sends one first on a
+    new socket to warm the provider's cache with its instructions and tools, then names it in
+    ``previous_response_id``. gatewayd answers it itself, free (:func:`warmup_events`)."""
+    return body.get("generate") is False
+
+
+def warmup_events(body: dict, response_id: str, created_at: int) -> list[bytes]:
+    """A warm-up's answer: the response created and completed, with no output and no usage."""
+    response = {
+        "id": response_id, "object": "response", "created_at": created_at, "status": "in_progress",
+        "model": body.get("model"), "output": [], "usage": None, "error": None, "incomplete_details": None,
+        "instructions": body.get("instructions"), "previous_response_id": None, "store": False,
+    }
+    done = {**response, "status": "completed", "usage": {
+        "input_tokens": 0, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0}}
+    return [orjson.dumps({"type": "response.created", "sequence_number": 0, "response": response}),
+            orjson.dumps({"type": "response.completed", "sequence_number": 1, "response": done})]
 
 
 def finished_response(event_name: str | None, data: bytes) -> dict | None:

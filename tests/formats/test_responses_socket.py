@@ -7,7 +7,8 @@ import pytest
 
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.responses_socket import (
-    LastResponse, create_body, error_event, event_type, finished_response, remembered, socket_event,
+    LastResponse, create_body, error_event, event_type, finished_response, is_warmup, remembered, socket_event,
+    warmup_events,
 )
 
 
@@ -65,3 +66,14 @@ def test_an_error_event_carries_the_status_and_the_error_object():
                      "error": {"message": "no money", "type": "insufficient_quota", "code": "x"}}
     plain = orjson.loads(error_event(502, b"Bad Gateway"))
     assert plain["status"] == 502 and plain["error"]["message"] == "Bad Gateway"
+
+
+def test_a_warm_up_is_recognised_and_answered_without_usage():
+    body = create_body({"type": "response.create", "model": "m", "input": "x", "generate": False}, None)
+    assert is_warmup(body)
+    assert "generate" not in create_body({"type": "response.create", "model": "m", "generate": True}, None)
+    created, completed = (orjson.loads(e) for e in warmup_events(body, "resp_w", 7))
+    assert created["type"] == "response.created" and completed["type"] == "response.completed"
+    assert completed["response"]["id"] == "resp_w" and completed["response"]["output"] == []
+    assert completed["response"]["usage"]["input_tokens"] == completed["response"]["usage"]["output_tokens"] == 0
+    assert finished_response(None, warmup_events(body, "resp_w", 7)[1])["id"] == "resp_w"
