@@ -15,6 +15,7 @@ not require is dropped, and the route says so in a response header. What is only
 from __future__ import annotations
 
 from gatewayd.formats.errors import TranslationError
+from gatewayd.formats.stored_objects import item_reference_refused
 from gatewayd.formats.responses_tools import chat_name, chat_tool_choice, custom_arguments, plan_tools
 
 __all__ = ["responses_request_to_chat"]
@@ -134,6 +135,8 @@ def _input_to_messages(value) -> list[dict]:
             # A summary of earlier thinking; its encrypted_content is sealed for OpenAI's
             # models, so there is nothing another upstream could do with it.
             continue
+        elif kind == "item_reference":
+            raise item_reference_refused(where)
         else:
             raise TranslationError(f"input item type {kind!r} is not supported for this model", where)
     return messages
