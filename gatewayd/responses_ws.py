@@ -53,6 +53,7 @@ from gatewayd.upgrades import refuse_websocket
 log = logging.getLogger("gatewayd.app")
 
 PATH = "/v1/responses"
+SOCKET_ENDPOINT = "responses_socket"
 IDLE_CLOSE = 1000  # normal closure: the socket was idle; nothing was cut
 
 
@@ -77,6 +78,9 @@ class ResponsesSocket:
     async def serve(self, t: Trace) -> None:
         """Authenticate the handshake, accept, then read events until the client leaves."""
         ctx = self.routes._context(self.scope, Headers(self.scope["headers"]), "responses")
+        # the socket's own line: not a model request (its duration is the socket's life, kept
+        # out of the request latency histograms); each response has its own "responses" line
+        t.endpoint = SOCKET_ENDPOINT
         try:
             self.relay.admit(ctx)
         except GatewayError as error:

@@ -170,7 +170,8 @@ def _went_over_the_socket(gateway, account_id: str) -> None:
     warm-up (``generate: false``, answered by the gateway, free) and the two billed turns."""
     lines = [line for line in _request_lines(gateway, account_id) if line.get("path") == "/v1/responses"]
     assert lines and all(line["method"] == "GET" for line in lines), lines
-    assert [line["status"] for line in lines if not line.get("model")] == [101], lines
+    assert [(line["status"], line["endpoint"]) for line in lines if not line.get("model")] == [
+        (101, "responses_socket")], lines
     answered = [(line["status"], line["usage_status"]) for line in lines if line.get("model")]
     assert answered == [(200, None), (200, "ok"), (200, "ok")], lines
 
