@@ -55,6 +55,7 @@ log = logging.getLogger("gatewayd.app")
 PATH = "/v1/responses"
 SOCKET_ENDPOINT = "responses_socket"
 IDLE_CLOSE = 1000  # normal closure: the socket was idle; nothing was cut
+INTERNAL_ERROR_CLOSE = 1011  # a bug of ours cut a response mid-stream (logged with its traceback)
 
 
 class ResponsesSocket:
@@ -211,6 +212,7 @@ class ResponsesSocket:
     async def _stream(self, answer: AnswerStream, body: dict, t: Trace) -> None:
         """The stream's events, one message each: the ``data`` bytes as the SSE stream has them."""
         splitter = SSESplitter()
+        broken = False
         try:
             async for chunk in answer:
                 for sse in splitter.feed(chunk):
@@ -220,8 +222,12 @@ class ResponsesSocket:
         except Exception as e:  # noqa: BLE001 - the pump turns every fault into an error event; this is a bug
             log.error("internal error while streaming the answer: %s", type(e).__name__, exc_info=e,
                       extra={"fields": {"request_id": t.request_id}})
+            broken = True
         finally:
             await answer.aclose()  # settles the tab (shielded): read on to the usage when cut
+        if broken:  # as an HTTP stream is cut: the client must not wait for an end that will not come
+            async with self.send_lock:
+                await self.send({"type": "websocket.close", "code": INTERNAL_ERROR_CLOSE, "reason": "internal error"})
 
     async def _forward(self, name: str | None, data: bytes, body: dict, t: Trace) -> None:
         if t.first_byte_s is None:

@@ -170,3 +170,39 @@ async def test_other_paths_still_refuse_the_upgrade(tmp_path):
             assert (start["type"], start["status"]) == ("websocket.http.response.start", status), path
     finally:
         await gw.aclose()
+
+
+async def test_a_bug_of_ours_mid_stream_closes_the_socket_with_1011_and_settles(tmp_path, monkeypatch, caplog):
+    import gatewayd.responses_ws as responses_ws
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Upstream(sse(DATA)), headers={"content-type": "text/event-stream"})
+
+    real = responses_ws.finished_response
+    seen = []
+
+    def broken(name, data):
+        seen.append(name)
+        if len(seen) == 2:
+            raise RuntimeError("a bug of ours")
+        return real(name, data)
+
+    monkeypatch.setattr(responses_ws, "finished_response", broken)
+    gw = Gateway(tmp_path, handler)
+    try:
+        account_id, secret = await gw.funded_key()
+        socket = Socket(gw, secret)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(socket.run)
+            await socket.next()  # accepted
+            await socket.create(model="gpt-4.1-mini", input="hi")
+            raw, _ = await socket.event()
+            assert raw == DATA[0]
+            closed = await socket.next()
+            assert (closed["type"], closed["code"]) == ("websocket.close", 1011)
+            await socket.to_app.send({"type": "websocket.disconnect", "code": 1011})
+        assert "internal error while streaming the answer" in caplog.text and "a bug of ours" in caplog.text
+        [row] = await gw.usage(account_id)
+        assert row["cost_nano"] <= PRICE and gw.ledger.open_holds == 0
+    finally:
+        await gw.aclose()
