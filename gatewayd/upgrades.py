@@ -10,8 +10,9 @@ The answer is an HTTP response to the handshake (the ASGI "WebSocket Denial Resp
 extension, which hypercorn offers): the same envelope, ``X-Request-Id`` and log line as
 any other refusal. On ``/v1/responses`` where it is not served (a listener without the
 API routes) it is 426: Codex, configured with ``supports_websockets``, falls back to
-plain HTTP only on 426 (any other status is an error it reports). Elsewhere: 404 for a path the gateway does not serve, 501 for an API it
-does not offer, 400 for a path that exists but speaks plain HTTP. A server without the
+plain HTTP only on 426 (any other status is an error it reports). Elsewhere: 404 for a
+path the gateway does not serve, 501 for an API it does not offer, 400 for a path that
+exists but speaks plain HTTP. A server without the
 extension gets ``websocket.close`` before accepting, which it turns into a 403.
 """
 
