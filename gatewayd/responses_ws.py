@@ -7,13 +7,18 @@ its last response) is :mod:`gatewayd.formats.responses_socket`; this module is t
 
 - The handshake is authenticated like ``POST /v1/responses`` (the key, its IP allowlist);
   a refusal is an HTTP answer to the handshake in the JSON envelope (``gatewayd.upgrades``).
-- Each ``response.create`` is one request of its own, through the same endpoint handler and
-  relay as ``POST /v1/responses``: its own request id, key check (a key revoked while the
-  socket is open stops the next response), hold, settlement, usage row and log line. Its
-  events go out as the SSE stream's ``data`` bytes, one message per event, unchanged.
+- Each ``response.create`` is one request of its own, run by ``Relay.serve`` with the
+  Responses endpoint's spec (``gatewayd.endpoints.RESPONSES``), as ``POST /v1/responses``
+  is: its own request id, key check (a key revoked while the socket is open stops the next
+  response), hold, settlement, usage row and log line. This module holds none of those
+  steps; it is the transport. The events go out as the SSE stream's ``data`` bytes, one
+  message per event, unchanged.
+- A ``generate: false`` warm-up asks the model nothing: it goes through the relay's checks
+  (``Relay.check``, the steps before the hold) and is answered here, free.
 - A refusal of one event (a bad body, no balance, a second ``response.create`` while one
   runs, an unknown event type) is an ``error`` event carrying the HTTP status the same
-  request would have got; the socket stays open and a running response is not disturbed.
+  request would have got and the error object of the body ``gatewayd.errors.error_body``
+  writes for it; the socket stays open and a running response is not disturbed.
 - A client that closes the socket mid-response cancels the response as a dropped HTTP
   client does: the relay reads on to the provider's usage and bills it as a disconnect.
 - A socket with no response running and no message for ``stream_idle_timeout_s`` is closed
@@ -36,23 +41,23 @@ from typing import Callable
 import orjson
 import trio
 
-from gatewayd import endpoints, trace
-from gatewayd.access import authorize_model
-from gatewayd.api_routes import ApiRoutes, Headers
-from gatewayd.errors import GatewayError, our_fault
+from gatewayd import trace
+from gatewayd.api_routes import ApiRoutes
+from gatewayd.endpoints import RESPONSES
+from gatewayd.errors import GatewayError, error_body, our_fault
 from gatewayd.formats.responses_socket import (
     CREATE, LastResponse, create_body, error_event, event_type, finished_response, is_warmup, remembered,
     socket_event, warmup_events,
 )
 from gatewayd.formats.sse import SSESplitter
 from gatewayd.providers.base import translate
-from gatewayd.relay import AnswerStream, Ctx
+from gatewayd.relay import AnswerStream
 from gatewayd.trace import Trace
 from gatewayd.upgrades import refuse_websocket
 
 log = logging.getLogger("gatewayd.app")
 
-PATH = "/v1/responses"
+PATH = RESPONSES.path
 SOCKET_ENDPOINT = "responses_socket"
 IDLE_CLOSE = 1000  # normal closure: the socket was idle; nothing was cut
 INTERNAL_ERROR_CLOSE = 1011  # a bug of ours cut a response mid-stream (logged with its traceback)
@@ -78,12 +83,12 @@ class ResponsesSocket:
 
     async def serve(self, t: Trace) -> None:
         """Authenticate the handshake, accept, then read events until the client leaves."""
-        ctx = self.routes._context(self.scope, Headers(self.scope["headers"]), "responses")
+        ctx = self.routes.context(self.scope, RESPONSES)
         # the socket's own line: not a model request (its duration is the socket's life, kept
         # out of the request latency histograms); each response has its own "responses" line
         t.endpoint = SOCKET_ENDPOINT
         try:
-            self.relay.admit(ctx)
+            self.relay.admit(ctx, accepts_x_api_key=RESPONSES.accepts_x_api_key)
         except GatewayError as error:
             t.status = error.status
             await refuse_websocket(self.scope, self.send, error, ctx.request_id)
@@ -132,7 +137,7 @@ class ResponsesSocket:
                 await nursery.start(self._respond, event)
 
     async def _refuse(self, error: GatewayError, request_id: str) -> None:
-        await self._send_text(error_event(error.status, error.chat_body(request_id)))
+        await self._send_text(error_event(error.status, error_body(error, request_id, RESPONSES.envelope)))
 
     async def _send_text(self, data: bytes) -> None:
         async with self.send_lock:
@@ -142,7 +147,7 @@ class ResponsesSocket:
         """One ``response.create``: a request of its own, with its own trace and log line."""
         client = self.scope.get("client")
         t = Trace(self.new_request_id(), "GET", PATH, client[0] if client else None)
-        t.endpoint = "responses"
+        t.endpoint = RESPONSES.name
         self.running_id = t.request_id
         token = trace.current.set(t)
         try:
@@ -164,25 +169,21 @@ class ResponsesSocket:
 
     async def _run(self, event: dict, t: Trace) -> None:
         request_id = t.request_id
-        ctx = self.routes._context({**self.scope, "gateway.request_id": request_id}, Headers(self.scope["headers"]),
-                                   "responses")
+        ctx = self.routes.context({**self.scope, "gateway.request_id": request_id}, RESPONSES)
         last, self.last = self.last, None  # a response replaces it once finished
         try:
             body = translate(create_body, event, last)
+            raw = orjson.dumps(body)
             if is_warmup(body):
-                await self._warm_up(ctx, body, t)
+                await self.relay.check(RESPONSES, ctx, raw)  # refused as the same request would be
+                await self._warm_up(body, t)
                 return
-            status, _headers, answer = await self.relay.serve(endpoints.RESPONSES, ctx, orjson.dumps(body))
-        except GatewayError as error:
+            status, _headers, answer = await self.relay.serve(RESPONSES, ctx, raw)
+        except Exception as e:  # a refusal; or a bug of ours, answered as over HTTP: logged, a 500, nothing charged
+            error = e if isinstance(e, GatewayError) else our_fault(request_id, "while handling the request", e)
             t.status = error.status
             self._done(t)
             await self._refuse(error, request_id)
-            return
-        except Exception as e:  # a bug of ours, answered as over HTTP: logged, a 500, nothing charged
-            fault = our_fault(request_id, "while handling the request", e)
-            t.status = fault.status
-            self._done(t)
-            await self._refuse(fault, request_id)
             return
         t.status = status
         if not isinstance(answer, AnswerStream):  # the provider's own error answer, passed through
@@ -191,17 +192,11 @@ class ResponsesSocket:
             return
         await self._stream(answer, body, t)
 
-    async def _warm_up(self, ctx: Ctx, body: dict, t: Trace) -> None:
-        """``generate: false``, answered here: nothing goes to the provider and nothing is
-        charged (no hold, no usage row; the log line says status 200 with no usage). The key
-        must still be allowed the model; the socket remembers the request's input, so the next
+    async def _warm_up(self, body: dict, t: Trace) -> None:
+        """``generate: false``, past the relay's checks, answered here: nothing goes to the
+        provider and nothing is charged (no hold, no usage row; the log line says status 200
+        with no usage). The socket remembers the request's input, so the next
         ``response.create`` naming this response carries it to the provider."""
-        caller = self.relay.admit(ctx)
-        model_id = endpoints.field(body, "model", str, required=True, what="a string")
-        if body.get("input") is not None and not isinstance(body["input"], (str, list)):
-            raise GatewayError(400, "field 'input' must be a string or an array of input items", param="input")
-        authorize_model(self.relay.config, caller, model_id, kind="chat", endpoint="responses")
-        t.model = model_id
         t.status = 200
         response_id = "resp_" + os.urandom(12).hex()
         self.last = remembered(body, {"id": response_id, "output": []})

@@ -157,6 +157,42 @@ async def test_busy_then_disconnect_mid_response_is_billed_as_a_disconnect(tmp_p
         await gw.aclose()
 
 
+async def test_a_warm_up_is_checked_as_the_same_request_would_be_and_costs_nothing(tmp_path):
+    """``generate: false`` runs the relay's checks (``Relay.check``: the Responses body reader,
+    the stored objects it names, the key's model list), then is answered by the socket: no
+    provider call, no hold, no usage row."""
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(500)
+
+    gw = Gateway(tmp_path, handler)
+    try:
+        account_id, secret = await gw.funded_key()
+        socket = Socket(gw, secret)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(socket.run)
+            await socket.next()  # accepted
+            refused = []
+            for body in ({"input": 5}, {"input": "x", "background": True},
+                         {"input": "x", "previous_response_id": "resp_never_received"}, {"input": "x", "model": "nope"}):
+                await socket.create(**{"model": "gpt-4.1-mini", **body}, generate=False)
+                _, error = await socket.event()
+                refused.append((error["type"], error["status"], error["error"].get("param"),
+                                error["error"]["message"].endswith(")") and "(request id: req_" in error["error"]["message"]))
+            await socket.create(model="gpt-4.1-mini", instructions="be brief", input="context", generate=False)
+            warm = [(await socket.event())[1] for _ in range(2)]
+            await socket.to_app.send({"type": "websocket.disconnect", "code": 1000})
+        assert refused == [("error", 400, "input", True), ("error", 400, "background", True),
+                           ("error", 400, "previous_response_id", True), ("error", 503, None, True)]
+        assert [e["type"] for e in warm] == ["response.created", "response.completed"]
+        assert warm[1]["response"]["usage"]["total_tokens"] == 0 and warm[1]["response"]["output"] == []
+        assert sent == [] and await gw.usage(account_id) == [] and gw.ledger.open_holds == 0
+    finally:
+        await gw.aclose()
+
+
 async def test_other_paths_still_refuse_the_upgrade(tmp_path):
     gw = Gateway(tmp_path, lambda request: httpx.Response(500))
     try:

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import orjson
 
-from gatewayd.formats.errors import TranslationError
+from gatewayd.formats.errors import TranslationError, provider_json_or_none
 
 __all__ = [
     "CREATE",
@@ -133,10 +133,7 @@ def finished_response(event_name: str | None, data: bytes) -> dict[str, Any] | N
     Parses only the events :func:`event_type` finds to end a response."""
     if event_type(event_name, data) not in FINISHED:
         return None
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
+    doc = provider_json_or_none(data)  # the provider's bytes when passed through
     if not isinstance(doc, dict) or doc.get("type") not in FINISHED:
         return None
     response = doc.get("response")
@@ -153,14 +150,12 @@ def remembered(body: dict[str, Any], response: dict[str, Any]) -> LastResponse |
 
 
 def error_event(status: int, error_body: bytes) -> bytes:
-    """An ``error`` event from an error answer in OpenAI's envelope (``{"error": {...}}``).
+    """An ``error`` event from an error answer in OpenAI's envelope (``{"error": {...}}``):
+    the gateway's own (``gatewayd.errors.error_body`` wrote it) or a provider's.
 
     The shape OpenAI's socket uses and Codex reads: the HTTP status the same request would
     have got beside the error object, so a client maps it exactly as it maps an HTTP error."""
-    try:
-        doc = orjson.loads(error_body)
-    except orjson.JSONDecodeError:
-        doc = None
+    doc = provider_json_or_none(error_body)  # a provider's error body may be anything
     error = doc.get("error") if isinstance(doc, dict) else None
     if not isinstance(error, dict):  # a provider's error that is not OpenAI's envelope: its text
         error = {"type": "api_error" if status >= 500 else "invalid_request_error", "code": None,
