@@ -9,7 +9,9 @@
 What differs between endpoints is data (:class:`gatewayd.endpoints.Endpoint`: path, body
 reader, client format, error envelope); ``serve`` is the same for all of them, so the
 order lives here and nowhere else. Adding an endpoint is adding a spec and its reader
-(``gatewayd.endpoints``' module doc says how). The parts ``serve`` delegates to:
+(``gatewayd.endpoints``' module doc says how). :meth:`Relay.check` is the same order up to
+the hold, for a request the gateway answers itself (a Responses WebSocket warm-up). The
+parts ``serve`` delegates to:
 
 - :mod:`gatewayd.failover`: the attempts over the routes the router orders;
 - :mod:`gatewayd.pump`: a stream's life and its settlement;
