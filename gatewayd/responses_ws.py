@@ -51,7 +51,7 @@ from gatewayd.formats.responses_socket import (
 )
 from gatewayd.formats.sse import SSESplitter
 from gatewayd.providers.base import translate
-from gatewayd.relay import AnswerStream
+from gatewayd.pump import AnswerStream
 from gatewayd.trace import Trace
 from gatewayd.upgrades import refuse_websocket
 
