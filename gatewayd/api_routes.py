@@ -80,6 +80,11 @@ class ApiRoutes:
             return self._model
         return found
 
+    def context(self, scope: dict, endpoint: Endpoint) -> Ctx:
+        """The context of one request to ``endpoint``; a Responses WebSocket message
+        (``gatewayd.responses_ws``) is one too, its scope carrying its own request id."""
+        return self._context(scope, Headers(scope["headers"]), endpoint.name, endpoint.envelope)
+
     def _context(self, scope: dict, headers: Headers, endpoint: str, envelope: str = "openai") -> Ctx:
         client = scope.get("client")
         peer = client[0] if client else None
@@ -101,7 +106,7 @@ class ApiRoutes:
 
     def _relayed(self, endpoint: Endpoint) -> Callable:
         async def serve(scope, receive, send) -> None:
-            ctx = self._context(scope, Headers(scope["headers"]), endpoint.name, endpoint.envelope)
+            ctx = self.context(scope, endpoint)
             try:
                 caller = self.relay.admit(ctx, accepts_x_api_key=endpoint.accepts_x_api_key)
                 _count_body_against(scope, caller)

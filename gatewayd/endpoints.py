@@ -22,8 +22,8 @@ Adding an endpoint (a Gemini-API ``/v1beta/models/{model}:generateContent``, say
 3. a path with a parameter in it needs its match in ``gatewayd.api_routes.ApiRoutes.route``
    (as ``GET /v1/models/{id}`` has); a fixed path is routed from ``ENDPOINTS`` as it is.
 
-A transport that is not one HTTP request (Responses over WebSocket) calls ``Relay.serve``
-once a message with the same spec; the steps and the money do not change.
+A transport that is not one HTTP request (Responses over WebSocket, ``gatewayd.responses_ws``)
+calls ``Relay.serve`` once a message with the same spec; the steps and the money do not change.
 """
 
 from __future__ import annotations

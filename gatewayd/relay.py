@@ -9,7 +9,9 @@
 What differs between endpoints is data (:class:`gatewayd.endpoints.Endpoint`: path, body
 reader, client format, error envelope); ``serve`` is the same for all of them, so the
 order lives here and nowhere else. Adding an endpoint is adding a spec and its reader
-(``gatewayd.endpoints``' module doc says how). The parts ``serve`` delegates to:
+(``gatewayd.endpoints``' module doc says how). :meth:`Relay.check` is the same order up to
+the hold, for a request the gateway answers itself (a Responses WebSocket warm-up). The
+parts ``serve`` delegates to:
 
 - :mod:`gatewayd.failover`: the attempts over the routes the router orders;
 - :mod:`gatewayd.pump`: a stream's life and its settlement;
@@ -45,7 +47,7 @@ from gatewayd.concurrency import InFlight
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
-from gatewayd.endpoints import LARGE_BODY_BYTES, Ctx, Endpoint, read_body
+from gatewayd.endpoints import LARGE_BODY_BYTES, Asked, Ctx, Endpoint, read_body
 from gatewayd.errors import BodyError, GatewayError, model_not_found, our_fault
 from gatewayd.failover import Failover
 from gatewayd.formats.usage import Usage
@@ -99,14 +101,7 @@ class Relay:
     async def serve(self, endpoint: Endpoint, ctx: Ctx, raw: bytes):
         """One request to a model endpoint, every step in its order (module doc). Returns
         (status, headers, body bytes or :class:`AnswerStream`), or raises the refusal."""
-        caller = self.admit(ctx, accepts_x_api_key=endpoint.accepts_x_api_key)  # key, then IP
-        body = await read_body(raw)  # JSON object, each top-level key once
-        if len(raw) > LARGE_BODY_BYTES:
-            self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
-        asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
-        if asked.response_ids:
-            await self.received_ids.check(caller.account.id, list(asked.response_ids))
-        grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
+        caller, body, asked, grant = await self.check(endpoint, ctx, raw)
         call = Call(client_format=endpoint.client_format, model=grant.model, body=body, raw=raw,
                     stream=asked.stream, headers=ctx.headers)
         # in flight: a 429 over the key's or account's cap, before anything is held; the count
@@ -124,6 +119,22 @@ class Relay:
         else:
             ticket.leave()
         return status, headers, answer
+
+    async def check(self, endpoint: Endpoint, ctx: Ctx, raw: bytes) -> tuple[Caller, dict, Asked, Grant]:
+        """The steps before anything is held, in their order: admit, parse, read, the stored
+        responses named, authorize. :meth:`serve` goes on from here; a request the gateway
+        answers itself, asking the provider nothing and charging nothing (a Responses
+        WebSocket warm-up, ``gatewayd.responses_ws``), stops here, refused exactly as it
+        would be on its way to a provider."""
+        caller = self.admit(ctx, accepts_x_api_key=endpoint.accepts_x_api_key)  # key, then IP
+        body = await read_body(raw)  # JSON object, each top-level key once
+        if len(raw) > LARGE_BODY_BYTES:
+            self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
+        asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+        if asked.response_ids:
+            await self.received_ids.check(caller.account.id, list(asked.response_ids))
+        grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
+        return caller, body, asked, grant
 
     def admit(self, ctx: Ctx, *, accepts_x_api_key: bool = False) -> Caller:
         """Key, then IP; once a request: ``api_routes`` admits it from its headers before

@@ -74,7 +74,9 @@ def _public_config(config: Config, worker: WorkerSockets | None = None) -> Hyper
         binds = [f"fd://{fd}" for fd in worker.listen_fds]
     # the relay cuts streams at the grace period's end (gatewayd.drain); hypercorn's cut is the backstop
     hc = _hypercorn_config(graceful_timeout=config.server.shutdown_grace_s + BACKSTOP_S,
-                           gatewayd_h2c=config.server.h2c)
+                           gatewayd_h2c=config.server.h2c,
+                           # a Responses WebSocket message is a request body (gatewayd.responses_ws)
+                           websocket_max_message_size=config.server.max_body_bytes)
     if config.server.tls_cert:
         hc.certfile = config.server.tls_cert
         hc.keyfile = config.server.tls_key
