@@ -26,7 +26,7 @@ ADAPTERS = {
     "gemini": gemini,
 }
 
-CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings")
+CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings", "gemini")
 
 
 def builder(client_format: str, protocol: str) -> Builder | None:
