@@ -44,7 +44,7 @@ def assert_billed(gateway, sim, account: dict, marker: str, model: str, protocol
     rows = [r for r in gateway.admin.usage(account["id"]) if r["status"] == status]
     row = rows[0]
     answer = sim.last_request(marker)["answer"]
-    assert (row["model"], row["stream"], row["endpoint"] if "endpoint" in row else "gemini") == (model, stream, "gemini")
+    assert (row["model"], row["stream"], row["endpoint"]) == (model, stream, "gemini")
     assert row["cost_nano"] == provider_bill(protocol, answer, prices_of(model))
     balance = gateway.admin.balance(account["id"])
     assert balance["held_nano"] == 0
