@@ -73,9 +73,14 @@ class ApiRoutes:
         self._routes: dict[tuple[str, str], Callable] = {
             (endpoint.method, endpoint.path): self._relayed(endpoint) for endpoint in ENDPOINTS}
         self._routes[("GET", "/v1/models")] = self._models
+        from gatewayd.gemini_api import GeminiRoutes  # it builds on this module
+
+        self.gemini = GeminiRoutes(self)  # /v1beta/models...: the Gemini API
 
     def route(self, method: str, path: str) -> Callable | None:
         found = self._routes.get((method, path))
+        if found is None and path.startswith("/v1beta/"):
+            return self.gemini.route(method, path)
         if found is None and method == "GET" and path.startswith(MODEL_PREFIX) and len(path) > len(MODEL_PREFIX):
             return self._model
         return found
@@ -197,7 +202,7 @@ async def _cancel_on_disconnect(receive, scope: trio.CancelScope) -> None:
 
 
 def _header_list(headers: dict, content_type: tuple[bytes, bytes], length: int | None) -> list:
-    out = [content_type]
+    out = [content_type] if "content-type" not in headers else []  # a route may set its own (Gemini's JSON stream)
     if length is not None:
         out.append((b"content-length", str(length).encode()))
     for name, value in headers.items():
