@@ -26,7 +26,7 @@ from gatewayd.errors import BodyError, UpstreamError
 from gatewayd.formats.chat_to_gemini_response import (
     ChatToGeminiStream, Framing, chat_response_to_gemini, google_error,
 )
-from gatewayd.formats.errors import answer_object
+from gatewayd.formats.errors import answer_object, provider_json, provider_json_or_none
 from gatewayd.formats.gemini_request_to_chat import gemini_request_to_chat
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.sse import SSEEvent, SSESplitter
@@ -50,10 +50,7 @@ def _headers(call: Call) -> dict[str, str]:
 
 def google_envelope(status: int, body: bytes) -> bytes:
     """An error body of any shape (chat, messages, Google's own) in Google's envelope."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        doc = None
+    doc = provider_json_or_none(body)
     error = doc.get("error") if isinstance(doc, dict) else None
     if isinstance(error, dict) and isinstance(error.get("code"), int) and isinstance(error.get("status"), str):
         return body  # already Google's
@@ -103,7 +100,7 @@ class GeminiPassthroughPipe(Pipe):
         for ev in events:
             if self.complete or self.failed:
                 break
-            doc = orjson.loads(ev.data)
+            doc = provider_json(ev.data)  # the provider's bytes: invalid JSON is its fault (a 502)
             doc = doc if isinstance(doc, dict) else {}
             if "error" in doc:
                 self.failed = True
