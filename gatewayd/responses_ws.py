@@ -88,7 +88,7 @@ class ResponsesSocket:
         # out of the request latency histograms); each response has its own "responses" line
         t.endpoint = SOCKET_ENDPOINT
         try:
-            self.relay.admit(ctx, accepts_x_api_key=RESPONSES.accepts_x_api_key)
+            self.relay.admit(ctx, endpoint=RESPONSES)
         except GatewayError as error:
             t.status = error.status
             await refuse_websocket(self.scope, self.send, error, ctx.request_id)

@@ -252,4 +252,10 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     )
 
 
-ROUTES = {"chat": chat, "responses": responses}
+def _gemini_client(call: Call, target: ModelRoute, upstream) -> Route:
+    from gatewayd.providers.gemini_client import passthrough
+
+    return passthrough(call, target, upstream)
+
+
+ROUTES = {"chat": chat, "responses": responses, "gemini": _gemini_client}

@@ -13,8 +13,9 @@ Which wire a route speaks is decided by its ``upstream_id`` (the publisher's mod
 - anything else (``gemini...``, or ``google/<id>``): Gemini's ``generateContent`` /
   ``streamGenerateContent?alt=sse`` under ``publishers/google/models/{id}``, the same wire as
   Google's public Gemini API: the Gemini adapter's builders, translation and error mapping.
-  Chat and responses clients only (:func:`client_formats`): the router plans no such route
-  for ``/v1/messages``, and a model whose routes are all such is refused there up front.
+  Chat, responses and Gemini-API clients (:func:`client_formats`; the last pass through):
+  the router plans no such route for ``/v1/messages``, and a model whose routes are all
+  such is refused there up front.
 
 The builders of both adapters address their request through the ``upstream`` they are
 handed (``upstream.post(url, body, headers)``); this module hands them one that re-addresses
@@ -50,6 +51,7 @@ from gatewayd.formats.gemini_to_chat import retry_delay_s
 from gatewayd.formats.raw_json import replace_top_level_member
 from gatewayd.providers import anthropic, gemini
 from gatewayd.providers.base import Builder, Call, Route, SettingError, encode_body
+from gatewayd.providers.gemini_client import passthrough, via_chat
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
 from gatewayd.providers.vertex_auth import AccessTokens, from_service_account_info, load
 
@@ -197,8 +199,9 @@ def _vertex_route(build: Builder, call: Call, target: ModelRoute, upstream, pars
 
 
 def client_formats(upstream_id: str) -> frozenset[str]:
-    """Claude on Vertex serves messages, chat and responses; Gemini chat and responses."""
-    return frozenset(ROUTES) if serves_claude(upstream_id) else frozenset({"chat", "responses"})
+    """Claude on Vertex serves messages, chat, responses and Gemini-API clients; Gemini all
+    but messages."""
+    return frozenset(ROUTES) if serves_claude(upstream_id) else frozenset({"chat", "responses", "gemini"})
 
 
 def _claude(target: ModelRoute) -> bool:
@@ -226,4 +229,12 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     return _vertex_route(build, call, target, upstream, None)
 
 
-ROUTES = {"messages": messages, "chat": chat, "responses": responses}
+def gemini_client(call: Call, target: ModelRoute, upstream) -> Route:
+    """A Gemini-API client: Gemini on Vertex speaks its wire, so its bytes pass through (with
+    the cap the hold covers); Claude gets it through chat (:func:`gemini_client.via_chat`)."""
+    if _claude(target):
+        return via_chat(chat)(call, target, upstream)
+    return _vertex_route(passthrough, call, target, upstream, None)
+
+
+ROUTES = {"messages": messages, "chat": chat, "responses": responses, "gemini": gemini_client}
