@@ -32,7 +32,7 @@ run: $(STAMP)
 PG_TESTS := tests/test_keys_live.py tests/test_keys_limits_live.py tests/test_chat_live.py \
 	tests/test_faults_crash.py tests/test_faults_streams.py tests/test_faults_upstream.py tests/test_faults_concurrency.py \
 	tests/test_faults_bodies.py tests/test_console_http.py \
-	tests/test_store_partition.py tests/test_partitions_live.py
+	tests/test_store_partition.py tests/test_partitions_live.py tests/test_stripe_live.py
 
 # Test files run in TEST_JOBS processes (pytest-xdist, a file's tests stay together in one):
 # most live tests wait on processes and sockets, so two share two cores well.

@@ -25,23 +25,30 @@ class Caller:
     account: Account
 
 
-def presented_secret(headers, *, accepts_x_api_key: bool) -> str | None:
-    """``Authorization: Bearer`` everywhere; ``x-api-key`` only where the spec reads it."""
+def presented_secret(headers, *, accepts_x_api_key: bool = False, key_headers: tuple[str, ...] = (),
+                     query_key: str | None = None) -> str | None:
+    """``Authorization: Bearer`` everywhere; then, only where the endpoint reads them, its key
+    headers (``x-api-key``: Anthropic's SDKs; ``x-goog-api-key``: Google's) and last a key in
+    the query (``query_key``: the value of Gemini's ``?key=``)."""
     auth = headers.get("authorization")
     if auth:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
         return None
-    if accepts_x_api_key:
-        value = headers.get("x-api-key")
+    for name in (("x-api-key",) if accepts_x_api_key else ()) + key_headers:
+        value = headers.get(name)
         if value and value.strip():
             return value.strip()
+    if query_key and query_key.strip():
+        return query_key.strip()
     return None
 
 
-def authenticate(directory: Directory, headers, *, accepts_x_api_key: bool, now: float | None = None) -> Caller:
-    secret = presented_secret(headers, accepts_x_api_key=accepts_x_api_key)
+def authenticate(directory: Directory, headers, *, accepts_x_api_key: bool = False, key_headers: tuple[str, ...] = (),
+                 query_key: str | None = None, now: float | None = None) -> Caller:
+    secret = presented_secret(headers, accepts_x_api_key=accepts_x_api_key, key_headers=key_headers,
+                              query_key=query_key)
     if secret is None:
         raise invalid_token()
     key = directory.key_for_secret(secret)

@@ -6,7 +6,8 @@ floors), a sixth of a whole pass-through request. The API routes need none of wh
 offers (templates, sessions, blueprints, signals): they check the key, read the body,
 run the request through ``Relay.serve`` with its endpoint spec (``gatewayd.endpoints``) and send
 bytes or a stream. So the ``Listener`` hands exactly these method and
-path pairs to ``ApiRoutes`` (and ``GET /v1/models/{id}``); everything else (the console,
+path pairs to ``ApiRoutes`` (the paths that name a model, ``GET /v1/models/{id}`` and the
+Gemini API's ``GET /v1beta/models[/{model}]``); everything else (the console,
 the operator's endpoints, the not-offered APIs, 404s and 405s) still goes to the Quart app.
 
 The key (and the key's IP allowlist) is checked from the headers before any byte of the
@@ -37,6 +38,7 @@ from gatewayd.relay import Relay
 log = logging.getLogger("gatewayd.app")
 
 MODEL_PREFIX = "/v1/models/"
+GEMINI_MODEL_PREFIX = endpoints.GEMINI_MODELS + "/"
 JSON_TYPE = (b"content-type", b"application/json")
 SSE_TYPE = (b"content-type", b"text/event-stream")
 
@@ -71,14 +73,32 @@ class ApiRoutes:
     def __init__(self, relay: Relay) -> None:
         self.relay = relay
         self._routes: dict[tuple[str, str], Callable] = {
-            (endpoint.method, endpoint.path): self._relayed(endpoint) for endpoint in ENDPOINTS}
+            (endpoint.method, endpoint.path): self._relayed(endpoint) for endpoint in ENDPOINTS
+            if "{model}" not in endpoint.path}
         self._routes[("GET", "/v1/models")] = self._models
+        self._routes[("GET", endpoints.GEMINI_MODELS)] = self._gemini_listing(endpoints.gemini_models_page)
+        # paths that name the model: few, tried in order after the fixed ones
+        self._patterns = [(endpoint, self._relayed(endpoint)) for endpoint in ENDPOINTS if "{model}" in endpoint.path]
+        self._gemini_model = self._gemini_listing(endpoints.gemini_model)
 
     def route(self, method: str, path: str) -> Callable | None:
         found = self._routes.get((method, path))
-        if found is None and method == "GET" and path.startswith(MODEL_PREFIX) and len(path) > len(MODEL_PREFIX):
+        if found is not None:
+            return found
+        for endpoint, serve in self._patterns:
+            if endpoint.method == method and endpoint.path_match(path):
+                return serve
+        if method == "GET" and path.startswith(MODEL_PREFIX) and len(path) > len(MODEL_PREFIX):
             return self._model
-        return found
+        if method == "GET" and path.startswith(GEMINI_MODEL_PREFIX) and ":" not in path \
+                and len(path) > len(GEMINI_MODEL_PREFIX):
+            return self._gemini_model
+        return None
+
+    def context(self, scope: dict, endpoint: Endpoint) -> Ctx:
+        """The context of one request to ``endpoint``; a Responses WebSocket message
+        (``gatewayd.responses_ws``) is one too, its scope carrying its own request id."""
+        return self._context(scope, Headers(scope["headers"]), endpoint.name, endpoint.envelope)
 
     def _context(self, scope: dict, headers: Headers, endpoint: str, envelope: str = "openai") -> Ctx:
         client = scope.get("client")
@@ -92,6 +112,7 @@ class ApiRoutes:
             endpoint=endpoint,
             envelope=envelope,
             path=scope["path"],
+            query=scope.get("query_string", b"").decode("latin-1"),
         )
         t = trace.get()
         if t is not None:
@@ -101,9 +122,9 @@ class ApiRoutes:
 
     def _relayed(self, endpoint: Endpoint) -> Callable:
         async def serve(scope, receive, send) -> None:
-            ctx = self._context(scope, Headers(scope["headers"]), endpoint.name, endpoint.envelope)
+            ctx = self.context(scope, endpoint)
             try:
-                caller = self.relay.admit(ctx, accepts_x_api_key=endpoint.accepts_x_api_key)
+                caller = self.relay.admit(ctx, endpoint=endpoint)
                 _count_body_against(scope, caller)
             except GatewayError as error:
                 await _send_error(send, error, ctx)  # body unread: the listener closes the connection
@@ -140,6 +161,19 @@ class ApiRoutes:
             raise GatewayError(404, f"The model {model_id} does not exist", "model_not_found", param="model")
 
         await _answer(send, ctx, item())
+
+    def _gemini_listing(self, answer: Callable[[Any, Caller, Ctx], bytes]) -> Callable:
+        """``GET /v1beta/models[/{model}]``: the key's chat models, in Google's shape and envelope."""
+        async def serve(scope, receive, send) -> None:
+            ctx = self._context(scope, Headers(scope["headers"]), "models", "google")
+
+            async def listing() -> tuple[int, dict, bytes]:
+                caller = self.relay.admit(ctx, endpoint=endpoints.GEMINI_GENERATE)  # the Gemini API's key places
+                return 200, {}, answer(self.relay.config, caller, ctx)
+
+            await _answer(send, ctx, listing())
+
+        return serve
 
 
 async def _answer(send, ctx: Ctx, answering: Awaitable[tuple[int, dict, Any]]) -> None:
@@ -197,7 +231,7 @@ async def _cancel_on_disconnect(receive, scope: trio.CancelScope) -> None:
 
 
 def _header_list(headers: dict, content_type: tuple[bytes, bytes], length: int | None) -> list:
-    out = [content_type]
+    out = [content_type] if "content-type" not in headers else []  # a route may set its own (Gemini's JSON stream)
     if length is not None:
         out.append((b"content-length", str(length).encode()))
     for name, value in headers.items():

@@ -25,7 +25,7 @@ import trio
 from quart import Response, has_request_context, request
 from quart_trio import QuartTrio
 
-from gatewayd import logs, trace
+from gatewayd import logs, responses_ws, trace
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.bodies import BodyBudget
 from gatewayd.errors import GatewayError, error_body, not_found_path, not_implemented
@@ -51,6 +51,7 @@ ENDPOINTS = {
     "/healthz": "ops",
     "/readyz": "ops",
     "/metrics": "ops",
+    "/webhooks/stripe": "webhooks",
 }
 
 
@@ -90,8 +91,13 @@ class Listener:
         t.endpoint = endpoint_of(t.path)
         token = trace.current.set(t)
         try:
-            if scope["type"] == "websocket":  # no path serves WebSockets (gatewayd.upgrades)
+            if scope["type"] == "websocket":
                 path = t.path
+                if path == responses_ws.PATH and self.api is not None:  # Responses over WebSocket
+                    socket = responses_ws.ResponsesSocket(self.api, scope, receive, send, self._finished,
+                                                          new_request_id)
+                    return await socket.serve(t)
+                # every other path refuses the upgrade (gatewayd.upgrades)
                 error = websocket_refusal(path, endpoint_of(path) != "other", not_offered(path))
                 t.status = error.status
                 await refuse_websocket(scope, send, error, request_id)

@@ -26,6 +26,7 @@ from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
+from gatewayd.payments.stripe_settings import StripeSettings, read_payments
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
     "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
@@ -110,6 +111,7 @@ class Config:
     # model id -> field -> value, kept to say where each price came from
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
+    stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -503,7 +505,8 @@ def load_config(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
-    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts"}
+    allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
+               "payments"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -546,4 +549,5 @@ def load_config(
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
         alerts=alerts.read_settings(raw.get("alerts"), env),
+        stripe=read_payments(raw.get("payments"), env),
     )

@@ -19,25 +19,33 @@ Adding an endpoint (a Gemini-API ``/v1beta/models/{model}:generateContent``, say
    cut stream's input, as ``gatewayd.failover`` lists; a new error envelope a writer in
    ``gatewayd.errors.ENVELOPES``; its name goes in ``gatewayd.metrics.MODEL_ENDPOINTS``, the
    bounded label set);
-3. a path with a parameter in it needs its match in ``gatewayd.api_routes.ApiRoutes.route``
-   (as ``GET /v1/models/{id}`` has); a fixed path is routed from ``ENDPOINTS`` as it is.
+3. a path may name the model as ``{model}`` (``/v1beta/models/{model}:generateContent``):
+   ``gatewayd.api_routes`` routes fixed paths and such patterns from ``ENDPOINTS`` alike.
 
-A transport that is not one HTTP request (Responses over WebSocket) calls ``Relay.serve``
-once a message with the same spec; the steps and the money do not change.
+An endpoint may take the key in more places than ``Authorization: Bearer``
+(``key_headers``, ``key_query``), and one whose answer the gateway makes itself once the
+model is authorized (``answer_here``: Gemini's ``countTokens``) has no route, no hold and no
+usage row.
+
+A transport that is not one HTTP request (Responses over WebSocket, ``gatewayd.responses_ws``)
+calls ``Relay.serve`` once a message with the same spec; the steps and the money do not change.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qs
 
 import attrs
 import orjson
 import trio
 
-from gatewayd.access import Caller, visible_models
+from gatewayd import tokens
+from gatewayd.access import Caller, Grant, visible_models
+from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.features import check_cap_fields, check_n
-from gatewayd.errors import BodyError
+from gatewayd.errors import BodyError, GatewayError
 from gatewayd.formats.embeddings import embedding_inputs
 from gatewayd.formats.raw_json import duplicate_top_level_key
 from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
@@ -57,6 +65,7 @@ class Ctx:
     caller: Caller | None = None  # set by ``Relay.admit``: the API routes admit before reading the body
     envelope: str = "openai"  # the endpoint's error envelope (``gatewayd.errors.error_body``)
     path: str = ""
+    query: str = ""  # the query string, decoded (Gemini's ``?alt=sse``, ``?key=``)
 
 
 @attrs.frozen
@@ -66,6 +75,7 @@ class Asked:
     model_id: str
     stream: bool = False
     response_ids: tuple[tuple[str, str], ...] = ()  # (param, id) of stored responses named: the account must own them
+    sse: bool = True  # a stream framed as SSE events (a Gemini client without ``?alt=sse``: one JSON array)
 
 
 @attrs.frozen
@@ -79,7 +89,21 @@ class Endpoint:
     client_format: str  # what the route builders are looked up by
     kind: str = "chat"  # which models it may name: "chat" | "embedding"
     envelope: str = "openai"  # errors at the model step and after
-    accepts_x_api_key: bool = False  # Anthropic's SDKs send the key as x-api-key
+    key_headers: tuple[str, ...] = ()  # headers read for the key when no Authorization came (x-api-key)
+    key_query: str | None = None  # a query parameter read for the key last (Gemini's ``?key=``)
+    # the gateway answers itself once the model is authorized: (body, grant) -> the answer's bytes
+    answer_here: Callable[[dict, Grant], Awaitable[bytes]] | None = None
+
+    @property
+    def accepts_x_api_key(self) -> bool:
+        return "x-api-key" in self.key_headers
+
+    def path_match(self, path: str) -> bool:
+        """Whether ``path`` is this endpoint's (a ``{model}`` in its path matches any model id)."""
+        head, model, tail = self.path.partition("{model}")
+        if not model:
+            return path == head
+        return len(path) > len(head) + len(tail) and path.startswith(head) and path.endswith(tail)
 
 
 def parse_body(raw: bytes) -> dict:
@@ -206,11 +230,75 @@ def read_embeddings(body: dict, ctx: Ctx) -> Asked:
 
 CHAT = Endpoint("chat", "POST", "/v1/chat/completions", read_chat, client_format="chat")
 MESSAGES = Endpoint("messages", "POST", "/v1/messages", read_messages, client_format="messages",
-                    envelope="anthropic", accepts_x_api_key=True)
+                    envelope="anthropic", key_headers=("x-api-key",))
 RESPONSES = Endpoint("responses", "POST", "/v1/responses", read_responses, client_format="responses")
 EMBEDDINGS = Endpoint("embeddings", "POST", "/v1/embeddings", read_embeddings, client_format="embeddings",
                       kind="embedding")
-ENDPOINTS = (CHAT, MESSAGES, RESPONSES, EMBEDDINGS)
+
+
+# -- the Gemini API (Gemini CLI, google-genai): docs/gemini-api.md ---------------------------
+
+GEMINI_MODELS = "/v1beta/models"
+
+
+def path_model(path: str) -> str:
+    """The model a ``/v1beta/models/{model}[:method]`` path names (``models/`` once more is
+    the resource name google-genai may send)."""
+    rest = path[len(GEMINI_MODELS) + 1:]
+    model = rest.rpartition(":")[0] if ":" in rest else rest
+    return model.removeprefix("models/")
+
+
+def query_value(ctx: Ctx, name: str) -> str | None:
+    found = parse_qs(ctx.query).get(name)
+    return found[0] if found else None
+
+
+def _gemini_contents(body: dict) -> None:
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise BodyError("contents must be a non-empty array of Content objects", param="contents")
+
+
+def read_gemini(body: dict, ctx: Ctx) -> Asked:
+    """``:generateContent``: the model from the path; the body's contents checked (the rest is
+    the translator's, or the Gemini provider's)."""
+    _gemini_contents(body)
+    return Asked(path_model(ctx.path))
+
+
+def read_gemini_stream(body: dict, ctx: Ctx) -> Asked:
+    """``:streamGenerateContent``: SSE with ``?alt=sse``, else one JSON array as it grows."""
+    _gemini_contents(body)
+    return Asked(path_model(ctx.path), stream=True, sse=query_value(ctx, "alt") == "sse")
+
+
+def read_gemini_count(body: dict, ctx: Ctx) -> Asked:
+    """``:countTokens``: the contents, or a whole ``generateContentRequest``."""
+    inner = body.get("generateContentRequest")
+    if inner is not None and not isinstance(inner, dict):
+        raise BodyError("generateContentRequest must be an object", param="generateContentRequest")
+    _gemini_contents(inner if inner is not None else body)
+    return Asked(path_model(ctx.path))
+
+
+async def count_gemini_tokens(body: dict, grant: Grant) -> bytes:
+    """Counted here with the model family's tokenizer, as the hold estimates a prompt: free."""
+    inner = body.get("generateContentRequest")
+    text, flat = prompt_transcript(inner if isinstance(inner, dict) else body, "gemini")
+    total = await tokens.count_off_loop(text, grant.model.family) + flat
+    return orjson.dumps({"totalTokens": total})
+
+
+GEMINI_GENERATE = Endpoint("gemini", "POST", GEMINI_MODELS + "/{model}:generateContent", read_gemini,
+                           client_format="gemini", envelope="google", key_headers=("x-goog-api-key",),
+                           key_query="key")
+GEMINI_STREAM = attrs.evolve(GEMINI_GENERATE, path=GEMINI_MODELS + "/{model}:streamGenerateContent",
+                             read=read_gemini_stream)
+GEMINI_COUNT = attrs.evolve(GEMINI_GENERATE, path=GEMINI_MODELS + "/{model}:countTokens", read=read_gemini_count,
+                            answer_here=count_gemini_tokens)
+
+ENDPOINTS = (CHAT, MESSAGES, RESPONSES, EMBEDDINGS, GEMINI_GENERATE, GEMINI_STREAM, GEMINI_COUNT)
 
 
 def model_entries(config, caller: Caller, ctx: Ctx) -> list[dict]:
@@ -240,3 +328,51 @@ def models_list(config, caller: Caller, ctx: Ctx) -> bytes:
             "last_id": data[-1]["id"] if data else None,
         })
     return orjson.dumps({"object": "list", "data": data})
+
+
+# -- the Gemini API's model resources ------------------------------------------------------
+
+MAX_PAGE_SIZE = 1000
+
+
+def gemini_model_entries(config, caller: Caller) -> list[dict]:
+    """The chat models the key may use, in Google's ``Model`` resource shape."""
+    return [{
+        "name": f"models/{m.id}",
+        "baseModelId": m.id,
+        "version": "001",
+        "displayName": m.id,
+        "description": f"{m.id} through gatewayd ({m.provider.name})",
+        "outputTokenLimit": m.max_output_tokens,
+        "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"],
+        "thinking": m.reasoning,
+    } for m in visible_models(config, caller) if m.kind == "chat"]
+
+
+def gemini_models_page(config, caller: Caller, ctx: Ctx) -> bytes:
+    """``GET /v1beta/models``: a page of the listing (``pageSize``, ``pageToken``)."""
+    entries = gemini_model_entries(config, caller)
+    raw_size = query_value(ctx, "pageSize") or query_value(ctx, "page_size") or "50"
+    try:
+        size = int(raw_size)
+    except ValueError:
+        raise GatewayError(400, "pageSize must be an integer", "invalid_request_error", model_step=True) from None
+    size = MAX_PAGE_SIZE if size <= 0 else min(size, MAX_PAGE_SIZE)
+    token = query_value(ctx, "pageToken") or query_value(ctx, "page_token") or "0"
+    if not token.isdigit() or int(token) > len(entries):
+        raise GatewayError(400, "pageToken is not one this listing gave", "invalid_request_error", model_step=True)
+    start = int(token)
+    out: dict[str, Any] = {"models": entries[start:start + size]}
+    if start + size < len(entries):
+        out["nextPageToken"] = str(start + size)
+    return orjson.dumps(out)
+
+
+def gemini_model(config, caller: Caller, ctx: Ctx) -> bytes:
+    """``GET /v1beta/models/{model}``: one model of the key's listing, or Google's 404."""
+    model_id = path_model(ctx.path)
+    for entry in gemini_model_entries(config, caller):
+        if entry["name"] == f"models/{model_id}":
+            return orjson.dumps(entry)
+    raise GatewayError(404, f"models/{model_id} is not found, or this key may not use it", "not_found",
+                       model_step=True)

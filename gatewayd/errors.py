@@ -5,8 +5,9 @@ Every check the gateway itself makes answers in the OpenAI envelope
 ending with `` (request id: <id>)``. An endpoint names the envelope its errors use once
 the request reaches the model step (``gatewayd.endpoints.Endpoint.envelope``): on
 /v1/messages that is Anthropic's (``{"type": "error", "error": {...}}``). Every error body
-the gateway writes comes from :func:`error_body`; a new envelope (Google's, for a Gemini
-inbound endpoint) is one more writer in ``ENVELOPES``.
+the gateway writes comes from :func:`error_body`; on the Gemini API's endpoints it is
+Google's (``{"error": {"code", "message", "status"}}``). A new envelope is one more writer
+in ``ENVELOPES``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from email.utils import parsedate_to_datetime
 
 import orjson
 
-from gatewayd.formats.errors import provider_json_or_none
+from gatewayd.formats.errors import google_error, provider_json_or_none
 from gatewayd.provider_identifiers import scrub_provider_identifiers
 
 log = logging.getLogger("gatewayd.errors")
@@ -86,7 +87,14 @@ def _anthropic_envelope(error: GatewayError, request_id: str) -> bytes:
     )
 
 
-ENVELOPES = {"openai": _openai_envelope, "anthropic": _anthropic_envelope}
+def _google_envelope(error: GatewayError, request_id: str) -> bytes:
+    """Google's (``{"error": {"code", "message", "status"}}``), the gateway's code as the
+    ``ErrorInfo`` reason: the Gemini API's endpoints."""
+    return orjson.dumps(google_error(error.status, f"{error.message} (request id: {request_id})",
+                                     error.code or error.type))
+
+
+ENVELOPES = {"openai": _openai_envelope, "anthropic": _anthropic_envelope, "google": _google_envelope}
 
 
 def error_body(error: GatewayError, request_id: str, envelope: str = "openai") -> bytes:

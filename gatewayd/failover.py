@@ -56,7 +56,7 @@ class Failover:
         t = trace.get()
         deadline = trio.current_time() + self.settings.deadline_s
         tab.hidden_possible = hidden_output_possible(model, call.body)
-        if call.client_format in ("chat", "messages", "responses"):
+        if call.client_format in ("chat", "messages", "responses", "gemini"):
             tab.prompt = (call.body, call.client_format)
         failures: list[tuple[AttemptFailed, Route]] = []
         for n, (target, route) in enumerate(attempts):

@@ -23,7 +23,7 @@ STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 disable_created_metrics()  # the *_created series double the output and no dashboard uses them
-MODEL_ENDPOINTS = frozenset({"chat", "messages", "responses", "embeddings"})
+MODEL_ENDPOINTS = frozenset({"chat", "messages", "responses", "embeddings", "gemini"})
 
 
 class Metrics:

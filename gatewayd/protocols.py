@@ -115,9 +115,10 @@ def _vertex_claude(upstream_id: str) -> bool:
 
 
 def _vertex_formats(upstream_id: str) -> frozenset[str]:
-    """Claude on Vertex serves messages, chat and responses; Gemini chat and responses."""
-    return frozenset({"messages", "chat", "responses"}) if _vertex_claude(upstream_id) else frozenset(
-        {"chat", "responses"})
+    """Claude on Vertex serves messages, chat, responses and Gemini-API clients; Gemini all but
+    messages."""
+    return frozenset({"messages", "chat", "responses", "gemini"}) if _vertex_claude(upstream_id) else frozenset(
+        {"chat", "responses", "gemini"})
 
 
 def _bedrock_url(settings: Mapping[str, Any]) -> str:
@@ -132,18 +133,18 @@ def _vertex_url(settings: Mapping[str, Any]) -> str:
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
-    Protocol("openai", frozenset({"chat", "responses", "embeddings"}), "/v1", default_family="gpt"),
-    Protocol("anthropic", frozenset({"messages", "chat", "responses"}), "", default_family="claude",
+    Protocol("openai", frozenset({"chat", "responses", "embeddings", "gemini"}), "/v1", default_family="gpt"),
+    Protocol("anthropic", frozenset({"messages", "chat", "responses", "gemini"}), "", default_family="claude",
              serves_claude=_always),
-    Protocol("azure-openai", frozenset({"chat", "responses", "embeddings"}), "/openai", default_family="gpt",
+    Protocol("azure-openai", frozenset({"chat", "responses", "embeddings", "gemini"}), "/openai", default_family="gpt",
              provider_keys=frozenset({"api_version"}), read_settings=_azure_settings),
-    Protocol("gemini", frozenset({"chat", "responses"}), "/v1beta"),
-    Protocol("bedrock", frozenset({"messages", "chat", "responses"}), "/bedrock",
+    Protocol("gemini", frozenset({"chat", "responses", "gemini"}), "/v1beta"),
+    Protocol("bedrock", frozenset({"messages", "chat", "responses", "gemini"}), "/bedrock",
              provider_keys=frozenset({"region", "aws_access_key_id_env", "aws_secret_access_key_env",
                                       "aws_session_token_env"}),
              settings_module="gatewayd.cloud.bedrock_auth", default_base_url=_bedrock_url,
              serves_claude=bedrock_invokes, demo_hook="gatewayd.sim.bedrock:demo_provider"),
-    Protocol("vertex", frozenset({"messages", "chat", "responses"}), "/vertex",
+    Protocol("vertex", frozenset({"messages", "chat", "responses", "gemini"}), "/vertex",
              provider_keys=frozenset({"project", "region", "credentials_file"}),
              settings_module="gatewayd.cloud.vertex_auth", default_base_url=_vertex_url,
              serves_claude=_vertex_claude, route_formats=_vertex_formats,

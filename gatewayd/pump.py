@@ -205,7 +205,8 @@ class StreamPump:
             await self.chunks.aclose()  # type: ignore[attr-defined]
             await self.response.aclose()
             if self.started and status in (Outcome.IDLE_TIMEOUT, Outcome.UPSTREAM_BROKEN, Outcome.UPSTREAM_ERROR):
-                self.attempts.router.failed(self.target, f"stream {status.value.replace('_', ' ')} after its first byte")
+                self.attempts.router.failed(self.target,
+                                            f"stream {status.value.replace('_', ' ')} after its first byte")
         finally:
             if not tab.settled:
                 if self.started:

@@ -2,14 +2,17 @@
 
     admit (key, then IP) -> parse the body -> [large body: the checks that need only its
     model] -> the endpoint's body reader (fields, caps, stored objects) -> stored responses
-    the account may name -> authorize (model list, group, availability, price, rate limit)
+    the account may name -> [an answer the gateway makes itself: the model step, then the
+    answer; no route, no hold] -> authorize (model list, group, availability, price, rate limit)
     -> requests in flight (key, account) -> route plan and upstream requests -> hold (the
     tab) -> attempts and failover -> respond / stream -> settle (charge, release, usage row)
 
 What differs between endpoints is data (:class:`gatewayd.endpoints.Endpoint`: path, body
 reader, client format, error envelope); ``serve`` is the same for all of them, so the
 order lives here and nowhere else. Adding an endpoint is adding a spec and its reader
-(``gatewayd.endpoints``' module doc says how). The parts ``serve`` delegates to:
+(``gatewayd.endpoints``' module doc says how). :meth:`Relay.check` is the same order up to
+the hold, for a request the gateway answers itself (a Responses WebSocket warm-up). The
+parts ``serve`` delegates to:
 
 - :mod:`gatewayd.failover`: the attempts over the routes the router orders;
 - :mod:`gatewayd.pump`: a stream's life and its settlement;
@@ -31,6 +34,7 @@ charged.
 
 from __future__ import annotations
 
+from typing import Any
 
 import trio
 
@@ -45,7 +49,7 @@ from gatewayd.concurrency import InFlight
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
-from gatewayd.endpoints import LARGE_BODY_BYTES, Ctx, Endpoint, read_body
+from gatewayd.endpoints import LARGE_BODY_BYTES, Asked, Ctx, Endpoint, query_value, read_body
 from gatewayd.errors import BodyError, GatewayError, model_not_found, our_fault
 from gatewayd.failover import Failover
 from gatewayd.formats.usage import Usage
@@ -99,16 +103,16 @@ class Relay:
     async def serve(self, endpoint: Endpoint, ctx: Ctx, raw: bytes):
         """One request to a model endpoint, every step in its order (module doc). Returns
         (status, headers, body bytes or :class:`AnswerStream`), or raises the refusal."""
-        caller = self.admit(ctx, accepts_x_api_key=endpoint.accepts_x_api_key)  # key, then IP
-        body = await read_body(raw)  # JSON object, each top-level key once
-        if len(raw) > LARGE_BODY_BYTES:
-            self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
-        asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
-        if asked.response_ids:
-            await self.received_ids.check(caller.account.id, list(asked.response_ids))
+        caller, body, asked = await self._read(endpoint, ctx, raw)
+        if endpoint.answer_here is not None:  # counted here (countTokens): nothing consumed, nothing held
+            local = authorize_model(self.config, caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
+            t = trace.get()
+            if t is not None:
+                t.model = local.model.id
+            return 200, {}, await endpoint.answer_here(body, local)
         grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
         call = Call(client_format=endpoint.client_format, model=grant.model, body=body, raw=raw,
-                    stream=asked.stream, headers=ctx.headers)
+                    stream=asked.stream, headers=ctx.headers, sse=asked.sse)
         # in flight: a 429 over the key's or account's cap, before anything is held; the count
         # is left when the answer is settled (a stream: when it is closed)
         server = self.config.server
@@ -125,13 +129,39 @@ class Relay:
             ticket.leave()
         return status, headers, answer
 
-    def admit(self, ctx: Ctx, *, accepts_x_api_key: bool = False) -> Caller:
+    async def check(self, endpoint: Endpoint, ctx: Ctx, raw: bytes) -> tuple[Caller, dict[str, Any], Asked, Grant]:
+        """The steps before anything is held, in their order: admit, parse, read, the stored
+        responses named, authorize. :meth:`serve` takes the same steps; a request the gateway
+        answers itself, asking the provider nothing and charging nothing (a Responses
+        WebSocket warm-up, ``gatewayd.responses_ws``), stops here, refused exactly as it
+        would be on its way to a provider."""
+        caller, body, asked = await self._read(endpoint, ctx, raw)
+        grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
+        return caller, body, asked, grant
+
+    async def _read(self, endpoint: Endpoint, ctx: Ctx, raw: bytes) -> tuple[Caller, dict[str, Any], Asked]:
+        """Admit, parse, read: the first steps of every request, in their order."""
+        caller = self.admit(ctx, endpoint=endpoint)  # key, then IP
+        body = await read_body(raw)  # JSON object, each top-level key once
+        if len(raw) > LARGE_BODY_BYTES:
+            self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
+        asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+        if asked.response_ids:
+            await self.received_ids.check(caller.account.id, list(asked.response_ids))
+        return caller, body, asked
+
+    def admit(self, ctx: Ctx, *, accepts_x_api_key: bool = False, endpoint: Endpoint | None = None) -> Caller:
         """Key, then IP; once a request: ``api_routes`` admits it from its headers before
         reading its body (nothing is read for a refused request), and the endpoint handler's
-        own call then finds the caller already admitted."""
+        own call then finds the caller already admitted. The key is read where ``endpoint``
+        takes it (``Authorization: Bearer`` always)."""
         if ctx.caller is not None:
             return ctx.caller
-        caller = authenticate(self.directory, ctx.headers, accepts_x_api_key=accepts_x_api_key)
+        if endpoint is not None:
+            query_key = query_value(ctx, endpoint.key_query) if endpoint.key_query else None
+            caller = authenticate(self.directory, ctx.headers, key_headers=endpoint.key_headers, query_key=query_key)
+        else:
+            caller = authenticate(self.directory, ctx.headers, accepts_x_api_key=accepts_x_api_key)
         t = trace.get()
         if t is not None:
             t.account_id = caller.account.id

@@ -30,6 +30,7 @@ from gatewayd.bodies import BodyBudget
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
+from gatewayd.payments.stripe_webhook import mount_stripe_webhook
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
 from gatewayd import hypercorn_patches, local_files, logs, loopwatch
@@ -74,7 +75,9 @@ def _public_config(config: Config, worker: WorkerSockets | None = None) -> Hyper
         binds = [f"fd://{fd}" for fd in worker.listen_fds]
     # the relay cuts streams at the grace period's end (gatewayd.drain); hypercorn's cut is the backstop
     hc = _hypercorn_config(graceful_timeout=config.server.shutdown_grace_s + BACKSTOP_S,
-                           gatewayd_h2c=config.server.h2c)
+                           gatewayd_h2c=config.server.h2c,
+                           # a Responses WebSocket message is a request body (gatewayd.responses_ws)
+                           websocket_max_message_size=config.server.max_body_bytes)
     if config.server.tls_cert:
         hc.certfile = config.server.tls_cert
         hc.keyfile = config.server.tls_key
@@ -213,6 +216,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 metrics_listen = worker.metrics_listen(metrics_listen)
             public_app = create_app(readiness if metrics_listen is None else None)
             console = await mount_console(public_app, directory, store, config)
+            mount_stripe_webhook(public_app, console)  # the console holds the config in force
             first = config
             reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], metrics)
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
@@ -281,7 +285,8 @@ def _database_label(url: str) -> str:
     return url.split("://", 1)[0] + "://" + url.rsplit("@", 1)[-1].split("://", 1)[-1]
 
 
-async def _serve_ops(readiness: Readiness, listen: str, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _serve_ops(readiness: Readiness, listen: str, stop: trio.Event, *,
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
     """``/metrics``, ``/healthz`` and ``/readyz`` on their own listener. It stops only after
     the public listener has drained, so /readyz can answer 503 for the whole drain."""
     from quart_trio import QuartTrio

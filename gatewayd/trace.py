@@ -35,7 +35,7 @@ class Trace:
     path: str
     client: str | None
     started: float = attrs.field(factory=time.perf_counter)
-    endpoint: str = "other"  # chat | messages | responses | embeddings | models | console | ops | other
+    endpoint: str = "other"  # chat | messages | responses | embeddings | models | console | ops | webhooks | other
     account_id: str | None = None
     key_id: str | None = None
     model: str | None = None  # a catalogue id, set once the model is authorized (bounded label)

@@ -1,17 +1,19 @@
-"""WebSocket upgrades: refused cleanly, in the JSON envelope, on every path.
+"""WebSocket upgrades: refused cleanly, in the JSON envelope, on every path but one.
 
-No path serves WebSockets yet. Handed to Quart, an upgrade found no route and its error
-path ran Quart's HTTP-only hooks outside a request context: a bare 500 and a traceback
-in the log, for a request that needs no key. So the ``Listener`` answers every
-``websocket`` scope here, before any app sees it.
+``/v1/responses`` serves the Responses API's WebSocket mode (``gatewayd.responses_ws``) on
+the public listener. Every other upgrade is refused here. Handed to Quart, an upgrade
+found no route and its error path ran Quart's HTTP-only hooks outside a request context:
+a bare 500 and a traceback in the log, for a request that needs no key. So the
+``Listener`` answers every ``websocket`` scope here, before any app sees it.
 
 The answer is an HTTP response to the handshake (the ASGI "WebSocket Denial Response"
 extension, which hypercorn offers): the same envelope, ``X-Request-Id`` and log line as
-any other refusal. On ``/v1/responses`` it is 426: Codex, configured with
-``supports_websockets``, falls back to plain HTTP only on 426 (any other status is an
-error it reports). Elsewhere: 404 for a path the gateway does not serve, 501 for an API it
-does not offer, 400 for a path that exists but speaks plain HTTP. A server without the
-extension gets ``websocket.close`` before accepting, which it turns into a 403.
+any other refusal. On ``/v1/responses`` where it is not served (a listener without the
+API routes) it is 426: Codex, configured with ``supports_websockets``, falls back to
+plain HTTP only on 426 (any other status is an error it reports). Elsewhere: 404 for a
+path the gateway does not serve, 501 for an API it does not offer, 400 for a path that
+exists but speaks plain HTTP. A server without the extension gets ``websocket.close``
+before accepting, which it turns into a 403.
 """
 
 from __future__ import annotations

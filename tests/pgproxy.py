@@ -33,6 +33,7 @@ class _Pair:
         self.upstream = upstream
         self.blackholed = False  # nothing forwarded either way, nothing closed
         self.muted = False  # the database's answers are dropped
+        self.commit_armed = False  # hold_commit_after: the marker passed; the next COMMIT is muted
 
 
 class Proxy:
@@ -41,6 +42,7 @@ class Proxy:
         self._conns: list[socket.socket] = []
         self._pairs: list[_Pair] = []
         self._lose_marker: bytes | None = None
+        self._commit_marker: bytes | None = None
         self._partitioned = False
         self._listener: socket.socket | None = None
         probe = socket.socket()
@@ -102,6 +104,13 @@ class Proxy:
         with self._lock:
             self._lose_marker = marker
 
+    def hold_commit_after(self, marker: bytes) -> None:
+        """Arm: on the connection whose next message contains ``marker``, the COMMIT that follows
+        reaches the database and its answer (and every later one) never comes back; the
+        connection stays open. The transaction is committed; the client waits, not knowing."""
+        with self._lock:
+            self._commit_marker = marker
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -146,6 +155,12 @@ class Proxy:
                         if self._lose_marker is not None and self._lose_marker in data:
                             self._lose_marker, lose = None, True
                             pair.muted = True
+                if src is pair.client and pair.commit_armed and b"COMMIT" in data:
+                    pair.commit_armed, pair.muted = False, True
+                elif src is pair.client and self._commit_marker is not None:
+                    with self._lock:
+                        if self._commit_marker is not None and self._commit_marker in data:
+                            self._commit_marker, pair.commit_armed = None, True
                 dst.sendall(data)
                 if lose:
                     pair.client.shutdown(socket.SHUT_RDWR)  # the client sees the connection drop, no answer

@@ -66,7 +66,7 @@ def _no_traceback(gateway) -> None:
 # --- WebSocket upgrades -----------------------------------------------------------------
 
 @pytest.mark.parametrize(("path", "status", "code"), [
-    ("/v1/responses", 426, "websocket_not_supported"),  # Codex falls back to HTTP on 426 only
+    ("/v1/responses", 401, ""),  # served (gatewayd.responses_ws): the key is checked at the handshake
     ("/v1/chat/completions", 400, "websocket_not_supported"),
     ("/console/", 400, "websocket_not_supported"),
     ("/v1/realtime", 404, "not_found"),
@@ -84,23 +84,23 @@ def test_a_websocket_handshake_is_refused_in_the_json_envelope(gateway, path, st
     _no_traceback(gateway)
 
 
-def test_a_websocket_client_sees_426_on_responses_with_a_key(gateway, funded):
+def test_a_websocket_client_sees_a_wrong_key_refused_on_responses(gateway, funded):
     """What a WebSocket library reports (wsproto, hypercorn's own): a rejected handshake with
-    the status and the JSON body; the key changes nothing; the gateway serves HTTP after it."""
+    the status and the JSON body; the gateway serves HTTP after it."""
     from wsproto import ConnectionType, WSConnection
     from wsproto.events import RejectConnection, RejectData, Request
 
     _, _, secret = funded
     client = WSConnection(ConnectionType.CLIENT)
     wire = client.send(Request(host="127.0.0.1", target="/v1/responses",
-                               extra_headers=[(b"authorization", f"Bearer {secret}".encode())]))
+                               extra_headers=[(b"authorization", f"Bearer {secret}x".encode())]))
     client.receive_data(_raw_exchange(gateway.url, wire))
     client.receive_data(None)
     events = list(client.events())
     rejected = [e for e in events if isinstance(e, RejectConnection)]
-    assert rejected and rejected[0].status_code == 426, events
+    assert rejected and rejected[0].status_code == 401, events
     body = b"".join(e.data for e in events if isinstance(e, RejectData))
-    assert orjson.loads(body)["error"]["code"] == "websocket_not_supported"
+    assert orjson.loads(body)["error"]["message"].startswith("Invalid token")
     answer = httpx.post(gateway.url + "/v1/responses", headers={"authorization": f"Bearer {secret}"},
                         json={"model": "gpt-4.1-mini", "input": "hi"}, timeout=30)
     assert answer.status_code == 200, answer.text

@@ -50,8 +50,10 @@ def codex_cli() -> Path:
     return pinned_cli("@openai/codex", VERSION, "codex")
 
 
-def run_codex(cli: Path, gateway, secret: str, model: str, prompt: str, tmp_path: Path) -> tuple[list[dict], Path]:
-    """``codex exec --json`` in a fresh CODEX_HOME and work directory; returns its events."""
+def run_codex(cli: Path, gateway, secret: str, model: str, prompt: str, tmp_path: Path,
+              *, websockets: bool = False) -> tuple[list[dict], Path]:
+    """``codex exec --json`` in a fresh CODEX_HOME and work directory; returns its events.
+    ``websockets``: over the Responses WebSocket (docs/codex-websocket.md's settings)."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir(exist_ok=True)
@@ -61,11 +63,13 @@ def run_codex(cli: Path, gateway, secret: str, model: str, prompt: str, tmp_path
         f'model = "{model}"\n'
         'model_provider = "gatewayd"\n'
         f'model_catalog_json = "{catalogue}"\n'
-        "\n[model_providers.gatewayd]\n"
+        + ("\n[features]\nresponses_websockets = true\n" if websockets else "")
+        + "\n[model_providers.gatewayd]\n"
         'name = "gatewayd"\n'
         f'base_url = "{gateway.url}/v1"\n'
         'env_key = "GATEWAYD_API_KEY"\n'
         'wire_api = "responses"\n'
+        + ("supports_websockets = true\n" if websockets else "")
     )
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home), "GATEWAYD_API_KEY": secret}
     done = subprocess.run(
@@ -146,3 +150,72 @@ def test_codex_applies_a_patch_on_a_claude_like_model(codex_cli, gateway, sim, f
     assert result["type"] == "tool_result" and result["tool_use_id"] == tool_use["id"]
     assert "A hello.txt" in json.dumps(result["content"])
     _billed_as_codex_reports(gateway, account, events, 1000, 5000)
+
+
+# --- over the Responses WebSocket (docs/codex-websocket.md) ---------------------------------
+
+def _request_lines(gateway, account_id: str) -> list[dict]:
+    """The daemon's request log lines for ``account_id`` (JSON lines)."""
+    lines = []
+    for line in gateway.output.text.splitlines():
+        if account_id in line and line.lstrip().startswith("{"):
+            doc = json.loads(line)
+            lines.append(doc.get("fields", doc))
+    return lines
+
+
+def _went_over_the_socket(gateway, account_id: str) -> None:
+    """Codex's turns were ``response.create`` events on one socket, not HTTP requests: the log
+    has the handshake (101) and one ``GET /v1/responses`` line a response, no POST: Codex's
+    warm-up (``generate: false``, answered by the gateway, free) and the two billed turns."""
+    lines = [line for line in _request_lines(gateway, account_id) if line.get("path") == "/v1/responses"]
+    assert lines and all(line["method"] == "GET" for line in lines), lines
+    assert [(line["status"], line["endpoint"]) for line in lines if not line.get("model")] == [
+        (101, "responses_socket")], lines
+    answered = [(line["status"], line["usage_status"]) for line in lines if line.get("model")]
+    assert answered == [(200, None), (200, "ok"), (200, "ok")], lines
+
+
+def test_codex_runs_a_command_over_the_websocket_on_a_gpt_like_model(codex_cli, gateway, sim, funded, tmp_path):
+    """Pass-through, over the socket: the tool round trip's second request names the first
+    response by ``previous_response_id`` with only the command's output as input; the provider
+    gets the whole history."""
+    account, _, secret = funded
+    marker = f"codex-ws-gpt-{uuid.uuid4().hex[:8]}"
+    args = json.dumps({"cmd": "cat sim-found.txt", "login": False})
+    prompt = f"Show me the file please ({marker}) [[sim:tool=exec_command]] [[sim:args={args}]]"
+    (tmp_path / "work").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "work" / "sim-found.txt").write_text(f"found me {marker}\n")
+    events, _ = run_codex(codex_cli, gateway, secret, "gpt-4.1-mini", prompt, tmp_path, websockets=True)
+
+    [command] = [e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "command_execution"]
+    assert command["exit_code"] == 0 and f"found me {marker}" in command["aggregated_output"]
+    [answer] = [e["item"]["text"] for e in events if e["type"] == "item.completed"
+                and e["item"]["type"] == "agent_message"]
+    assert answer.startswith("Tool result received: ")
+    first, second = sim.requests(marker)
+    assert second["json"]["input"][: len(first["json"]["input"])] == first["json"]["input"]
+    [call] = [i for i in second["json"]["input"] if i.get("type") == "function_call"]
+    [output] = [i for i in second["json"]["input"] if i.get("type") == "function_call_output"]
+    assert call["name"] == "exec_command" and output["call_id"] == call["call_id"]
+    assert "previous_response_id" not in second["json"] and "type" not in second["json"]
+    _billed_as_codex_reports(gateway, account, events, 400, 1600)
+    _went_over_the_socket(gateway, account["id"])
+
+
+def test_codex_applies_a_patch_over_the_websocket_on_a_claude_like_model(codex_cli, gateway, sim, funded, tmp_path):
+    account, _, secret = funded
+    marker = f"codex-ws-claude-{uuid.uuid4().hex[:8]}"
+    patch = f"*** Begin Patch\n*** Add File: hello.txt\n+hello over the socket {marker}\n*** End Patch\n"
+    prompt = (f"Add the file please ({marker}) [[sim:tool=apply_patch]] "
+              f"[[sim:args={json.dumps({'input': patch})}]]")
+    events, work = run_codex(codex_cli, gateway, secret, "claude-haiku-4-5", prompt, tmp_path, websockets=True)
+
+    assert (work / "hello.txt").read_text() == f"hello over the socket {marker}\n"
+    first, second = sim.requests(marker)
+    for turn in (first, second):
+        assert turn["path"] == "/v1/messages" and turn["json"]["model"] == "claude-haiku-4-5"
+    [tool_use] = [b for b in second["json"]["messages"][-2]["content"] if b["type"] == "tool_use"]
+    assert (tool_use["name"], tool_use["input"]) == ("apply_patch", {"input": patch})
+    _billed_as_codex_reports(gateway, account, events, 1000, 5000)
+    _went_over_the_socket(gateway, account["id"])

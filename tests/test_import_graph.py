@@ -24,8 +24,8 @@ The layers, lowest first; a module may import its own layer and the ones below, 
    reaches an adapter, the relay or the listeners, so opening it is cheap.
 3. **adapters**: ``providers/`` (one per upstream protocol, httpx): never the request path above.
 4. **the request path**: ``routing``, ``access``, ``relay``, ``pump``, ``endpoints``, ...
-5. **the daemon's edge**: ``app``, ``api_routes``, ``server``, ``workers``, ``cli``, ``admin/``,
-   ``console/``: nothing below imports them.
+5. **the daemon's edge**: ``app``, ``api_routes``, ``responses_ws``, ``server``, ``workers``, ``cli``,
+   ``admin/``, ``console/``: nothing below imports them.
 
 ``gatewayd`` never imports ``gatewayctl`` (the CLI is a client of the admin API), and no
 module of either package sits in an import cycle.
@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gatewayd", "gatewayctl")
 
 # the daemon's edge: what only the entry points (and each other) may import
-EDGE = ("gatewayd.__main__", "gatewayd.app", "gatewayd.api_routes", "gatewayd.server", "gatewayd.workers", "gatewayd.cli",
-        "gatewayd.admin", "gatewayd.console", "gatewayd.demo", "gatewayd.reload")
+EDGE = ("gatewayd.__main__", "gatewayd.app", "gatewayd.api_routes", "gatewayd.responses_ws", "gatewayd.server",
+        "gatewayd.workers", "gatewayd.cli", "gatewayd.admin", "gatewayd.console", "gatewayd.demo", "gatewayd.reload")
 REQUEST_PATH = ("gatewayd.relay", "gatewayd.pump", "gatewayd.endpoints", "gatewayd.routing", "gatewayd.access",
                 "gatewayd.directory", "gatewayd.ops")
 

@@ -9,6 +9,8 @@ instance that is down (or killed) skipped without a request running twice.
 
 from __future__ import annotations
 
+import json
+
 import signal
 
 import httpx
@@ -65,6 +67,30 @@ def test_streams_pass_through_and_settle(behind_nginx):
     assert text and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
     rows = daemon.admin.usage(account["id"])
     assert len(rows) == 1 and rows[0]["status"] == "ok" and rows[0]["stream"] is True
+    assert daemon.admin.audit()["ok"]
+
+
+def test_a_responses_websocket_passes_through_nginx(behind_nginx):
+    """The upgrade reaches gatewayd (docs/deploy/nginx.conf maps Upgrade through): a response
+    over the socket, billed; a wrong key is refused at the handshake, through nginx too."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    nginx, daemon = behind_nginx
+    account = daemon.admin.account(unique_email())
+    key = daemon.admin.key(account["id"])
+    url = nginx.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers={"Authorization": f"Bearer {key['secret']}"}, open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "gpt-4.1-mini", "input": "hi [[sim:words=3]]"}))
+        events = []
+        while not events or events[-1]["type"] not in ("response.completed", "error"):
+            events.append(json.loads(ws.recv(timeout=30)))
+    assert events[-1]["type"] == "response.completed"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, additional_headers={"Authorization": "Bearer sk-wrong"}, open_timeout=10)
+    assert refused.value.response.status_code == 401
+    [row] = daemon.admin.usage(account["id"])
+    assert row["status"] == "ok" and row["endpoint"] == "responses"
     assert daemon.admin.audit()["ok"]
 
 

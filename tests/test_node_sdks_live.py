@@ -243,3 +243,40 @@ def test_anthropic_node_messages_stream_with_thinking_and_tools(node_sdks, gatew
         assert (row["input_tokens"], row["output_tokens"]) == (usage["input_tokens"], usage["output_tokens"])
         assert row["cost_nano"] == cost(model, row["input_tokens"], row["output_tokens"]) > 0
     assert_balance(gateway, account, rows)
+
+
+# -- the Vercel AI SDK: item_reference by default, store: false as docs/responses.md says ------
+
+
+def test_vercel_ai_sdk_needs_store_false_and_the_refusal_says_so(node_sdks, gateway, sim, funded):
+    """On a translated model: the SDK's default (``store`` on) sends the earlier answer as an
+    ``item_reference`` and gets a 400 that says to send ``store: false``; with
+    ``providerOptions: { openai: { store: false } }`` the answer itself goes back and the second
+    turn is served. Every served turn is billed as the SDK reported it; the refused one is free."""
+    account, _, secret = funded
+    model = "claude-sonnet-4-5"
+    marker = f"node-aisdk-{uuid.uuid4().hex[:8]}"
+    out = run_node("ai_sdk_store.mjs", gateway, secret, model, marker)
+
+    refused = out["stored_default"]["error"]
+    assert refused["status"] == 400, refused
+    message = json.loads(refused["body"])["error"]["message"]
+    assert "item_reference" in message and "send store: false" in message
+    assert "providerOptions: { openai: { store: false } }" in message
+    assert sim.requests(f"second stored {marker}") == []  # refused before the provider
+
+    served = out["unstored"]
+    assert (served["first"]["text"], served["second"]["text"]) == ("w1 w2 w3 w4", "w1 w2 w3")
+    upstream = sim.last_request(f"second unstored {marker}")
+    assert upstream["path"] == "/v1/messages"
+    history = json.dumps(upstream["json"]["messages"])
+    assert served["first"]["text"] and served["first"]["text"] in history  # the earlier answer, itself
+
+    rows = rows_oldest_first(gateway, account, 3)
+    turns = [out["stored_default"]["first"], served["first"], served["second"]]
+    for row, turn in zip(rows, turns):
+        assert (row["model"], row["endpoint"], row["status"]) == (model, "responses", "ok")
+        assert (row["input_tokens"], row["output_tokens"]) == (turn["usage"]["inputTokens"],
+                                                               turn["usage"]["outputTokens"])
+        assert row["cost_nano"] == cost(model, row["input_tokens"], row["output_tokens"])
+    assert_balance(gateway, account, rows)

@@ -113,12 +113,22 @@ async def post(gw: Gateway, secret: str, body: dict | bytes, path: str = "/v1/ch
 def test_every_endpoint_spec_is_routed_and_names_its_envelope(tmp_path):
     gw = Gateway(tmp_path, lambda request: httpx.Response(500))
     routes = ApiRoutes(gw.relay)
-    assert {e.path for e in endpoints.ENDPOINTS} == {"/v1/chat/completions", "/v1/messages", "/v1/responses",
-                                                       "/v1/embeddings"}
+    assert {e.path for e in endpoints.ENDPOINTS} == {
+        "/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/embeddings",
+        "/v1beta/models/{model}:generateContent", "/v1beta/models/{model}:streamGenerateContent",
+        "/v1beta/models/{model}:countTokens"}
     for endpoint in endpoints.ENDPOINTS:
-        assert routes.route(endpoint.method, endpoint.path) is not None, endpoint.path
-        assert endpoint.envelope in ("openai", "anthropic")
+        path = endpoint.path.replace("{model}", "gemini-2.5-flash")
+        assert routes.route(endpoint.method, path) is not None, endpoint.path
+        assert endpoint.envelope in ("openai", "anthropic", "google")
     assert routes.route("GET", "/v1/chat/completions") is None
+    # the model in the path: any id, never none; each method its own spec
+    assert routes.route("POST", "/v1beta/models/:generateContent") is None
+    assert routes.route("POST", "/v1beta/models/gemini-2.5-flash:embedContent") is None
+    assert endpoints.path_model("/v1beta/models/models/gemini-2.5-flash:countTokens") == "gemini-2.5-flash"
+    assert routes.route("GET", "/v1beta/models") is not None
+    assert routes.route("GET", "/v1beta/models/gemini-2.5-flash") is not None
+    assert routes.route("GET", "/v1beta/models/gemini-2.5-flash:generateContent") is None
 
 
 def test_one_writer_puts_every_error_in_its_envelope():
@@ -129,6 +139,11 @@ def test_one_writer_puts_every_error_in_its_envelope():
     assert orjson.loads(error_body(body, "r2", "anthropic")) == {"type": "error", "error": {
         "type": "invalid_request_error", "message": "missing required field 'max_tokens' (request id: r2)"}}
     assert orjson.loads(error_body(body, "r2"))["error"]["param"] == "max_tokens"
+    assert orjson.loads(error_body(body, "r2", "google")) == {"error": {
+        "code": 400, "message": "missing required field 'max_tokens' (request id: r2)", "status": "INVALID_ARGUMENT",
+        "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "invalid_request_error",
+                     "domain": "gatewayd"}]}}
+    assert orjson.loads(error_body(checked, "r1", "google")) == orjson.loads(checked.chat_body("r1"))
 
 
 # -- the order of Relay.serve ------------------------------------------------------------------

@@ -228,7 +228,7 @@ upstream_id = "my-gpt4o-deployment"
     assert m.dual_format and m.family == "claude"
     g = config.models["gpt-4o"]
     assert [(r.name, r.priority, r.weight) for r in g.routes] == [("azure/my-gpt4o-deployment", 0, 1)]
-    assert g.client_formats == {"chat", "responses", "embeddings"}
+    assert g.client_formats == {"chat", "responses", "embeddings", "gemini"}
     assert config.providers["azure"].settings == {"api_version": "2024-10-21"}
     assert config.routing == RoutingSettings()
 

@@ -180,15 +180,16 @@ def test_gemini_on_vertex_uses_the_gemini_translation(tmp_path, sa_file):
 
 def test_client_formats_are_per_route_so_gemini_on_vertex_serves_no_messages(tmp_path, sa_file):
     """A model's formats come from each route's model, not only its protocol: Gemini on
-    Vertex is chat and responses only (refused up front on /v1/messages, never planned there),
-    Claude on Vertex dual-format; a model with both routes plans only Claude for messages."""
+    Vertex is chat, responses and the Gemini API (refused up front on /v1/messages, never
+    planned there), Claude on Vertex dual-format and reached from the Gemini API too
+    (translated); a model with both routes plans only Claude for messages."""
     from gatewayd.routing import Router, RoutingSettings
 
     provider = f"project = 'my-project'\nregion = 'us-east5'\ncredentials_file = '{sa_file}'"
     gemini = load(tmp_path, config_text(provider, "gemini-2.5-flash")).models["m"]
     claude = load(tmp_path, config_text(provider)).models["m"]
-    assert gemini.client_formats == {"chat", "responses"} and not gemini.dual_format
-    assert claude.client_formats == {"chat", "responses", "messages"} and claude.dual_format
+    assert gemini.client_formats == {"chat", "responses", "gemini"} and not gemini.dual_format
+    assert claude.client_formats == {"chat", "responses", "messages", "gemini"} and claude.dual_format
     both = load(tmp_path, config_text(provider, "gemini-2.5-flash") + (
         "[[models]]\nid = 'both'\ninput_price = 3.0\noutput_price = 15.0\n"
         "[[models.routes]]\nprovider = 'vx'\nupstream_id = 'gemini-2.5-flash'\n"

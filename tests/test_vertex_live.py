@@ -402,6 +402,51 @@ def test_responses_stream_to_gemini_on_vertex_with_a_tool_call(daemon, sims):
     assert_billed_exactly(daemon, vsim, account, request_id, marker, "vx-gemini")
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_gemini_api_to_gemini_on_vertex_passes_through(daemon, sims, stream):
+    """A Gemini-API client (Gemini CLI, google-genai) of a Gemini model on Vertex: the same
+    wire, so its bytes go to Vertex as they came (the model is in the URL) and Vertex's answer
+    back as it was sent; billed exactly what Vertex bills."""
+    _, vsim = sims
+    account, _, secret = new_account(daemon)
+    marker = tag()
+    raw = (b'{"contents": [{"role": "user", "parts": [{"text": "hi ' + marker.encode() + b' [[sim:cache_read=50]]"}]}],'
+           b' "generationConfig": {"maxOutputTokens": 200, "temperature": 0.5}}')
+    method = "streamGenerateContent" if stream else "generateContent"
+    response = httpx.post(f"{daemon.url}/v1beta/models/vx-gemini:{method}", params={"alt": "sse"} if stream else None,
+                          content=raw, headers={"x-goog-api-key": secret, "content-type": "application/json"},
+                          timeout=30)
+    assert response.status_code == 200, response.text
+    received = vsim.last_request(marker)
+    assert received["path"] == f"/vertex/v1/projects/{PROJECT}/locations/{REGION}/publishers/google/models/gemini-2.5-flash:{method}"
+    assert received["query"] == ("alt=sse" if stream else "")
+    assert received["body"].encode() == raw  # forwarded unchanged: no re-encode, no model field added
+    if stream:
+        events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+        text = "".join(p.get("text", "") for e in events for p in e["candidates"][0]["content"]["parts"])
+        assert response.headers["content-type"].startswith("text/event-stream")
+    else:
+        text = "".join(p.get("text", "") for p in response.json()["candidates"][0]["content"]["parts"])
+    assert text.startswith("This is a simulated reply to: hi")
+    row = assert_billed_exactly(daemon, vsim, account, response.headers["x-request-id"], marker, "vx-gemini")
+    assert row["cached_tokens"] == 50 and row["endpoint"] == "gemini"
+
+
+def test_gemini_api_to_claude_on_vertex_is_translated(daemon, sims):
+    _, vsim = sims
+    account, _, secret = new_account(daemon)
+    marker = tag()
+    body = {"contents": [{"role": "user", "parts": [{"text": f"hi {marker}"}]}]}
+    response = httpx.post(f"{daemon.url}/v1beta/models/vx-claude:generateContent", params={"key": secret}, json=body,
+                          timeout=30)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["candidates"][0]["content"]["parts"][0]["text"].startswith("This is a simulated reply to: hi")
+    assert vsim.last_request(marker)["path"].endswith(":rawPredict")
+    assert doc["usageMetadata"]["totalTokenCount"] > 0
+    assert_billed_exactly(daemon, vsim, account, response.headers["x-request-id"], marker, "vx-claude")
+
+
 def test_messages_to_a_gemini_model_on_vertex_is_refused(daemon):
     account, _, secret = new_account(daemon)
     response = httpx.post(daemon.url + "/v1/messages", headers={"x-api-key": secret, "anthropic-version": "2023-06-01"},

@@ -430,7 +430,53 @@ def _parts(parts: list[Any], tally: _Tally) -> None:
             tally.json(part)
 
 
-_READERS = {"chat": _chat, "messages": _messages, "responses": _responses}
+# -- gemini (generateContent bodies from Gemini clients) -----------------------------------
+
+
+def _gemini(body: dict[str, Any], tally: _Tally) -> None:
+    instruction = body.get("systemInstruction", body.get("system_instruction"))
+    if isinstance(instruction, dict) and isinstance(instruction.get("parts"), list):
+        _gemini_parts(instruction["parts"], tally)
+    else:
+        tally.text(instruction)
+    contents = body.get("contents")
+    if isinstance(contents, list):
+        for content in contents:
+            tally.tokens += PER_MESSAGE_TOKENS
+            parts = content.get("parts") if isinstance(content, dict) else None
+            if isinstance(parts, list):
+                _gemini_parts(parts, tally)
+            else:
+                tally.json(content)
+    else:
+        tally.json(contents)
+    tally.json(body.get("tools"))
+    config = body.get("generationConfig", body.get("generation_config"))
+    if isinstance(config, dict):  # a response schema is rendered into the prompt
+        tally.json(config.get("responseSchema", config.get("responseJsonSchema")))
+
+
+def _gemini_parts(parts: list[Any], tally: _Tally) -> None:
+    for part in parts:
+        if not isinstance(part, dict):
+            tally.json(part)
+        elif isinstance(part.get("text"), str):
+            tally.text(part["text"])
+        elif isinstance(data := part.get("inlineData", part.get("inline_data")), dict):
+            mime = str(data.get("mimeType", data.get("mime_type")) or "")
+            if mime.startswith("image/"):
+                tally.image(part)
+            elif mime.startswith("audio/"):
+                tally.audio(data.get("data"), mime.removeprefix("audio/"))
+            else:
+                tally.tokens += DOCUMENT_TOKENS
+        elif part.get("fileData", part.get("file_data")) is not None:
+            tally.tokens += DOCUMENT_TOKENS
+        else:  # functionCall, functionResponse, executable code: their JSON text
+            tally.json({k: v for k, v in part.items() if k != "thoughtSignature"})
+
+
+_READERS = {"chat": _chat, "messages": _messages, "responses": _responses, "gemini": _gemini}
 
 
 def _media_part(kind: str, part: dict[str, Any], tally: _Tally) -> None:

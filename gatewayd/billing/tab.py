@@ -96,8 +96,8 @@ class Tab:
         """Charge ``usage`` and write the usage row, exactly once, shielded from cancellation.
 
         A store that cannot take the settlement raises ``StoreUnavailable`` (the caller answers
-        503 ``store_unavailable``); the tab is not tried again, the store's own recovery (the
-        hold's expiry) ends the hold."""
+        503 ``store_unavailable``); the tab is not tried again: the hold is left to the store's
+        own recovery (SQLite releases it at the next start, as a dead process's)."""
         if self.hold.settled or self.store_failed:
             return
         priced = bill(self.model, usage, self.price_ratio)
@@ -164,5 +164,5 @@ def _only_cancelled(exc: BaseException | None) -> bool:
 def store_failed_while_settling(tab: Tab) -> None:
     """The operator's line for a settlement the store could not take: a 503
     ``store_unavailable`` (the store's fault, not a gateway bug: no traceback)."""
-    log.warning("store unavailable while settling; the hold ends with its expiry", extra={"fields": {
+    log.warning("store unavailable while settling; the hold is left to the store's recovery", extra={"fields": {
         "request_id": tab.hold.request_id, "error": "store_unavailable"}})

@@ -16,7 +16,7 @@ from importlib import resources
 
 from quart import Blueprint, Response, g, redirect, url_for
 
-from gatewayd.console import queries, views_alerts, views_codes, views_keys, views_usage
+from gatewayd.console import queries, views_alerts, views_codes, views_funds, views_keys, views_usage
 from gatewayd.console.formatting import FILTERS
 from gatewayd.console.web import (
     Console,
@@ -124,6 +124,7 @@ def create_blueprint(console: Console) -> Blueprint:
         return await page(console, "balance.html", nav="balance", payments=payments)
 
     views_keys.register(bp, console)
+    views_funds.register(bp, console)
     views_usage.register(bp, console)
     views_codes.register(bp, console)
     views_alerts.register(bp, console)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from gatewayd.formats.errors import TranslationError
+from gatewayd.formats.stored_objects import item_reference_refused
 from gatewayd.formats.responses_tools import chat_name, chat_tool_choice, custom_arguments, plan_tools
 
 __all__ = ["responses_request_to_chat"]
@@ -136,6 +137,8 @@ def _input_to_messages(value: Any) -> list[dict[str, Any]]:
             # A summary of earlier thinking; its encrypted_content is sealed for OpenAI's
             # models, so there is nothing another upstream could do with it.
             continue
+        elif kind == "item_reference":
+            raise item_reference_refused(where)
         else:
             raise TranslationError(f"input item type {kind!r} is not supported for this model", where)
     return messages

@@ -29,12 +29,26 @@ __all__ = [
     "asked_response_ids",
     "answer_received_ids",
     "MAX_ID_CHARS",
+    "item_reference_refused",
 ]
 
 MAX_ID_CHARS = 256  # longer than any provider's ids; a longer one is refused without a look-up
 
 _NO_FILES = "gatewayd offers no Files API, so no stored file can be used; send the file inline"
 _NO_CONTAINERS = "gatewayd does not offer the provider's containers; leave it out"
+
+
+def item_reference_refused(where: str) -> TranslationError:
+    """The refusal of an ``item_reference`` input item, saying what to change.
+
+    Clients send one for an earlier output item when they believe the provider stored the
+    response (``store`` on, the Responses default): the Vercel AI SDK does so for every earlier
+    assistant turn. gatewayd keeps responses unstored, so the fix is on the client's side:
+    ``store: false`` makes such a client send the items themselves."""
+    return TranslationError(
+        f"{where}: item_reference points at an item of a stored response, and gatewayd does not store responses; "
+        "send store: false so that your client sends the earlier items themselves (Vercel AI SDK: "
+        "providerOptions: { openai: { store: false } }; docs/responses.md)", where)
 
 
 def refuse_stored_objects(client_format: str, body: dict[str, Any]) -> None:
@@ -177,8 +191,7 @@ def _responses(body: dict[str, Any]) -> None:
 def _input_item(item: dict[str, Any], where: str) -> None:
     kind = item.get("type")
     if kind == "item_reference":
-        raise TranslationError(f"{where}: item_reference points at an item stored by the provider, which gatewayd "
-                               "does not offer; send the item itself", where)
+        raise item_reference_refused(where)
     if kind in (None, "message"):
         content = item.get("content")
         if isinstance(content, list):

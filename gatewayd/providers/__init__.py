@@ -25,7 +25,7 @@ ADAPTERS = {
     "vertex": vertex,
 }
 
-CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings")
+CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings", "gemini")
 
 
 def builder(client_format: str, protocol: str) -> Builder | None:

@@ -25,6 +25,7 @@ from gatewayd.formats.messages_to_chat import messages_response_to_chat
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.responses_output import envelope
 from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPipe, tell_cache_writes
+from gatewayd.providers.gemini_client import via_chat
 from gatewayd.providers.base import (
     Call, Route, converted_error, dropped_tools_headers, encode_body, model_change, passthrough_error, translate, with_changes,
 )
@@ -182,4 +183,4 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     )
 
 
-ROUTES = {"messages": messages, "chat": chat, "responses": responses}
+ROUTES = {"messages": messages, "chat": chat, "responses": responses, "gemini": via_chat(chat)}

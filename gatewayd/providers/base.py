@@ -33,12 +33,13 @@ from gatewayd.formats.errors import InvalidAnswer, provider_json
 class Call:
     """One client request as the route builders see it (validated by its endpoint)."""
 
-    client_format: str  # "chat" | "messages" | "responses" | "embeddings"
+    client_format: str  # "chat" | "messages" | "responses" | "embeddings" | "gemini"
     model: Model
     body: dict
     raw: bytes  # the client's bytes: pass-through routes forward them unchanged when they can
     stream: bool
     headers: Any = None  # the client's headers (anthropic-version / anthropic-beta are forwarded)
+    sse: bool = True  # a streaming Gemini-API client asked ``?alt=sse`` (else: one JSON array)
 
 
 def header_retry_after(error: UpstreamError) -> float | None:

@@ -14,7 +14,8 @@ Bedrock needs, made in the bytes (``model`` and ``stream`` removed, ``anthropic_
 Anthropic events reach the client as they came, only unwrapped from the event-stream frames
 (:mod:`gatewayd.formats.eventstream`). Chat and responses clients translate as on the
 Anthropic route. Converse models serve all three formats through the messages translation
-(:mod:`gatewayd.formats.converse`).
+(:mod:`gatewayd.formats.converse`). Gemini-API clients reach both through the chat route
+(:func:`gatewayd.providers.gemini_client.via_chat`).
 
 Requests are signed with SigV4, or carry a Bedrock API key (:mod:`gatewayd.cloud.bedrock_auth`,
 which also reads the provider's settings when the config is loaded).
@@ -54,6 +55,7 @@ from gatewayd.providers.anthropic import _to_messages, answer_usage, produced_us
 from gatewayd.cloud.bedrock_auth import AwsAuth
 from gatewayd.protocols import bedrock_invokes
 from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, translate, with_changes
+from gatewayd.providers.gemini_client import via_chat
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
 
 __all__ = ["ROUTES", "uses_invoke"]
@@ -341,4 +343,4 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     )
 
 
-ROUTES = {"messages": messages, "chat": chat, "responses": responses}
+ROUTES = {"messages": messages, "chat": chat, "responses": responses, "gemini": via_chat(chat)}

@@ -47,6 +47,7 @@ from gatewayd.formats.responses import ChatToResponsesStream, chat_response_to_r
 from gatewayd.formats.sse import SSEEvent, encode
 from gatewayd.formats.usage import GeminiTally, Usage
 from gatewayd.formats.responses_output import envelope
+from gatewayd.providers.gemini_client import passthrough_to
 from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, header_retry_after, translate
 
 __all__ = [
@@ -249,4 +250,6 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     )
 
 
-ROUTES = {"chat": chat, "responses": responses}
+passthrough = passthrough_to(request, gemini_error, retry_after)  # a Gemini-API client: its bytes pass through
+
+ROUTES = {"chat": chat, "responses": responses, "gemini": passthrough}

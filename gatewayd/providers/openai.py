@@ -31,6 +31,7 @@ from gatewayd.formats.responses import chat_response_to_responses, responses_req
 from gatewayd.formats.responses_output import envelope
 from gatewayd.formats.stored_objects import answer_received_ids
 from gatewayd.formats.translating_pipes import ToResponsesPipe
+from gatewayd.providers.gemini_client import via_chat
 from gatewayd.providers.base import (
     Builder, Call, Route, converted_error, dropped_tools_headers, encode_body, model_change, passthrough_error, translate, with_changes,
 )
@@ -179,7 +180,7 @@ def routes(address: Addresser) -> dict[str, Builder]:
             upstream_error=passthrough_error,
         )
 
-    return {"chat": chat, "responses": responses, "embeddings": embeddings}
+    return {"chat": chat, "responses": responses, "embeddings": embeddings, "gemini": via_chat(chat)}
 
 
 ROUTES = routes(request)

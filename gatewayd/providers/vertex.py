@@ -13,8 +13,9 @@ Which wire a route speaks is decided by its ``upstream_id`` (the publisher's mod
 - anything else (``gemini...``, or ``google/<id>``): Gemini's ``generateContent`` /
   ``streamGenerateContent?alt=sse`` under ``publishers/google/models/{id}``, the same wire as
   Google's public Gemini API: the Gemini adapter's builders, translation and error mapping.
-  Chat and responses clients only (``route_formats`` in ``gatewayd.protocols``): the router plans no such route
-  for ``/v1/messages``, and a model whose routes are all such is refused there up front.
+  Chat, responses and Gemini-API clients (``route_formats`` in ``gatewayd.protocols``; the last
+  pass through): the router plans no such route for ``/v1/messages``, and a model whose routes
+  are all such is refused there up front.
 
 The builders of both adapters address their request through the ``upstream`` they are
 handed (``upstream.post(url, body, headers)``); this module hands them one that re-addresses
@@ -50,6 +51,7 @@ from gatewayd.formats.raw_json import replace_top_level_member
 from gatewayd.providers import anthropic, gemini
 from gatewayd.protocols import PROTOCOLS, vertex_publisher_model as publisher_model
 from gatewayd.providers.base import Builder, Call, Route, encode_body
+from gatewayd.providers.gemini_client import via_chat
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
 from gatewayd.cloud.vertex_auth import AccessTokens
 
@@ -162,4 +164,12 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     return _vertex_route(build, call, target, upstream, None)
 
 
-ROUTES = {"messages": messages, "chat": chat, "responses": responses}
+def gemini_client(call: Call, target: ModelRoute, upstream) -> Route:
+    """A Gemini-API client: Gemini on Vertex speaks its wire, so its bytes pass through (with
+    the cap the hold covers); Claude gets it through chat (:func:`gemini_client.via_chat`)."""
+    if _claude(target):
+        return via_chat(chat)(call, target, upstream)
+    return _vertex_route(gemini.passthrough, call, target, upstream, None)
+
+
+ROUTES = {"messages": messages, "chat": chat, "responses": responses, "gemini": gemini_client}

@@ -53,6 +53,14 @@ def test_responses_stored_objects_are_refused_naming_the_field(extra, param):
     assert refused("responses", {"model": "m", "input": "hi", **extra}) == param
 
 
+def test_an_item_reference_refusal_says_to_send_store_false():
+    with pytest.raises(TranslationError) as info:
+        refuse_stored_objects("responses", {"model": "m", "input": ["x", {"type": "item_reference", "id": "msg_1"}]})
+    assert info.value.param == "input[1]"
+    assert "send store: false" in info.value.message and "providerOptions: { openai: { store: false } }" in \
+        info.value.message
+
+
 def test_responses_that_only_look_like_references_pass():
     body = {
         "model": "m", "store": False, "background": False, "prompt": None,
