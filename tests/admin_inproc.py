@@ -116,6 +116,15 @@ class RealAdmin:
         """``await fn(directory, store)`` on the server's loop; its result."""
         return trio.from_thread.run(fn, self.directory, self.store, trio_token=self._token)
 
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """One admin API call made directly (not through gatewayctl): for a test's setup."""
+        import httpx
+
+        with httpx.Client(transport=httpx.HTTPTransport(uds=self.socket_path), base_url="http://admin") as client:
+            answer = client.request(method, "/admin/v1" + path, json=body)
+        assert answer.is_success, answer.text
+        return answer.json()
+
     @property
     def last(self) -> Recorded:
         assert self.requests, "the CLI sent no request"

@@ -37,6 +37,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gatewayctl.main import app
+from gatewayd.money import usd_to_nano
 from gatewayd.store.base import Hold, Settlement
 from tests.admin_inproc import RealAdmin, running_admin
 
@@ -169,16 +170,18 @@ class Made:
 
 
 def make_account(admin: RealAdmin, pay: str = "10.50") -> Made:
-    """Ann, in Berlin, who paid ``pay`` dollars: made through the CLI, then the log is emptied."""
-    created = one_json(ok(admin, "account", "create", new_email(), "--name", "Ann", "--timezone", "Europe/Berlin",
-                          "--json"))
-    paid = one_json(ok(admin, "account", "pay", created["id"], pay, "--note", "invoice 7", "--json"))
+    """Ann, in Berlin, who paid ``pay`` dollars: made through the admin API (the commands that
+    make them are tested on their own), then the log is emptied."""
+    created = admin.api("POST", "/accounts", {"email": new_email(), "name": "Ann", "timezone": "Europe/Berlin"})
+    paid = admin.api("POST", f"/accounts/{created['id']}/payments", {"amount_nano": usd_to_nano(pay),
+                                                                     "note": "invoice 7"})
     admin.requests.clear()
     return Made(paid["account"], paid["payment"])
 
 
 def make_key(admin: RealAdmin, account: Made, *options: str) -> dict[str, Any]:
-    """A key named laptop (the API's object with its secret); the log is emptied."""
+    """A key named laptop made with gatewayctl's ``options`` (the API's object with its secret);
+    the log is emptied."""
     key = one_json(ok(admin, "key", "create", account.id, "--name", "laptop", *options, "--json"))
     admin.requests.clear()
     return key
@@ -191,8 +194,12 @@ def ann(admin: RealAdmin) -> Made:
 
 @pytest.fixture
 def laptop(admin: RealAdmin, ann: Made) -> dict[str, Any]:
-    return make_key(admin, ann, "--spend-limit", "5", "--models", "gpt-4.1,claude-sonnet-4-5",
-                    "--allow-ip", "10.0.0.0/8")
+    """Ann's key (the API's object with its secret), made through the admin API."""
+    key = admin.api("POST", f"/accounts/{ann.id}/keys", {
+        "name": "laptop", "spend_limit_nano": 5_000_000_000, "models": ["gpt-4.1", "claude-sonnet-4-5"],
+        "allow_ips": ["10.0.0.0/8"]})
+    admin.requests.clear()
+    return key
 
 
 def settle(admin: RealAdmin, account_id: str, key_id: str, request_id: str, hold_nano: int,
