@@ -2,6 +2,7 @@
 # make lint  - ruff check and mypy (configured in pyproject.toml); make test runs it first
 # make test  - create .venv, install, lint, run the whole suite (slow and browser tests included)
 #             on SQLite, then the keys, billing, faults and console tests on PostgreSQL
+# make test-unit - only the tests that start no process (no daemon, simulator, CLI subprocess, browser)
 # make bench - print the hot-path figures of issue 15 (CPU per request, requests/s, latency, memory)
 
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
@@ -11,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run lint test test-postgres test-fast bench clean
+.PHONY: install run lint test test-unit test-postgres test-fast bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "gatewayd needs Python 3.11 or newer on PATH"; exit 1; }
@@ -51,6 +52,14 @@ test: $(STAMP)
 
 test-postgres: $(STAMP)
 	GATEWAY_TEST_DATABASE=postgres $(PYTEST) -m "not browser" $(PG_TESTS)
+
+# Every test that starts no process (no daemon, simulator, CLI subprocess, nginx, browser):
+# the layer to run while working. The `live` marker is set in tests/conftest.py.
+# Tests, not files, are spread over the processes (--dist load): a few files hold most of its time.
+# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set: pytest then keeps each test
+# module's rewritten asserts, which otherwise costs every process ~15 s of CPU at collection.
+test-unit: $(STAMP)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist load -m "not live"
 
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow and not browser"

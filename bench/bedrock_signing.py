@@ -18,7 +18,7 @@ from botocore.eventstream import EventStreamBuffer
 
 from gatewayd.formats.eventstream import EventStreamSplitter, FrameDecoder, chunk_frame
 from gatewayd.formats.sse import SSESplitter, encode
-from gatewayd.providers.bedrock_auth import AwsAuth
+from gatewayd.cloud.bedrock_auth import AwsAuth
 
 URL = "https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
 

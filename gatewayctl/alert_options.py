@@ -17,7 +17,7 @@ NoAlertBelowOpt = Annotated[bool, typer.Option("--no-alert-below", help="Remove 
 
 def alert_below_field(body: dict[str, Any], value: str | None, remove: bool = False) -> None:
     """Put ``alert_below_nano`` in an API body when either option was given (null: no alert)."""
-    from gatewayctl.main import exclusive, parse_usd
+    from gatewayctl.common import exclusive, parse_usd
 
     exclusive({"--alert-below": value is not None, "--no-alert-below": remove})
     if remove or (value is not None and value.strip().lower() == "none"):

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from gatewayctl import render
 from gatewayctl.client import segment
-from gatewayctl.main import JsonOpt, SocketOpt, app, data, parse_date, parse_payment, session
+from gatewayctl.common import JsonOpt, SocketOpt, app, data, parse_date, parse_payment, session
 from gatewayctl.render import Field
 from gatewayd.control_chars import escape_control_characters
 

@@ -21,7 +21,7 @@ NoBudgetOpt = Annotated[bool, typer.Option("--no-budget", help="Remove the perio
 
 def budget_fields(body: dict[str, Any], budget: str | None, period: str | None, no_budget: bool = False) -> None:
     """Put the budget options in an API body: ``--budget none`` / ``--no-budget`` send null (clear)."""
-    from gatewayctl.main import exclusive, parse_usd
+    from gatewayctl.common import exclusive, parse_usd
 
     if period is not None and period not in ("day", "week", "month"):
         raise typer.BadParameter(f"must be day, week or month (got {period!r})", param_hint="'--budget-period'")

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from gatewayctl import render
 from gatewayctl.client import AdminError, segment
-from gatewayctl.main import JsonOpt, SocketOpt, app, data, session
+from gatewayctl.common import JsonOpt, SocketOpt, app, data, session
 from gatewayctl.render import Field
 from gatewayd.billing.price_list import (
     RATE_FIELDS, CatalogueModel, PriceListError, field_unit, import_price_list, usd_text,

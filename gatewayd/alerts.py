@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from gatewayd.config_tables import ConfigError, Section
 from gatewayd.money import format_usd, nano_to_usd_str
 from gatewayd.records import Account, Key
 
@@ -82,14 +83,12 @@ class AlertSettings:
 def read_settings(table: Any, env: Mapping[str, str]) -> AlertSettings | None:
     """``[alerts]`` (None: absent), or ``ConfigError`` naming the key; secrets come from the
     environment variables the file names, and a named variable that is unset is an error."""
-    from gatewayd.config import ConfigError, _Section
-
     if table is None:
         return None
-    s = _Section(table, "alerts")
+    s = Section(table, "alerts")
     s.unknown({"smtp", "webhook", "poll_s", "retry_initial_s", "retry_max_s", "give_up_after_h"})
 
-    def secret(section: _Section, key: str, required: bool) -> str | None:
+    def secret(section: Section, key: str, required: bool) -> str | None:
         name = section.str(key, ... if required else None)
         if name is None:
             return None
@@ -100,7 +99,7 @@ def read_settings(table: Any, env: Mapping[str, str]) -> AlertSettings | None:
 
     smtp = None
     if "smtp" in s.table:
-        m = _Section(s.table["smtp"], "alerts.smtp")
+        m = Section(s.table["smtp"], "alerts.smtp")
         m.unknown({"host", "port", "username_env", "password_env", "from", "starttls", "timeout_s"})
         username, password = secret(m, "username_env", False), secret(m, "password_env", False)
         if (username is None) != (password is None):
@@ -116,7 +115,7 @@ def read_settings(table: Any, env: Mapping[str, str]) -> AlertSettings | None:
                             timeout_s=float(m.number("timeout_s", 10.0, minimum=0.1)))
     webhook = None
     if "webhook" in s.table:
-        w = _Section(s.table["webhook"], "alerts.webhook")
+        w = Section(s.table["webhook"], "alerts.webhook")
         w.unknown({"url", "secret_env", "timeout_s"})
         url = w.str("url")
         if not url.startswith(("http://", "https://")):

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import logging
 import math
-import os
 import time
 from typing import Any
 
@@ -31,7 +30,7 @@ from gatewayd.api_routes import ApiRoutes
 from gatewayd.bodies import BodyBudget
 from gatewayd.errors import GatewayError, error_body, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
-from gatewayd.trace import Trace
+from gatewayd.trace import Trace, new_request_id
 from gatewayd.upgrades import refuse_websocket, websocket_refusal
 
 if TYPE_CHECKING:
@@ -41,10 +40,6 @@ JSON = "application/json"
 # Served over TLS (``[server] tls_cert``): browsers keep to HTTPS for a year. Behind a proxy that
 # ends TLS, the proxy sends it (docs/deploy/nginx.conf).
 HSTS = (b"strict-transport-security", b"max-age=31536000")
-
-
-def new_request_id() -> str:
-    return "req_" + os.urandom(12).hex()
 
 
 ENDPOINTS = {

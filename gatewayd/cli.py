@@ -30,10 +30,15 @@ def serve(
     workers: int = typer.Option(1, "--workers", help="Processes sharing the listen address (N > 1 needs PostgreSQL)."),
 ) -> None:
     """Run the gateway. SIGHUP re-reads the config file's catalogue; SIGTERM drains and stops."""
+    from gatewayd import hypercorn_patches
     from gatewayd.local_files import DAEMON_UMASK, LocalFileRefused, prepare_data_dir
     from gatewayd.server import run
     from gatewayd.store.base import StoreError
 
+    unfit = hypercorn_patches.refusal()  # a hypercorn the patches no longer fit: refuse, one line
+    if unfit is not None:
+        print(f"gatewayd: {unfit}", file=sys.stderr)
+        raise typer.Exit(2)
     os.umask(DAEMON_UMASK)  # every file and socket the daemon makes is its own user's only
     overrides = {
         "listen": listen or None,
@@ -78,7 +83,7 @@ def serve(
         raise typer.Exit(2)
     try:
         if workers > 1:
-            raise typer.Exit(run_workers(cfg, workers, load))
+            raise typer.Exit(run_workers(cfg, workers, load, run))
         run(cfg, load)
     except KeyboardInterrupt:
         pass

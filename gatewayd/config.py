@@ -7,7 +7,6 @@ checks a setting again. Prices become integer nano-dollars per token here.
 
 from __future__ import annotations
 
-import builtins  # _Section.str shadows the type in its class body
 import ipaddress
 import math
 import os
@@ -16,19 +15,18 @@ from fractions import Fraction
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import TYPE_CHECKING, AbstractSet, Any
+from typing import Any, Mapping
 
 import attrs
 
-from gatewayd import alerts
-from gatewayd import providers as adapters
+from gatewayd import alerts, protocols
 from gatewayd.alerts import AlertSettings
+from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
+from gatewayd.config_tables import ConfigError, Section as _Section
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
-from gatewayd.money import MoneyError, price_per_million_to_nano_per_token, ratio, usd_to_nano
-
-if TYPE_CHECKING:
-    from gatewayd.payments.stripe_settings import StripeSettings
+from gatewayd.money import MoneyError, ratio, usd_to_nano
+from gatewayd.payments.stripe_settings import StripeSettings, read_payments
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
     "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
@@ -40,15 +38,6 @@ DEFAULT_CATALOGUE: Traversable = resources.files("gatewayd") / "data" / "catalog
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_DATA_DIR = "var"
 DEMO_DATA_DIR = "var/demo"  # serve --demo: never the database a real daemon uses by default (gatewayd.demo)
-# Every number in the file: far above any sensible setting, and small enough that sums and
-# products of them stay exact and within the store's 64-bit integers.
-MAX_NUMBER = 10**12
-
-
-class ConfigError(Exception):
-    """One line for the operator: which key, what is wrong with it."""
-
-
 @attrs.frozen
 class RoutingSettings:
     """``[routing]`` in the config file (documented in docs/operations.md)."""
@@ -126,8 +115,8 @@ class Config:
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
-        Each protocol's adapter says where under the simulator its API lives."""
-        providers = {name: adapters.simulated(p, sim_url) for name, p in self.providers.items()}
+        ``gatewayd.protocols`` says where under the simulator each protocol's API lives."""
+        providers = {name: protocols.simulated(p, sim_url) for name, p in self.providers.items()}
         models = {
             mid: attrs.evolve(m, routes=tuple(attrs.evolve(r, provider=providers[r.provider.name]) for r in m.routes))
             for mid, m in self.models.items()
@@ -157,71 +146,6 @@ def _read_toml(path: Path | Traversable) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
-
-
-class _Section:
-    """Typed reads from one table, each error naming the full key."""
-
-    def __init__(self, table: Any, where: str) -> None:
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: must be a table")
-        self.table = table
-        self.where = where
-
-    def _key(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def unknown(self, allowed: AbstractSet[str]) -> None:
-        extra = sorted(set(self.table) - allowed)
-        if extra:
-            raise ConfigError(f"{self._key(extra[0])}: unknown key")
-
-    def str(self, key: str, default: Any = ..., *, choices: tuple[str, ...] | None = None) -> Any:
-        value = self.table.get(key, default)
-        if value is ...:
-            raise ConfigError(f"{self._key(key)}: required")
-        if value is None and default is None:
-            return None
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{self._key(key)}: must be a non-empty string")
-        if choices and value not in choices:
-            raise ConfigError(f"{self._key(key)}: must be one of {', '.join(choices)} (got {value!r})")
-        return value
-
-    def number(self, key: builtins.str, default: Any = ..., *, minimum: float = 0, integer: bool = False) -> Any:
-        value = self.table.get(key, default)
-        if value is ...:
-            raise ConfigError(f"{self._key(key)}: required")
-        if value is None:
-            return None
-        kinds = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            raise ConfigError(f"{self._key(key)}: must be {'an integer' if integer else 'a number'}")
-        # nan compares false with everything, so it would pass the minimum and then make every
-        # timeout, deadline or price it reaches fail at request time; inf (also what a float
-        # literal too large for a double becomes) is no duration or amount either
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{self._key(key)}: must be a finite number (got {value})")
-        if value < minimum:
-            raise ConfigError(f"{self._key(key)}: must be at least {minimum}")
-        if abs(value) > MAX_NUMBER:
-            raise ConfigError(f"{self._key(key)}: must be at most {MAX_NUMBER}")
-        return value
-
-    def bool(self, key: builtins.str, default: bool) -> bool:
-        value = self.table.get(key, default)
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self._key(key)}: must be true or false")
-        return value
-
-    def price(self, key: builtins.str) -> int | None:
-        value = self.number(key, None)
-        if value is None:
-            return None
-        try:
-            return price_per_million_to_nano_per_token(value)
-        except MoneyError as e:
-            raise ConfigError(f"{self._key(key)}: {e}") from None
 
 
 def _listen_list(value: Any, where: str) -> tuple[str, ...]:
@@ -332,31 +256,32 @@ def _log(raw: Any, env: Any, overrides: dict[str, Any]) -> LogSettings:
 PROVIDER_KEYS = frozenset({"name", "protocol", "base_url", "api_key", "api_key_env"})
 
 
-def _providers(raw: Any) -> dict[str, Provider]:
+def _providers(raw: Any, env: Mapping[str, str]) -> dict[str, Provider]:
     """``[[providers]]``: the keys every protocol has are read here; the keys only one
-    protocol takes (Azure's ``api_version`` ...) are declared and checked by its adapter."""
+    protocol takes (Azure's ``api_version``, Bedrock's region and credentials ...) are declared and
+    checked by ``gatewayd.protocols``."""
     if not isinstance(raw, list):
         raise ConfigError("providers: must be an array of tables ([[providers]])")
     providers: dict[str, Provider] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"providers[{i}]")
-        protocol = s.str("protocol", choices=tuple(adapters.ADAPTERS))
+        protocol = s.str("protocol", choices=tuple(PROTOCOLS))
         _protocol_keys(s, protocol)
         name = s.str("name")
         if name in providers:
             raise ConfigError(f"providers[{i}].name: duplicate provider {name!r}")
         try:
-            settings = adapters.provider_settings(protocol, s.table)
-        except adapters.SettingError as e:
+            settings = PROTOCOLS[protocol].settings(s.table)
+        except SettingError as e:
             raise ConfigError(f"providers[{i}].{e.key}: {e.problem}") from None
-        default_base_url = adapters.default_base_url(protocol, settings)
-        base_url = (s.str("base_url") if default_base_url is None else s.str("base_url", default_base_url)).rstrip("/")
+        make_base_url = PROTOCOLS[protocol].default_base_url
+        base_url = (s.str("base_url") if make_base_url is None else s.str("base_url", make_base_url(settings))).rstrip("/")
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
         api_key = s.str("api_key", None)
         key_env = s.str("api_key_env", None)
         if api_key is None and key_env is not None:
-            api_key = os.environ.get(key_env) or None
+            api_key = env.get(key_env) or None
         providers[name] = Provider(name=name, protocol=protocol, base_url=base_url, api_key=api_key,
                                    settings=settings)
     return providers
@@ -364,9 +289,9 @@ def _providers(raw: Any) -> dict[str, Provider]:
 
 def _protocol_keys(s: _Section, protocol: str) -> None:
     """Unknown keys are errors; a key another protocol takes says which one."""
-    own = adapters.provider_keys(protocol)
+    own = PROTOCOLS[protocol].provider_keys
     for key in sorted(set(s.table) - PROVIDER_KEYS - own):
-        others = [p for p in adapters.ADAPTERS if key in adapters.provider_keys(p)]
+        others = [name for name, p in PROTOCOLS.items() if key in p.provider_keys]
         if others:
             raise ConfigError(f"{s._key(key)}: not a setting of protocol {protocol} (only of {', '.join(others)})")
     s.unknown(PROVIDER_KEYS | own)
@@ -428,7 +353,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         if model_id in models:
             raise ConfigError(f"models[{i}].id: duplicate model {model_id!r}")
         routes = _model_routes(s, f"models[{i}]", providers, model_id)
-        default_family = adapters.default_family(routes[0].provider.protocol)
+        default_family = PROTOCOLS[routes[0].provider.protocol].default_family
         rate = None
         if "rate_limit" in s.table:
             r = _Section(s.table["rate_limit"], f"models[{i}].rate_limit")
@@ -438,14 +363,14 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
                 minutes=r.number("minutes", 1, minimum=1, integer=True),
             )
         kind = s.str("kind", "chat", choices=("chat", "embedding"))
-        formats = frozenset.union(*(adapters.client_formats(r.provider.protocol, r.upstream_id) for r in routes))
+        formats = frozenset.union(*(protocols.client_formats(r.provider.protocol, r.upstream_id) for r in routes))
         if kind == "embedding":
             for j, route in enumerate(routes):
-                if not adapters.serves(route, "embeddings"):
+                if not protocols.serves(route, "embeddings"):
                     where = f"models[{i}].routes[{j}]" if "routes" in s.table else f"models[{i}].provider"
                     raise ConfigError(f"{where}: protocol {route.provider.protocol} does not serve embeddings")
         first = routes[0]
-        base = _rates(s, anthropic_defaults=adapters.anthropic_rates(first.provider.protocol, first.upstream_id))
+        base = _rates(s, anthropic_defaults=protocols.anthropic_rates(first.provider.protocol, first.upstream_id))
         models[model_id] = Model(
             id=model_id,
             routes=routes,
@@ -569,7 +494,7 @@ def load_config(
     path: str | os.PathLike | None = None,
     *,
     overrides: dict[str, Any] | None = None,
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Config:
     """The config file (or the embedded defaults), then the environment, then CLI flags.
 
@@ -590,7 +515,7 @@ def load_config(
     server = _server(raw.get("server"), overrides)
 
     catalogue = raw if "models" in raw else _read_toml(DEFAULT_CATALOGUE)
-    providers = _providers(catalogue.get("providers", []))
+    providers = _providers(catalogue.get("providers", []), env)
     models = _models(catalogue.get("models", []), providers)
     try:  # prices applied with `gatewayctl prices import --apply`, over the catalogue's
         overlay = price_overlay.read(price_overlay.path_in(server.data_dir))
@@ -611,8 +536,6 @@ def load_config(
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
-    from gatewayd.payments.stripe_settings import read_payments  # it builds on this module's _Section
-
     return Config(
         server=server,
         database_url=database_url,

@@ -18,8 +18,7 @@ from email.utils import parsedate_to_datetime
 
 import orjson
 
-from gatewayd.formats.chat_to_gemini_response import google_error
-from gatewayd.formats.errors import provider_json_or_none
+from gatewayd.formats.errors import google_error, provider_json_or_none
 from gatewayd.provider_identifiers import scrub_provider_identifiers
 
 log = logging.getLogger("gatewayd.errors")

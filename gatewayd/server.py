@@ -33,7 +33,7 @@ from gatewayd.console import mount_console
 from gatewayd.payments.stripe_webhook import mount_stripe_webhook
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
-from gatewayd import cleartext_h2, hangups, local_files, logs, loopwatch, protocol_errors
+from gatewayd import hypercorn_patches, local_files, logs, loopwatch
 from gatewayd.demo import DEMO_EMAIL, DEMO_PASSWORD, restore_demo_key, retire_demo_account
 from gatewayd.money import usd_to_nano
 from gatewayd.drain import Drain
@@ -58,8 +58,9 @@ def _hypercorn_config(**kwargs) -> HypercornConfig:
     hc.read_timeout = None
     hc.keep_alive_timeout = 75
     hc.include_server_header = False
-    # ours, not hypercorn's (so set by name): gatewayd.cleartext_h2: no HTTP/2 without TLS unless [server] h2c
-    setattr(hc, cleartext_h2.ATTRIBUTE, False)
+    # ours, not hypercorn's (so set by name): gatewayd.hypercorn_patches.CLEARTEXT_H2: no HTTP/2 without TLS
+    # unless [server] h2c
+    setattr(hc, hypercorn_patches.H2C_ATTRIBUTE, False)
     for name, value in kwargs.items():
         setattr(hc, name, value)
     return hc
@@ -171,9 +172,7 @@ async def serve(config: Config, loader=None, *, worker: WorkerSockets | None = N
 
 
 async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, task_status) -> None:
-    protocol_errors.install()  # clear JSON bodies for hypercorn's own 400/431
-    hangups.install()  # a connection whose client left closes now, not keep_alive_timeout later
-    cleartext_h2.install()  # HTTP/2 without TLS only with [server] h2c = true
+    hypercorn_patches.install_all()  # raises PatchRefused (``serve`` checked first); logs any skipped
     for note in local_files.prepare_data_dir(config.server.data_dir, tighten=True):
         logs.event(f"gatewayd: {note}", logging.WARNING)
     store = await open_store(config, worker_index=worker.index if worker is not None else 0)

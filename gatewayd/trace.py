@@ -13,9 +13,17 @@ request (tests of the relay alone) finds ``None`` and records nothing.
 from __future__ import annotations
 
 import contextvars
+import os
 import time
 
 import attrs
+
+
+def new_request_id() -> str:
+    """The id a response carries in ``X-Request-Id`` and its log line (also for answers hypercorn
+    sends before any app runs: ``gatewayd.hypercorn_patches``)."""
+    return "req_" + os.urandom(12).hex()
+
 
 current: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("gatewayd_trace", default=None)
 

@@ -18,7 +18,9 @@ the change-propagation delay (see docs/deploy.md). One socket keeps ``gatewayctl
 unchanged for N = 1 and N > 1.
 
 The supervisor is plain blocking code with no threads, so forking from it is safe; it
-never imports trio or opens the database.
+never runs trio or opens the database. What a worker runs (``gatewayd.server.run``) is
+handed in by ``gatewayd serve``: the server imports this module for ``WorkerSockets``, so
+this one does not import the server.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import attrs
 
@@ -141,9 +144,10 @@ def _term_when_parent_dies(parent: int) -> None:
 
 
 class Supervisor:
-    def __init__(self, config: Config, workers: int, loader=None) -> None:
+    def __init__(self, config: Config, workers: int, loader, serve_worker: Callable[..., None]) -> None:
         self.config = config
         self.loader = loader
+        self.serve_worker = serve_worker
         self.count = workers
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, start time)
         self.stopping = False
@@ -166,9 +170,7 @@ class Supervisor:
             signal.signal(signal.SIGHUP, signal.SIG_DFL)
             _term_when_parent_dies(parent)
             os.close(self.ready_r)
-            from gatewayd.server import run
-
-            run(self.config, self.loader, worker=WorkerSockets(
+            self.serve_worker(self.config, self.loader, worker=WorkerSockets(
                 index=index, listen_fds=tuple(s.fileno() for s in self.listeners), admin_fd=self.admin.fileno(),
                 ready_fd=self.ready_w, supervisor_pid=parent,
             ))
@@ -303,6 +305,7 @@ class Supervisor:
         return code
 
 
-def run_workers(config: Config, workers: int, loader=None) -> int:
-    """Run ``workers`` instances until SIGTERM/SIGINT; returns the exit status."""
-    return Supervisor(config, workers, loader).run()
+def run_workers(config: Config, workers: int, loader, serve_worker: Callable[..., None]) -> int:
+    """Run ``workers`` instances until SIGTERM/SIGINT; returns the exit status. Each forked
+    worker calls ``serve_worker(config, loader, worker=WorkerSockets(...))``."""
+    return Supervisor(config, workers, loader, serve_worker).run()

@@ -1,11 +1,22 @@
-"""Session-wide live processes: one simulator and one gateway for the suite.
+"""Session-wide live processes: one simulator and one gateway for the suite; the ``live`` marker.
 
 Tests that need a daemon of their own (restarts, kill -9, other config) start one with
 ``tests.live.Daemon`` directly.
+
+``live`` marks every test that starts a process (a daemon, the simulator, a CLI or npm
+subprocess, nginx, a browser): ``make test-unit`` runs the rest (``-m "not live"``). Tests
+using the session's processes (``LIVE_FIXTURES``) and every test of a ``*_live.py`` file are
+marked here; other modules mark themselves (``pytestmark``) or their tests. So that a
+missing mark cannot go unnoticed, a test without it that starts a process anyway (in the
+test, or in a fixture set up for it) fails, naming the command. A few in-process tests that
+wait seconds on real sockets and the real clock (PostgreSQL through a black-hole proxy, the
+change feed's ping) carry ``live`` too, each saying why: trio's MockClock cannot drive them.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +25,48 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.live import Daemon, Sim, unique_email  # noqa: E402
+
+LIVE_FIXTURES = frozenset({"sim", "gateway", "funded"})  # the session's processes, and what needs them
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if LIVE_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.path.stem.endswith("_live"):
+            item.add_marker(pytest.mark.live)
+
+
+# not a process the test needs: ctypes.util.find_library("c") (gatewayd.bodies) asks ldconfig
+INCIDENTAL = ("/sbin/ldconfig", "ldconfig")
+
+
+class _Spawned(pytest.fail.Exception):
+    pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test not marked ``live`` may start no process (module docstring)."""
+    if item.get_closest_marker("live") is not None:
+        yield
+        return
+    execute_child, fork = subprocess.Popen._execute_child, os.fork
+
+    def refuse(what):
+        raise _Spawned(f"{item.nodeid} starts a process ({what}) but is not marked live: add "
+                       "@pytest.mark.live (or pytestmark) so make test-unit leaves it out", pytrace=False)
+
+    def refused_child(self, args, *rest, **kwargs):
+        command = args if isinstance(args, str) else " ".join(map(str, args))
+        if command.startswith(INCIDENTAL):
+            return execute_child(self, args, *rest, **kwargs)
+        refuse(command)
+
+    subprocess.Popen._execute_child = refused_child  # type: ignore[method-assign]
+    os.fork = lambda: refuse("os.fork")
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child, os.fork = execute_child, fork  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")

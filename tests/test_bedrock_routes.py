@@ -19,7 +19,7 @@ from gatewayd.billing.ledger import Ledger
 from gatewayd.config import ConfigError, load_config
 from gatewayd.directory import Directory
 from gatewayd.formats.eventstream import chunk_frame, exception_frame
-from gatewayd.providers import bedrock_auth
+from gatewayd.cloud import bedrock_auth
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION, Upstream
 from gatewayd.relay import Ctx, Relay
 from gatewayd.store.base import UsageQuery
@@ -225,6 +225,7 @@ def test_bad_bedrock_config_names_the_key(tmp_path, monkeypatch, extra, message)
     assert message in str(info.value)
 
 
+@pytest.mark.live
 def test_cli_prints_one_line_and_exits_2_for_an_unset_credential_variable(tmp_path):
     path = tmp_path / "g.toml"
     path.write_text(_bedrock("region = 'us-east-1'\naws_access_key_id_env = 'T_UNSET_ID'\n"

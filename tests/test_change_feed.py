@@ -17,6 +17,10 @@ from gatewayd.store.base import Change
 from tests import pg
 from tests.live import postgres_ready
 
+# Waits seconds on real sockets and the real clock (a PostgreSQL connection through a black-hole
+# proxy, pg_sleep, the feed's ping): trio's MockClock cannot drive a socket read in a worker
+# thread, so these are left to the live layer (make test, not make test-unit).
+
 needs_postgres = pytest.mark.skipif(not postgres_ready(), reason="no PostgreSQL on 127.0.0.1:5432 (.ci/run starts it)")
 
 BOUND_S = 1.0
@@ -108,6 +112,8 @@ async def test_a_full_reload_never_brings_a_revoked_key_back(two_instances):
     assert len(b.keys_by_account[account.id]) == 1  # reloads update in place, never duplicate
 
 
+@pytest.mark.live
+@pytest.mark.slow
 @needs_postgres
 async def test_propagation_is_measured_under_a_burst(two_instances):
     """50 keys made on a as fast as it can: each usable on b within the bound of its commit."""
@@ -163,6 +169,8 @@ async def test_an_instance_that_hears_its_own_creations_caches_each_once(two_ins
     assert all(a.keys[key.id] is key and a.key_for_secret(secret) is key for key, secret in made)
 
 
+@pytest.mark.live
+@pytest.mark.slow
 @needs_postgres
 async def test_a_feed_connection_that_dies_silently_is_noticed_and_replaced():
     """A NAT or load balancer drops the idle LISTEN connection without a FIN or RST: nothing

@@ -111,6 +111,7 @@ def test_bad_config_names_the_key(tmp_path, text, message):
     assert message in str(info.value)
 
 
+@pytest.mark.live
 def test_cli_prints_one_line_and_exits_2(tmp_path):
     path = write(tmp_path, "[server]\nlisten = 8080\n")
     result = subprocess.run([str(BIN / "gatewayd"), "serve", "--config", str(path)], capture_output=True, text=True,
@@ -121,6 +122,7 @@ def test_cli_prints_one_line_and_exits_2(tmp_path):
         "gatewayd: config error: server.listen: must be HOST:PORT or a list of them"]
 
 
+@pytest.mark.live
 def test_cli_missing_file(tmp_path):
     result = subprocess.run([str(BIN / "gatewayd"), "serve", "--config", str(tmp_path / "nope.toml")],
                             capture_output=True, text=True, timeout=30)
@@ -191,6 +193,7 @@ def test_every_way_a_file_can_be_bad_is_one_config_error(tmp_path, monkeypatch):
         load_config(unreadable, environ={})
 
 
+@pytest.mark.live
 def test_check_config_answers_every_bad_file_with_one_line_and_exit_2(tmp_path):
     cases = bad_files(tmp_path)
     cases.append((write(tmp_path, "[server]\nshutdown_grace_s = nan\n"),
@@ -201,3 +204,19 @@ def test_check_config_answers_every_bad_file_with_one_line_and_exit_2(tmp_path):
         assert (checked.returncode, checked.stdout) == (2, ""), checked.stderr
         [line] = checked.stderr.strip().splitlines()
         assert line.startswith("gatewayd: config error: ") and message in line, line
+
+
+def test_the_environment_is_the_one_given(tmp_path, monkeypatch):
+    """``load_config(environ=...)`` reads every variable from that mapping, ``api_key_env`` too,
+    never from the process's environment."""
+    monkeypatch.setenv("UPSTREAM_KEY", "from-the-process")
+    monkeypatch.setenv("GATEWAY_DATABASE_URL", "postgresql://from-the-process/db")
+    path = tmp_path / "gateway.toml"
+    path.write_text('[server]\ndata_dir = "%s"\n[[providers]]\nname = "o"\nprotocol = "openai"\n'
+                    'base_url = "https://o.test/v1"\napi_key_env = "UPSTREAM_KEY"\n'
+                    '[[models]]\nid = "m"\nprovider = "o"\n' % tmp_path)
+    given = load_config(path, environ={"UPSTREAM_KEY": "from-the-argument"})
+    assert given.providers["o"].api_key == "from-the-argument"
+    assert given.database_url.startswith("sqlite:///")
+    assert load_config(path, environ={}).providers["o"].api_key is None
+    assert load_config(path).providers["o"].api_key == "from-the-process"  # no mapping: the process's

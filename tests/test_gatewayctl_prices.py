@@ -1,27 +1,29 @@
-"""``gatewayctl prices show|import|reset`` against the stand-in admin server (tests/test_gatewayctl_cli.py).
-
-The stand-in answers the price routes with documents made by the daemon's own
-``gatewayd.admin.prices.schedule_doc`` over the default catalogue, so the CLI reads exactly
-the shape the daemon sends; what the CLI sends back (the POST body) is checked field by field.
+"""``gatewayctl prices show|import|reset`` against the real admin API in this process
+(tests/admin_inproc.py), over a pinned catalogue (tests/data/catalogue_before_tool_prices.toml,
+so the diffs stay what they are when the default catalogue changes) and a prices file that
+sets gpt-4.1's input price and web search fee: the CLI reads what the daemon answers, and what
+it sends back changes what the daemon charges.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 import pytest
 
 from gatewayd.admin.prices import schedule_doc
-from gatewayd.billing.price_list import with_prices
 from gatewayd.config import load_config
-from tests.test_gatewayctl_cli import StandInAdmin, admin, gatewayctl, one_json, short_dir  # noqa: F401
+from tests.admin_inproc import RealAdmin, running_admin
+from tests.test_gatewayctl_cli import gatewayctl, one_json
 
 PINNED_CATALOGUE = Path(__file__).parent / "data" / "catalogue_before_tool_prices.toml"
 
 FIXTURE = Path(__file__).parent / "data" / "litellm_prices.json"
-PRICES_FILE = "/srv/gatewayd/var/prices.json"
+# the prices file the daemon starts with: gpt-4.1's input price and web search fee
+GPT_PRICES = {"gpt-4.1": {"input_price": "2.1", "tool_prices.web_search": "0.025"}}
 
 
 @pytest.fixture(scope="module")
@@ -29,27 +31,34 @@ def models(tmp_path_factory):
     return load_config(PINNED_CATALOGUE, overrides={"data_dir": str(tmp_path_factory.mktemp("none"))}).models
 
 
+@pytest.fixture(scope="module")
+def shared_prices(tmp_path_factory) -> Iterator[RealAdmin]:
+    with running_admin(tmp_path_factory.mktemp("prices"), PINNED_CATALOGUE, GPT_PRICES) as real:
+        yield real
+
+
 @pytest.fixture
-def daemon_prices(admin: StandInAdmin, models) -> StandInAdmin:
-    """The stand-in answers the price routes as the daemon would; gpt-4.1's input price and
-    web search fee come from the prices file."""
-    gpt = with_prices(models["gpt-4.1"], {"input_price": 2100, "tool_prices.web_search": 25_000_000})
-    overlay = {"input_price": 2100, "tool_prices.web_search": 25_000_000}
-    docs = [schedule_doc(gpt if m.id == "gpt-4.1" else m, overlay if m.id == "gpt-4.1" else {}, PRICES_FILE)
-            for m in models.values()]
-    admin.answer("GET", "/admin/v1/prices", 200, {"prices_file": PRICES_FILE, "data": docs})
-    for doc in docs:
-        admin.answer("GET", f"/admin/v1/prices/{doc['model']}", 200, doc)
-    admin.answer("POST", "/admin/v1/prices", 200, {"prices_file": PRICES_FILE, "applied": {}, "reload": {"ok": True}})
-    admin.answer("DELETE", "/admin/v1/prices/gpt-4.1", 200,
-                 {"prices_file": PRICES_FILE, "model": "gpt-4.1", "removed": ["input_price"], "reload": {"ok": True}})
-    return admin
+def daemon_prices(shared_prices: RealAdmin) -> RealAdmin:
+    """The daemon's admin API for the tests that change no price (its request log emptied)."""
+    shared_prices.requests.clear()
+    return shared_prices
+
+
+@pytest.fixture
+def own_prices(tmp_path: Path) -> Iterator[RealAdmin]:
+    """A daemon of its own, for a test that applies or removes prices."""
+    with running_admin(tmp_path, PINNED_CATALOGUE, GPT_PRICES) as real:
+        yield real
+
+
+def prices_file(admin: RealAdmin) -> str:
+    return str(admin.data_dir / "prices.json")
 
 
 # --- show --------------------------------------------------------------------------------
 
 
-def test_show_prints_every_price_with_its_source(daemon_prices: StandInAdmin, models) -> None:
+def test_show_prints_every_price_with_its_source(daemon_prices: RealAdmin) -> None:
     run = gatewayctl(daemon_prices, "prices", "show", "gpt-4.1")
     assert run.exit_code == 0, run.stderr
     assert (daemon_prices.last.method, daemon_prices.last.path) == ("GET", "/admin/v1/prices/gpt-4.1")
@@ -59,24 +68,23 @@ def test_show_prints_every_price_with_its_source(daemon_prices: StandInAdmin, mo
     assert lines["audio input"] == "audio input - not priced"
     assert lines["tool web_search"] == "tool web_search $0.025 /call 25,000,000 /call prices file"
     assert lines["max output tokens"] == "max output tokens 32,768 config"
-    assert PRICES_FILE in run.stdout
+    assert prices_file(daemon_prices) in "".join(run.stdout.split())
 
 
-def test_show_lists_long_context_and_tiers(admin: StandInAdmin, models) -> None:
-    sonnet = with_prices(models["claude-sonnet-4-5"], {
-        "long_context.above_input_tokens": 200_000, "long_context.input_price": 6000,
-        "service_tiers.priority.output_price": 20000})
-    admin.answer("GET", "/admin/v1/prices/claude-sonnet-4-5", 200, schedule_doc(sonnet, {}, PRICES_FILE))
-    run = gatewayctl(admin, "prices", "show", "claude-sonnet-4-5")
+def test_show_lists_long_context_and_tiers(tmp_path: Path) -> None:
+    sonnet = {"long_context.above_input_tokens": 200_000, "long_context.input_price": "6",
+              "service_tiers.priority.output_price": "20"}
+    with running_admin(tmp_path, PINNED_CATALOGUE, {"claude-sonnet-4-5": sonnet}) as admin:
+        run = gatewayctl(admin, "prices", "show", "claude-sonnet-4-5")
     assert run.exit_code == 0, run.stderr
     text = " ".join(run.stdout.split())
-    assert "long context: above input tokens 200,000 config" in text
-    assert "long context: input $6 /1M 6,000 /token config" in text
-    assert "tier priority: output $20 /1M 20,000 /token config" in text
+    assert "long context: above input tokens 200,000 prices file" in text
+    assert "long context: input $6 /1M 6,000 /token prices file" in text
+    assert "tier priority: output $20 /1M 20,000 /token prices file" in text
     assert "cache write, 1 hour $6 /1M 6,000 /token config" in text  # Anthropic's 2x default
 
 
-def test_show_json_is_the_daemons_document(daemon_prices: StandInAdmin) -> None:
+def test_show_json_is_the_daemons_document(daemon_prices: RealAdmin) -> None:
     run = gatewayctl(daemon_prices, "prices", "show", "gpt-4.1", "--json")
     assert run.exit_code == 0, run.stderr
     doc = one_json(run)
@@ -87,18 +95,17 @@ def test_show_json_is_the_daemons_document(daemon_prices: StandInAdmin) -> None:
     assert doc["long_context"] is None and doc["service_tiers"] == {}
 
 
-def test_show_of_an_unknown_model_is_the_daemons_error(admin: StandInAdmin) -> None:
-    admin.answer("GET", "/admin/v1/prices/nope", 404,
-                 {"error": {"message": "no model 'nope' in the catalogue", "code": "not_found"}})
-    run = gatewayctl(admin, "prices", "show", "nope")
-    assert run.exit_code == 1
-    assert run.stderr.strip() == "gatewayctl: no model 'nope' in the catalogue"
+def test_show_of_an_unknown_model_is_the_daemons_error(daemon_prices: RealAdmin) -> None:
+    run = gatewayctl(daemon_prices, "prices", "show", "nope")
+    assert (daemon_prices.last.method, daemon_prices.last.path) == ("GET", "/admin/v1/prices/nope")
+    assert run.exit_code == 1 and run.stdout == ""
+    assert run.stderr.startswith("gatewayctl: ") and "'nope'" in run.stderr and run.stderr.count("\n") == 1
 
 
 # --- import ------------------------------------------------------------------------------
 
 
-def test_import_prints_the_diff_and_applies_nothing_without_apply(daemon_prices: StandInAdmin) -> None:
+def test_import_prints_the_diff_and_applies_nothing_without_apply(daemon_prices: RealAdmin) -> None:
     run = gatewayctl(daemon_prices, "prices", "import", str(FIXTURE))
     assert run.exit_code == 0, run.stderr
     assert [(r.method, r.path) for r in daemon_prices.requests] == [("GET", "/admin/v1/prices")]
@@ -116,23 +123,28 @@ def test_import_prints_the_diff_and_applies_nothing_without_apply(daemon_prices:
     assert "Nothing applied: run again with --apply" in text
 
 
-def test_import_apply_sends_only_the_changed_fields(daemon_prices: StandInAdmin) -> None:
-    run = gatewayctl(daemon_prices, "prices", "import", str(FIXTURE), "--apply")
+def test_import_apply_sends_only_the_changed_fields(own_prices: RealAdmin) -> None:
+    run = gatewayctl(own_prices, "prices", "import", str(FIXTURE), "--apply")
     assert run.exit_code == 0, run.stderr
-    assert (daemon_prices.last.method, daemon_prices.last.path) == ("POST", "/admin/v1/prices")
-    sent = daemon_prices.last.body["models"]
+    assert (own_prices.last.method, own_prices.last.path) == ("POST", "/admin/v1/prices")
+    sent = own_prices.last.body["models"]
     assert sent["gpt-4.1"]["input_price"] == 2000
     assert sent["gemini-2.5-flash"] == {"audio_input_price": 1000, "cached_input_price": 75, "max_output_tokens": 65535}
     assert sent["o4-mini"]["service_tiers.flex.cached_input_price"] == 138
     assert "claude-haiku-4-5" not in sent and "input_price" not in sent["claude-sonnet-4-5"]
-    assert f"Applied: new requests are charged these prices (kept in {PRICES_FILE})" in " ".join(run.stdout.split())
+    assert "Applied: new requests are charged these prices (kept in" in " ".join(run.stdout.split())
+    assert prices_file(own_prices) in "".join(run.stdout.split())
+    charged = own_prices.directory.config.models  # the daemon reloaded: new requests pay these
+    assert charged["gpt-4.1"].input_price == 2000 and charged["gemini-2.5-flash"].cached_input_price == 75
+    shown = one_json(gatewayctl(own_prices, "prices", "show", "gpt-4.1", "--json"))
+    assert shown["input_price_nano"] == 2000 and shown["sources"]["input_price"] == "prices_file"
 
 
-def test_import_json_is_one_document_with_nano_and_usd(daemon_prices: StandInAdmin) -> None:
+def test_import_json_is_one_document_with_nano_and_usd(daemon_prices: RealAdmin) -> None:
     run = gatewayctl(daemon_prices, "prices", "import", str(FIXTURE), "--json")
     assert run.exit_code == 0, run.stderr
     doc = one_json(run)
-    assert doc["applied"] is False and doc["prices_file"] == PRICES_FILE
+    assert doc["applied"] is False and doc["prices_file"] == prices_file(daemon_prices)
     change = next(c for c in doc["changes"] if (c["model"], c["field"]) == ("gpt-4.1", "input_price"))
     assert change == {"model": "gpt-4.1", "field": "input_price", "unit": "token", "old": 2100, "new": 2000,
                       "old_usd": "2.1", "new_usd": "2", "note": None}
@@ -140,7 +152,7 @@ def test_import_json_is_one_document_with_nano_and_usd(daemon_prices: StandInAdm
     assert "claude-haiku-4-5" in doc["unchanged"]
 
 
-def test_import_with_nothing_to_change_says_so_and_posts_nothing(daemon_prices: StandInAdmin, tmp_path) -> None:
+def test_import_with_nothing_to_change_says_so_and_posts_nothing(daemon_prices: RealAdmin, tmp_path) -> None:
     small = tmp_path / "prices.json"
     small.write_text(json.dumps({"claude-haiku-4-5": json.loads(FIXTURE.read_text())["claude-haiku-4-5"]}))
     run = gatewayctl(daemon_prices, "prices", "import", str(small), "--apply")
@@ -159,7 +171,7 @@ def test_import_with_nothing_to_change_says_so_and_posts_nothing(daemon_prices: 
     ('{"gpt-4.1": {"output_cost_per_token": "8e-06"}}', "'gpt-4.1'.output_cost_per_token: must be a number of USD"),
     ('{"gpt-4.1": "cheap"}', "price list entry 'gpt-4.1': must be an object"),
 ], ids=["missing", "truncated", "not-utf8", "list", "negative", "nan", "string", "entry-string"])
-def test_a_bad_price_list_is_one_line_and_exit_2(daemon_prices: StandInAdmin, tmp_path, content, problem) -> None:
+def test_a_bad_price_list_is_one_line_and_exit_2(daemon_prices: RealAdmin, tmp_path, content, problem) -> None:
     path = tmp_path / "list.json"
     if isinstance(content, bytes):
         path.write_bytes(content)
@@ -173,7 +185,7 @@ def test_a_bad_price_list_is_one_line_and_exit_2(daemon_prices: StandInAdmin, tm
     assert "POST" not in [r.method for r in daemon_prices.requests]
 
 
-def test_a_model_the_catalogue_does_not_have_is_skipped_not_an_error(daemon_prices: StandInAdmin, tmp_path) -> None:
+def test_a_model_the_catalogue_does_not_have_is_skipped_not_an_error(daemon_prices: RealAdmin, tmp_path) -> None:
     path = tmp_path / "list.json"
     path.write_text('{"llama-9-huge": {"input_cost_per_token": -1}}')
     run = gatewayctl(daemon_prices, "prices", "import", str(path))
@@ -181,15 +193,18 @@ def test_a_model_the_catalogue_does_not_have_is_skipped_not_an_error(daemon_pric
     assert "Skipped 1 entries of the list that name no catalogue model: llama-9-huge." in " ".join(run.stdout.split())
 
 
-def test_reset_deletes_the_models_imported_prices(daemon_prices: StandInAdmin) -> None:
-    run = gatewayctl(daemon_prices, "prices", "reset", "gpt-4.1")
+def test_reset_deletes_the_models_imported_prices(own_prices: RealAdmin, models) -> None:
+    assert own_prices.directory.config.models["gpt-4.1"].input_price == 2100
+    run = gatewayctl(own_prices, "prices", "reset", "gpt-4.1")
     assert run.exit_code == 0, run.stderr
-    assert (daemon_prices.last.method, daemon_prices.last.path) == ("DELETE", "/admin/v1/prices/gpt-4.1")
-    assert "gpt-4.1: 1 imported prices removed" in run.stdout
+    assert (own_prices.last.method, own_prices.last.path) == ("DELETE", "/admin/v1/prices/gpt-4.1")
+    assert "gpt-4.1: 2 imported prices removed" in run.stdout
+    assert "gpt-4.1" not in own_prices.directory.config.price_overlay
+    assert own_prices.directory.config.models["gpt-4.1"].input_price == models["gpt-4.1"].input_price  # the config's
 
 
 def test_the_catalogue_documents_carry_what_matching_needs(models) -> None:
-    doc = schedule_doc(models["deepseek-chat"], {}, PRICES_FILE)
+    doc = schedule_doc(models["deepseek-chat"], {}, "/srv/gatewayd/var/prices.json")
     assert doc["catalogue"]["names"] == ["deepseek-chat"]
     assert set(doc["catalogue"]["providers"]) == {"deepseek", "openai"}
     assert attrs.asdict(models["deepseek-chat"])["input_price"] == doc["fields"]["input_price"]

@@ -2,7 +2,7 @@
 
 Hypercorn kept the socket (and the connection's objects) of a client that closed a
 kept-alive connection until ``keep_alive_timeout`` (75 s) had passed: a soak with
-hang-ups held 600 file descriptors after two minutes (``gatewayd/hangups.py``). These
+hang-ups held 600 file descriptors after two minutes (the ``hangups`` patch of ``gatewayd/hypercorn_patches.py``; in-process tests in ``tests/test_hypercorn_patches.py``). These
 tests count the daemon's sockets of client connections, from ``/proc``.
 """
 

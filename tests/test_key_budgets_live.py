@@ -9,36 +9,48 @@ import openai
 import pytest
 
 from tests.test_console_http import error_of, signed_in
-from tests.test_gatewayctl_cli import StandInAdmin, admin, gatewayctl, short_dir  # noqa: F401  (fixtures)
+from tests.admin_inproc import RealAdmin
+from tests.test_gatewayctl_cli import (  # noqa: F401  (admin, shared_admin: fixtures)
+    admin, gatewayctl, make_account, make_key, one_json, shared_admin,
+)
 from tests.live import unique_email
 
 
-@pytest.mark.parametrize(("args", "body"), [
-    (["--budget", "25", "--budget-period", "week"], {"budget_nano": 25_000_000_000, "budget_period": "week"}),
-    (["--budget", "2.5"], {"budget_nano": 2_500_000_000}),
-    (["--budget-period", "day"], {"budget_period": "day"}),
-    (["--no-budget"], {"budget_nano": None}),
-    (["--budget", "none"], {"budget_nano": None}),
+@pytest.mark.parametrize(("args", "body", "now"), [
+    (["--budget", "25", "--budget-period", "day"], {"budget_nano": 25_000_000_000, "budget_period": "day"},
+     (25_000_000_000, "day")),
+    (["--budget", "2.5"], {"budget_nano": 2_500_000_000}, (2_500_000_000, "week")),
+    (["--budget-period", "day"], {"budget_period": "day"}, (1_000_000_000, "day")),
+    (["--no-budget"], {"budget_nano": None}, (None, None)),
+    (["--budget", "none"], {"budget_nano": None}, (None, None)),
 ])
-def test_key_update_budget_flags(admin: StandInAdmin, args: list[str], body: dict[str, Any]) -> None:  # noqa: F811
-    run = gatewayctl(admin, "key", "update", "key_1", *args, "--json")
+def test_key_update_budget_flags(admin: RealAdmin, args: list[str], body: dict[str, Any],  # noqa: F811
+                                 now: tuple) -> None:
+    key = make_key(admin, make_account(admin), "--budget", "1", "--budget-period", "week")
+    run = gatewayctl(admin, "key", "update", key["id"], *args, "--json")
     assert run.exit_code == 0, run.stderr
-    assert (admin.last.method, admin.last.path, admin.last.body) == ("PATCH", "/admin/v1/keys/key_1", body)
+    assert (admin.last.method, admin.last.path, admin.last.body) == ("PATCH", f"/admin/v1/keys/{key['id']}", body)
+    updated = one_json(run)
+    assert (updated["budget_nano"], updated["budget_period"]) == now
 
 
-def test_key_create_budget_flags_and_refusals(admin: StandInAdmin) -> None:  # noqa: F811
-    run = gatewayctl(admin, "key", "create", "acct", "--name", "k", "--budget", "10", "--budget-period", "month",
+def test_key_create_budget_flags_and_refusals(admin: RealAdmin) -> None:  # noqa: F811
+    account = make_account(admin)
+    run = gatewayctl(admin, "key", "create", account.id, "--name", "k", "--budget", "10", "--budget-period", "month",
                      "--json")
     assert run.exit_code == 0, run.stderr
     assert admin.last.body == {"name": "k", "budget_nano": 10_000_000_000, "budget_period": "month"}
+    created = one_json(run)
+    assert (created["budget_nano"], created["budget_period"], created["budget_left_nano"]) == (
+        10_000_000_000, "month", 10_000_000_000)
     sent = len(admin.requests)
     for args, message in [(["--budget-period", "year"], "must be day, week or month"),
                           (["--budget", "-1", "--budget-period", "day"], "is negative"),
                           (["--budget", "none", "--budget-period", "day"], "a budget period needs a budget")]:
-        run = gatewayctl(admin, "key", "create", "acct", "--name", "k", *args)
+        run = gatewayctl(admin, "key", "create", account.id, "--name", "k", *args)
         assert run.exit_code == 2, (args, run.stdout)
         assert message in run.err, (args, run.err)
-    run = gatewayctl(admin, "key", "update", "key_1", "--budget", "5", "--no-budget")
+    run = gatewayctl(admin, "key", "update", created["id"], "--budget", "5", "--no-budget")
     assert run.exit_code == 2 and "these cannot be used together" in run.err
     assert len(admin.requests) == sent
 

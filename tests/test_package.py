@@ -99,6 +99,7 @@ def test_default_catalogue_templates_and_static_files_are_package_data():
     assert "gpt-4.1" in config.models and "claude-sonnet-4-5" in config.models
 
 
+@pytest.mark.live
 def test_gatewayd_catalogue_prints_the_default_catalogue(tmp_path):
     """``gatewayd catalogue > gateway.toml`` is an operator's starting config, and loads as one."""
     from gatewayd.config import DEFAULT_CATALOGUE, load_config
@@ -111,6 +112,7 @@ def test_gatewayd_catalogue_prints_the_default_catalogue(tmp_path):
     assert load_config(tmp_path / "gateway.toml", environ={}).models == load_config(environ={}).models
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_wheel_installs_in_a_fresh_venv_and_serves_the_demo_from_anywhere(tmp_path):
     dist, venv, elsewhere = tmp_path / "dist", tmp_path / "venv", tmp_path / "somewhere-else"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import random
-import types
 
 import pytest
 
@@ -279,26 +278,25 @@ def test_a_setting_of_another_protocol_is_refused_naming_it(tmp_path):
 
 
 def test_a_new_protocol_brings_its_own_provider_settings(tmp_path, monkeypatch):
-    """The loader names no protocol: an adapter declares its extra keys (PROVIDER_KEYS) and reads
-    them (provider_settings), so a new protocol needs no change in gatewayd/config.py."""
-    from gatewayd import providers
+    """The loader names no protocol: a protocol's description (gatewayd.protocols) declares its
+    extra keys and reads them, so a new protocol needs no change in gatewayd/config.py."""
+    from gatewayd.protocols import PROTOCOLS, Protocol, SettingError
 
     def settings(table):
         if table.get("region") not in ("eu", "us"):
-            raise providers.SettingError("region", "must be eu or us")
+            raise SettingError("region", "must be eu or us")
         return {"region": table["region"]}
 
-    fake = types.SimpleNamespace(ROUTES=providers.openai.ROUTES, SIM_BASE_PATH="/v1",
-                                 PROVIDER_KEYS=frozenset({"region"}), provider_settings=settings)
-    monkeypatch.setitem(providers.ADAPTERS, "fake", fake)
+    fake = Protocol("fake", frozenset({"chat"}), "/v1", provider_keys=frozenset({"region"}), read_settings=settings)
+    monkeypatch.setitem(PROTOCOLS, "fake", fake)
     text = '[[providers]]\nname = "f"\nprotocol = "fake"\nbase_url = "https://f/v1"\n{}[[models]]\nid = "m"\nprovider = "f"\n'
     assert load(tmp_path, text.format('region = "us"\n')).providers["f"].settings == {"region": "us"}
     with pytest.raises(ConfigError, match=r"^providers\[0\].region: must be eu or us$"):
         load(tmp_path, text.format('region = "mars"\n'))
     with pytest.raises(ConfigError, match=r"^providers\[0\].api_version: not a setting of protocol fake"):
         load(tmp_path, text.format('region = "eu"\napi_version = "x"\n'))
-    assert providers.provider_keys("azure-openai") == {"api_version"}
-    assert all(not providers.provider_keys(p) for p in ("openai", "anthropic", "gemini"))
+    assert PROTOCOLS["azure-openai"].provider_keys == {"api_version"}
+    assert all(not PROTOCOLS[p].provider_keys for p in ("openai", "anthropic", "gemini"))
 
 
 def test_routing_settings(tmp_path):

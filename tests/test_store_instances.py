@@ -18,6 +18,10 @@ from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable, Usa
 from tests import pg
 from tests.pgproxy import Proxy
 
+# Waits seconds on real sockets and the real clock (a PostgreSQL connection through a black-hole
+# proxy, pg_sleep, the feed's ping): trio's MockClock cannot drive a socket read in a worker
+# thread, so these are left to the live layer (make test, not make test-unit).
+
 pytestmark = pytest.mark.skipif(not pg.available(), reason="no PostgreSQL on 127.0.0.1:5432")
 
 DEAD_AFTER_S = 1.0
@@ -187,6 +191,8 @@ async def test_a_silent_instances_hold_cannot_be_spent_again_and_its_late_charge
     assert acct["balance_nano"] == 400 and report["ok"] is True, report
 
 
+@pytest.mark.live
+@pytest.mark.slow
 async def test_after_a_shared_outage_the_first_instance_back_releases_no_live_holds(database, tmp_path):
     """The database is away longer than DEAD_AFTER_S for everyone; b's maintenance runs first
     when it is back. b must not take a's silence for death: a could not beat either."""

@@ -18,6 +18,10 @@ from gatewayd.store.base import Hold, Settlement, StoreUnavailable, UsageQuery
 from tests import pg
 from tests.pgproxy import Proxy
 
+# Waits seconds on real sockets and the real clock (a PostgreSQL connection through a black-hole
+# proxy, pg_sleep, the feed's ping): trio's MockClock cannot drive a socket read in a worker
+# thread, so these are left to the live layer (make test, not make test-unit).
+
 pytestmark = pytest.mark.skipif(not pg.available(), reason="no PostgreSQL on 127.0.0.1:5432")
 
 
@@ -58,6 +62,8 @@ async def _after_restore(call, *args):
                 await trio.sleep(0.2)
 
 
+@pytest.mark.live
+@pytest.mark.slow
 async def test_every_waiting_request_gets_its_503_within_the_bound(database, proxy):
     """8 requests on a pool of 2 while the database is cut: all answered within POOL_WAIT_S
     (not 3, 6, 9, 12 s as they would if each waited its turn for the pool's 3 s)."""
@@ -87,6 +93,8 @@ async def test_every_waiting_request_gets_its_503_within_the_bound(database, pro
         await store.close()
 
 
+@pytest.mark.live
+@pytest.mark.slow
 async def test_settlements_and_heartbeats_do_not_queue_behind_requests(database):
     from gatewayd.store.postgres import PostgresStore
 
@@ -139,6 +147,8 @@ async def test_a_hold_whose_commit_answer_was_lost_is_released_when_the_database
         await store.close()
 
 
+@pytest.mark.live
+@pytest.mark.slow
 async def test_the_pool_is_back_within_seconds_after_a_long_outage(database, proxy, monkeypatch):
     """psycopg_pool's reconnection backoff doubles without a cap: with an endless retry
     window a 70 s outage left the pool failing for 47 s more after the database was back.

@@ -20,6 +20,10 @@ from tests import pg
 from tests.pgproxy import Proxy
 from tests.test_store_outage import _funded, _reserve
 
+# Waits seconds on real sockets and the real clock (a PostgreSQL connection through a black-hole
+# proxy, pg_sleep, the feed's ping): trio's MockClock cannot drive a socket read in a worker
+# thread, so these are left to the live layer (make test, not make test-unit).
+
 pytestmark = pytest.mark.skipif(not pg.available(), reason="no PostgreSQL on 127.0.0.1:5432")
 
 REQUEST_BOUND_S = 3.0  # the documented bound for a request's 503
@@ -48,6 +52,8 @@ async def _timed_reserves(store, account, key, prefix: str, count: int) -> list[
     return took
 
 
+@pytest.mark.live
+@pytest.mark.slow
 async def test_a_black_hole_fails_every_request_within_the_deadline_and_the_pool_recovers(database):
     from gatewayd.store.postgres import PostgresStore
 

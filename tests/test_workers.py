@@ -18,6 +18,8 @@ from tests import pg
 from tests.faults import gatewayctl_audit
 from tests.live import BIN, Daemon, postgres_ready, unique_email
 
+pytestmark = pytest.mark.live  # every test starts gatewayd (one or N workers)
+
 
 def serve(tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(

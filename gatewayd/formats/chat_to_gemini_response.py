@@ -17,31 +17,14 @@ from typing import Any
 
 import orjson
 
+from gatewayd.formats.errors import GRPC_STATUS, google_error  # Google's error envelope: one writer, with the others
 from gatewayd.formats.usage import Usage
 
 __all__ = ["ChatToGeminiStream", "Framing", "GRPC_STATUS", "chat_response_to_gemini", "google_error",
            "usage_metadata"]
 
-#: HTTP status -> the gRPC status name Google's errors carry.
-GRPC_STATUS = {
-    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 402: "FAILED_PRECONDITION", 403: "PERMISSION_DENIED",
-    404: "NOT_FOUND", 409: "ABORTED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
-    500: "INTERNAL", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
-}
-
 _FINISH = {"stop": "STOP", "tool_calls": "STOP", "function_call": "STOP", "length": "MAX_TOKENS",
            "content_filter": "SAFETY"}
-
-
-def google_error(status: int, message: str, reason: str | None = None) -> dict[str, Any]:
-    """Google's error envelope; ``reason`` (the gateway's or the provider's error code) goes
-    where Google puts a machine-readable cause, a ``google.rpc.ErrorInfo`` detail."""
-    error: dict[str, Any] = {"code": status, "message": message,
-                   "status": GRPC_STATUS.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")}
-    if reason:
-        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
-                             "domain": "gatewayd"}]
-    return {"error": error}
 
 
 def usage_metadata(usage: Usage | None) -> dict[str, Any]:

@@ -57,3 +57,22 @@ def answer_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidAnswer(f"the provider's answer is a JSON {type(doc).__name__}, not an object")
     return doc
+
+
+#: HTTP status -> the gRPC status name Google's errors carry.
+GRPC_STATUS = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 402: "FAILED_PRECONDITION", 403: "PERMISSION_DENIED",
+    404: "NOT_FOUND", 409: "ABORTED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
+    500: "INTERNAL", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
+}
+
+
+def google_error(status: int, message: str, reason: str | None = None) -> dict[str, Any]:
+    """Google's error envelope; ``reason`` (the gateway's or the provider's error code) goes
+    where Google puts a machine-readable cause, a ``google.rpc.ErrorInfo`` detail."""
+    error: dict[str, Any] = {"code": status, "message": message,
+                   "status": GRPC_STATUS.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")}
+    if reason:
+        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+                             "domain": "gatewayd"}]
+    return {"error": error}

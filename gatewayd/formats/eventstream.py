@@ -21,8 +21,9 @@ Bedrock route reuses the pipes of the Anthropic route unchanged:
 - An ``exception`` frame (``:message-type: exception``, e.g. ``throttlingException`` or
   ``modelStreamErrorException``) mid-stream becomes an Anthropic-shaped ``error`` event,
   which ends the stream as a provider error. Before any other event it is the provider's
-  refusal: :class:`~gatewayd.errors.UpstreamError` with the status Bedrock gives that
-  exception over HTTP, so nothing is charged and the client gets that status.
+  refusal: :class:`StreamRefused` with the status Bedrock gives that exception over HTTP
+  (the adapter makes it an ``UpstreamError``), so nothing is charged and the client gets
+  that status.
 
 A frame that does not decode (bad CRC, bad lengths, a bad header) is the provider's invalid
 answer (:class:`~gatewayd.formats.errors.InvalidAnswer`, a 502 before the first byte).
@@ -42,12 +43,11 @@ from typing import Union
 
 import orjson
 
-from gatewayd.errors import UpstreamError
 from gatewayd.formats.errors import InvalidAnswer
 from gatewayd.formats.sse import SSEEvent
 
-__all__ = ["EXCEPTION_STATUS", "EventStreamSplitter", "FrameDecoder", "FrameError", "HeaderValue", "encode_frame",
-           "error_type_of", "exception_frame"]
+__all__ = ["EXCEPTION_STATUS", "EventStreamSplitter", "FrameDecoder", "FrameError", "HeaderValue", "StreamRefused",
+           "encode_frame", "error_type_of", "exception_frame"]
 
 #: Bedrock's exceptions (by their event-stream name, lower camel case, or their HTTP
 #: ``x-amzn-ErrorType`` name) -> the HTTP status Bedrock answers them with.
@@ -208,6 +208,18 @@ def _message(payload: bytes) -> str:
     return "the provider's stream failed"
 
 
+class StreamRefused(Exception):
+    """An exception frame before any event: the provider refused the request, as it would
+    have over HTTP with ``status``, ``body`` (``{"message": ...}``) and ``headers``
+    (``x-amzn-errortype``)."""
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        super().__init__(f"{status} {headers.get('x-amzn-errortype')}")
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
 class EventStreamSplitter:
     """Drop-in for :class:`~gatewayd.formats.sse.SSESplitter` on a Bedrock stream."""
 
@@ -244,7 +256,7 @@ class EventStreamSplitter:
             status, error_type = error_type_of(name)
             if not self._seen:
                 body = orjson.dumps({"message": message})
-                raise UpstreamError(status, body, {"x-amzn-errortype": name[:1].upper() + name[1:]})
+                raise StreamRefused(status, body, {"x-amzn-errortype": name[:1].upper() + name[1:]})
             data = orjson.dumps({"type": "error", "error": {"type": error_type, "message": message}})
             return SSEEvent(raw=b"event: error\ndata: " + data + b"\n\n", event="error", data=data)
         event_type = _header(headers, ":event-type")

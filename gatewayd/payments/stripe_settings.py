@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from gatewayd.config import ConfigError, _Section
+from gatewayd.config_tables import ConfigError, Section as _Section
 from gatewayd.money import MAX_PAID_NANO
 
 NANO_PER_CENT = 10_000_000

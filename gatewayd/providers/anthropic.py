@@ -17,6 +17,7 @@ import orjson
 from gatewayd import tokens
 from gatewayd.catalogue import Model, ModelRoute
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
+from gatewayd.protocols import PROTOCOLS
 from gatewayd.formats import partial, pipes, usage as usage_mod
 from gatewayd.formats.chat_to_messages import chat_request_to_messages
 from gatewayd.formats.errors import answer_object, provider_json_or_none
@@ -31,8 +32,7 @@ from gatewayd.providers.base import (
 from gatewayd.billing.estimate import ANTHROPIC_MEDIA, estimate_input_tokens
 from gatewayd.billing.features import messages_asks, messages_changes, require_prices
 
-SIM_BASE_PATH = ""  # where the simulator serves this protocol (``--demo``)
-DEFAULT_FAMILY = "claude"  # the family of a model whose first route speaks this protocol, unless set
+DEFAULT_FAMILY = PROTOCOLS["anthropic"].default_family
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 
 # Without a client cap, a translated request asks for at most this many tokens (and the

@@ -8,39 +8,20 @@ body's ``model``, as the official ``AzureOpenAI`` client sends it (openai-python
 ``/deployments/{model}``). Every request carries ``?api-version={api_version}`` and the
 key in the ``api-key`` header. Bodies and answers pass through as for OpenAI.
 
-The ``api-version`` is the provider's ``api_version`` key in the config file, required:
-this module declares it (``PROVIDER_KEYS``) and checks it (``provider_settings``).
+The ``api-version`` is the provider's ``api_version`` key in the config file, required
+(declared and checked in ``gatewayd.protocols``, which the config loader reads).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
 from urllib.parse import quote
 
 import httpx
 
 from gatewayd.catalogue import ModelRoute
 from gatewayd.providers import openai
-from gatewayd.providers.base import SettingError
-
-SIM_BASE_PATH = "/openai"  # where the simulator serves this protocol (``--demo``)
-DEFAULT_FAMILY = "gpt"  # the family of a model whose first route speaks this protocol, unless set
 
 _DEPLOYMENT_OPERATIONS = frozenset({"chat/completions", "embeddings"})
-
-PROVIDER_KEYS = frozenset({"api_version"})
-
-
-def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
-    """``api_version``: every Azure request names the API version it speaks, and there is no
-    default worth guessing (each version has its own features and retirement date)."""
-    version = table.get("api_version")
-    if version is None:
-        raise SettingError("api_version", 'required for protocol azure-openai (e.g. "2024-10-21")')
-    if not isinstance(version, str) or not version.strip():
-        raise SettingError("api_version", 'must be a non-empty string (e.g. "2024-10-21")')
-    return {"api_version": version}
-
 
 def url(target: ModelRoute, operation: str) -> str:
     base = target.provider.base_url

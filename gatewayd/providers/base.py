@@ -29,16 +29,6 @@ from gatewayd.formats.usage import Usage
 from gatewayd.formats.errors import InvalidAnswer, provider_json
 
 
-class SettingError(Exception):
-    """A protocol's own ``[[providers]]`` key is missing or wrong (raised by an adapter's
-    ``provider_settings``; the config loader makes it one line naming the table and key)."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}")
-        self.key = key
-        self.problem = problem
-
-
 @attrs.frozen
 class Call:
     """One client request as the route builders see it (validated by its endpoint)."""

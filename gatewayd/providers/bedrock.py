@@ -17,7 +17,8 @@ Anthropic route. Converse models serve all three formats through the messages tr
 (:mod:`gatewayd.formats.converse`). Gemini-API clients reach both through the chat route
 (:func:`gatewayd.providers.gemini_client.via_chat`).
 
-Requests are signed with SigV4, or carry a Bedrock API key (:mod:`.bedrock_auth`).
+Requests are signed with SigV4, or carry a Bedrock API key (:mod:`gatewayd.cloud.bedrock_auth`,
+which also reads the provider's settings when the config is loaded).
 Bedrock's errors (``{"message": ...}`` with the exception's name in ``x-amzn-ErrorType``)
 keep their status and message, in the client's error shape; a 401/403 is the gateway's
 credentials being refused, which is not the client's to fix: a 502.
@@ -28,23 +29,21 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Mapping
 from urllib.parse import quote
 
-import attrs
 import httpx
 import orjson
 
 from gatewayd.billing.estimate import ANTHROPIC_MEDIA, estimate_input_tokens
 from gatewayd.billing.features import messages_asks, messages_changes, require_prices
-from gatewayd.catalogue import ModelRoute, Provider
+from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
 from gatewayd.formats import pipes
 from gatewayd.formats.converse import (
     ConverseToMessagesStream, converse_response_to_message, encode_event, messages_request_to_converse,
 )
 from gatewayd.formats.errors import answer_object
-from gatewayd.formats.eventstream import EventStreamSplitter, error_type_of
+from gatewayd.formats.eventstream import EventStreamSplitter, StreamRefused, error_type_of
 from gatewayd.formats.messages_to_chat import messages_response_to_chat
 from gatewayd.formats.responses import chat_response_to_responses, responses_request_to_chat
 from gatewayd.formats.responses_output import envelope
@@ -53,56 +52,18 @@ from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPi
 from gatewayd.formats.usage import from_message
 # the chat -> messages step and the answer's usage are the Anthropic route's own rules
 from gatewayd.providers.anthropic import _to_messages, answer_usage, produced_usage
-from gatewayd.providers.base import Call, Route, SettingError, dropped_tools_headers, encode_body, translate, with_changes
-from gatewayd.providers.bedrock_auth import AwsAuth
+from gatewayd.cloud.bedrock_auth import AwsAuth
+from gatewayd.protocols import bedrock_invokes
+from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, translate, with_changes
 from gatewayd.providers.gemini_client import via_chat
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
 
-__all__ = ["PROVIDER_KEYS", "ROUTES", "SIM_BASE_PATH", "default_base_url", "provider_settings", "simulated",
-           "uses_invoke"]
+__all__ = ["ROUTES", "uses_invoke"]
 
-SIM_BASE_PATH = "/bedrock"  # where the simulator serves this protocol (``--demo``)
 BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
-PROVIDER_KEYS = frozenset({"region", "aws_access_key_id_env", "aws_secret_access_key_env", "aws_session_token_env"})
-REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
-
-
-def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
-    """``region`` (checked: ``us-east-1``, ``eu-central-2``, ``us-gov-west-1`` ...) and the
-    credentials (:class:`~.bedrock_auth.AwsAuth`), resolved now: a missing one is a
-    start-up error, not a failed request."""
-    region = table.get("region")
-    if not isinstance(region, str) or not REGION.match(region):
-        raise SettingError("region", f"must be an AWS region such as us-east-1 (got {region!r})")
-    return {"region": region, "auth": AwsAuth.from_table(table, region)}
-
-
-def simulated(provider: Provider, sim_url: str) -> Provider:
-    """``--demo``: the provider pointed at the built-in simulator, signed with the
-    simulator's own access key and secret."""
-    from botocore.credentials import Credentials
-
-    from gatewayd.sim.bedrock import ACCESS_KEY_ID, SECRET_ACCESS_KEY
-
-    region = provider.settings["region"]
-    auth = AwsAuth(region=region, source=Credentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY))
-    return attrs.evolve(provider, base_url=sim_url + SIM_BASE_PATH, api_key="sim-key",
-                        settings={**provider.settings, "auth": auth})
-
-
-def default_base_url(settings: Mapping[str, Any]) -> str:
-    """Bedrock's regional runtime endpoint."""
-    return f"https://bedrock-runtime.{settings['region']}.amazonaws.com"
-
-
-def uses_invoke(upstream_id: str) -> bool:
-    """Anthropic models (and their inference profiles) take InvokeModel; the rest Converse
-    (an application inference profile's ARN names no model: it goes through Converse, which
-    serves Claude too, translated)."""
-    return "anthropic." in upstream_id
-
-
-serves_claude = uses_invoke  # Claude on Bedrock bills cache writes by Anthropic's rule (1.25x, 1h 2x)
+# which API a route takes: InvokeModel for Anthropic's models, Converse for the rest (the rule
+# lives with the protocol's description: it also says which models get Claude's rates)
+uses_invoke = bedrock_invokes
 
 
 def _request(upstream, target: ModelRoute, body: bytes, action: str, *, stream: bool) -> httpx.Request:
@@ -276,7 +237,18 @@ class _Kind:
 
     def splitter(self):
         invoke = self.invoke
-        return lambda: EventStreamSplitter(invoke=invoke)
+        return lambda: RefusingSplitter(invoke=invoke)
+
+
+class RefusingSplitter(EventStreamSplitter):
+    """The event-stream splitter whose refusal (an exception frame before any event) is the
+    provider's error status, as if Bedrock had answered it over HTTP: nothing is charged."""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        try:
+            return super().feed(chunk)
+        except StreamRefused as refused:
+            raise UpstreamError(refused.status, refused.body, refused.headers) from None
 
 
 def messages(call: Call, target: ModelRoute, upstream) -> Route:

@@ -47,11 +47,11 @@ from gatewayd.formats.responses import ChatToResponsesStream, chat_response_to_r
 from gatewayd.formats.sse import SSEEvent, encode
 from gatewayd.formats.usage import GeminiTally, Usage
 from gatewayd.formats.responses_output import envelope
+from gatewayd.providers.gemini_client import passthrough_to
 from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, header_retry_after, translate
 
 __all__ = [
     "ROUTES",
-    "SIM_BASE_PATH",
     "GeminiToChatPipe",
     "GeminiToResponsesPipe",
     "chat",
@@ -59,8 +59,6 @@ __all__ = [
     "request",
     "responses",
 ]
-
-SIM_BASE_PATH = "/v1beta"  # where the simulator serves this protocol (``--demo``)
 
 
 def request(upstream, target: ModelRoute, body: bytes, *, stream: bool) -> httpx.Request:
@@ -252,10 +250,6 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     )
 
 
-def _gemini_client(call: Call, target: ModelRoute, upstream) -> Route:
-    from gatewayd.providers.gemini_client import passthrough
+passthrough = passthrough_to(request, gemini_error, retry_after)  # a Gemini-API client: its bytes pass through
 
-    return passthrough(call, target, upstream)
-
-
-ROUTES = {"chat": chat, "responses": responses, "gemini": _gemini_client}
+ROUTES = {"chat": chat, "responses": responses, "gemini": passthrough}

@@ -1,7 +1,7 @@
 """Gemini-API clients (Gemini CLI, google-genai) on every protocol: the ``"gemini"`` client
 format of the adapter table.
 
-- To a Gemini provider it is pass-through (:func:`passthrough`): the client's bytes go
+- To a Gemini provider it is pass-through (:func:`passthrough_to`): the client's bytes go
   upstream as they came (the model is in the URL, not the body), edited only where the
   hold needs it (``generationConfig.maxOutputTokens``), and the answer comes back as sent.
 - To any other provider it is composed (:func:`via_chat`): the Gemini body is translated to
@@ -14,6 +14,8 @@ Provider errors reach the client in Google's envelope either way.
 """
 
 from __future__ import annotations
+
+from typing import Any, Callable
 
 import attrs
 import orjson
@@ -128,44 +130,49 @@ class GeminiPassthroughPipe(Pipe):
         return "".join(self.texts)
 
 
-def passthrough(call: Call, target: ModelRoute, upstream) -> Route:
-    """A Gemini client of a Gemini model: the client's bytes, with the cap the hold covers."""
-    from gatewayd.providers import gemini  # the adapter module imports this one
+def passthrough_to(request: Callable[..., Any], gemini_error: Callable[[UpstreamError], tuple[int, bytes, dict[str, str]]],
+                   retry_after: Callable[[UpstreamError], float | None]) -> Builder:
+    """The route of a Gemini client to a Gemini model: the client's bytes, with the cap the hold
+    covers. Made by the Gemini adapter with its own wire (``request``, its error mapping and
+    retry hint), so this module does not import the adapter that imports it."""
 
-    body, model = call.body, call.model
-    capped = gemini_cap(body, model)
-    asks = gemini_asks(capped, model)
-    require_prices(model, asks)
-    changes = {} if capped["generationConfig"] == body.get("generationConfig") else {
-        "generationConfig": capped["generationConfig"]}
-    estimate = estimate_input_tokens(body, "gemini", GEMINI_MEDIA)
+    def passthrough(call: Call, target: ModelRoute, upstream) -> Route:
+        body, model = call.body, call.model
+        capped = gemini_cap(body, model)
+        asks = gemini_asks(capped, model)
+        require_prices(model, asks)
+        changes = {} if capped["generationConfig"] == body.get("generationConfig") else {
+            "generationConfig": capped["generationConfig"]}
+        estimate = estimate_input_tokens(body, "gemini", GEMINI_MEDIA)
 
-    def finish(raw: bytes):
-        doc = answer_object(raw)
-        tally = GeminiTally()
-        tally.feed(doc)
-        usage = tally.usage
-        if tally.reported is None:  # never free output: count what it produced
-            usage = attrs.evolve(usage or Usage(), input_tokens=estimate,
-                                 output_tokens=tokens.count("".join(_parts_text(doc)), model.family))
-        return raw, usage
+        def finish(raw: bytes):
+            doc = answer_object(raw)
+            tally = GeminiTally()
+            tally.feed(doc)
+            usage = tally.usage
+            if tally.reported is None:  # never free output: count what it produced
+                usage = attrs.evolve(usage or Usage(), input_tokens=estimate,
+                                     output_tokens=tokens.count("".join(_parts_text(doc)), model.family))
+            return raw, usage
 
-    def upstream_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
-        status, _, headers = gemini.gemini_error(error)  # the retry hint as Retry-After too
-        return status, google_envelope(status, error.body), headers
+        def upstream_error(error: UpstreamError) -> tuple[int, bytes, dict[str, str]]:
+            status, _, headers = gemini_error(error)  # the retry hint as Retry-After too
+            return status, google_envelope(status, error.body), headers
 
-    return Route(
-        request=gemini.request(upstream, target, with_changes(call.raw, body, changes), stream=call.stream),
-        stream=call.stream,
-        input_tokens_estimate=estimate,
-        output_tokens=asks.output_tokens,
-        asks=asks,
-        make_pipe=lambda: GeminiPassthroughPipe(_framing(call)),
-        finish=finish,
-        upstream_error=upstream_error,
-        headers=_headers(call),
-        retry_after=gemini.retry_after,
-    )
+        return Route(
+            request=request(upstream, target, with_changes(call.raw, body, changes), stream=call.stream),
+            stream=call.stream,
+            input_tokens_estimate=estimate,
+            output_tokens=asks.output_tokens,
+            asks=asks,
+            make_pipe=lambda: GeminiPassthroughPipe(_framing(call)),
+            finish=finish,
+            upstream_error=upstream_error,
+            headers=_headers(call),
+            retry_after=retry_after,
+        )
+
+    return passthrough
 
 
 # -- any other provider: through its chat route ------------------------------------------------
@@ -267,4 +274,4 @@ def via_chat(chat: Builder) -> Builder:
     return gemini
 
 
-__all__ = ["ChatToGeminiPipe", "GeminiPassthroughPipe", "google_envelope", "passthrough", "via_chat"]
+__all__ = ["ChatToGeminiPipe", "GeminiPassthroughPipe", "google_envelope", "passthrough_to", "via_chat"]

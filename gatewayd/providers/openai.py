@@ -36,8 +36,6 @@ from gatewayd.providers.base import (
     Builder, Call, Route, converted_error, dropped_tools_headers, encode_body, model_change, passthrough_error, translate, with_changes,
 )
 
-SIM_BASE_PATH = "/v1"  # where the simulator serves this protocol (``--demo``)
-DEFAULT_FAMILY = "gpt"  # the family of a model whose first route speaks this protocol, unless set
 
 # (upstream, route, operation, body, stream) -> the request; operation is "chat/completions",
 # "responses" or "embeddings"

@@ -13,14 +13,14 @@ Which wire a route speaks is decided by its ``upstream_id`` (the publisher's mod
 - anything else (``gemini...``, or ``google/<id>``): Gemini's ``generateContent`` /
   ``streamGenerateContent?alt=sse`` under ``publishers/google/models/{id}``, the same wire as
   Google's public Gemini API: the Gemini adapter's builders, translation and error mapping.
-  Chat, responses and Gemini-API clients (:func:`client_formats`; the last pass through):
-  the router plans no such route for ``/v1/messages``, and a model whose routes are all
-  such is refused there up front.
+  Chat, responses and Gemini-API clients (``route_formats`` in ``gatewayd.protocols``; the last
+  pass through): the router plans no such route for ``/v1/messages``, and a model whose routes
+  are all such is refused there up front.
 
 The builders of both adapters address their request through the ``upstream`` they are
 handed (``upstream.post(url, body, headers)``); this module hands them one that re-addresses
 it to Vertex (:class:`_OnVertex`): the Vertex URL, the body edits, no API-key header, and an
-``Authorization: Bearer`` OAuth2 token set just before sending (:mod:`.vertex_auth`: cached,
+``Authorization: Bearer`` OAuth2 token set just before sending (:mod:`gatewayd.cloud.vertex_auth`: cached,
 refreshed in a worker thread before it expires; a token that cannot be had fails the attempt
 as an unreachable route, so the relay fails over).
 
@@ -37,86 +37,27 @@ its 401 is answered, as every provider's is).
 from __future__ import annotations
 
 import math
-import re
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import attrs
 import httpx
 import orjson
 
-from gatewayd.catalogue import Provider, ModelRoute
+from gatewayd.catalogue import ModelRoute
 from gatewayd.errors import BodyError, UpstreamError
 from gatewayd.formats.gemini_to_chat import retry_delay_s
 from gatewayd.formats.raw_json import replace_top_level_member
 from gatewayd.providers import anthropic, gemini
-from gatewayd.providers.base import Builder, Call, Route, SettingError, encode_body
-from gatewayd.providers.gemini_client import passthrough, via_chat
+from gatewayd.protocols import PROTOCOLS, vertex_publisher_model as publisher_model
+from gatewayd.providers.base import Builder, Call, Route, encode_body
+from gatewayd.providers.gemini_client import via_chat
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
-from gatewayd.providers.vertex_auth import AccessTokens, from_service_account_info, load
+from gatewayd.cloud.vertex_auth import AccessTokens
 
-SIM_BASE_PATH = "/vertex"  # where the simulator serves this protocol (``--demo``)
 ANTHROPIC_VERSION = "vertex-2023-10-16"
-PROVIDER_KEYS = frozenset({"project", "region", "credentials_file"})
-
-# "global", or a Google Cloud region: us-east5, europe-west1, asia-northeast1, northamerica-northeast2
-_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
-# what Google allows in a project id (6-30 characters), and the older "domain:project" form
-_PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 # headers of the adapters' requests that Vertex reads; the API-key headers and anthropic-version go
 _FORWARDED_HEADERS = ("content-type", "accept", "anthropic-beta")
-
-
-def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
-    """``project`` and ``region`` (required), ``credentials_file`` (optional: a
-    service-account JSON; default: application default credentials), loaded here so bad
-    credentials are a config error, not a failed request."""
-    project = table.get("project")
-    if not isinstance(project, str) or not project:
-        raise SettingError("project", 'required for protocol vertex: the Google Cloud project id (e.g. "my-project")')
-    if not _PROJECT.fullmatch(project):
-        raise SettingError("project", f"{project!r} is not a Google Cloud project id (6-30 lower-case letters, "
-                                      "digits and hyphens)")
-    region = table.get("region")
-    if not isinstance(region, str) or not (region == "global" or _REGION.fullmatch(region)):
-        raise SettingError("region", f'must be "global" or a Google Cloud region such as "us-east5" or '
-                                     f'"europe-west1" (got {region!r})')
-    credentials_file = table.get("credentials_file")
-    if credentials_file is not None and (not isinstance(credentials_file, str) or not credentials_file):
-        raise SettingError("credentials_file", "must be the path of a service-account JSON file")
-    return {"project": project, "region": region, "credentials_file": credentials_file,
-            "credentials": load(credentials_file)}
-
-
-def default_base_url(settings: Mapping[str, Any]) -> str:
-    """Vertex's regional endpoint, or the global one."""
-    region = settings["region"]
-    return "https://aiplatform.googleapis.com" if region == "global" else f"https://{region}-aiplatform.googleapis.com"
-
-
-def simulated(provider: Provider, sim_url: str) -> Provider:
-    """``--demo``: the provider pointed at the built-in simulator, with the simulator's demo
-    service account (its tokens come from the simulator's token endpoint)."""
-    from gatewayd.sim.vertex import demo_service_account
-
-    credentials = from_service_account_info(demo_service_account(sim_url), "the simulator's demo service account")
-    return attrs.evolve(provider, base_url=sim_url + SIM_BASE_PATH, api_key=None,
-                        settings={**provider.settings, "credentials": credentials})
-
-
-def publisher_model(upstream_id: str) -> tuple[str, str]:
-    """(publisher, model id) of a route: ``anthropic/<id>`` / ``google/<id>`` say it; else a
-    ``claude`` id is Anthropic's and any other Google's."""
-    publisher, slash, model = upstream_id.partition("/")
-    if slash and publisher in ("anthropic", "google"):
-        return publisher, model
-    return ("anthropic" if upstream_id.startswith("claude") else "google"), upstream_id
-
-
-
-def serves_claude(upstream_id: str) -> bool:
-    """Claude on Vertex bills cache writes by Anthropic's rule (1.25x input, 2x for an hour)."""
-    return publisher_model(upstream_id)[0] == "anthropic"
 
 
 def model_url(target: ModelRoute, method: str) -> str:
@@ -198,19 +139,13 @@ def _vertex_route(build: Builder, call: Call, target: ModelRoute, upstream, pars
     return route
 
 
-def client_formats(upstream_id: str) -> frozenset[str]:
-    """Claude on Vertex serves messages, chat, responses and Gemini-API clients; Gemini all
-    but messages."""
-    return frozenset(ROUTES) if serves_claude(upstream_id) else frozenset({"chat", "responses", "gemini"})
-
-
 def _claude(target: ModelRoute) -> bool:
-    return publisher_model(target.upstream_id)[0] == "anthropic"
+    return PROTOCOLS["vertex"].serves_claude(target.upstream_id)
 
 
 def messages(call: Call, target: ModelRoute, upstream) -> Route:
     """A messages client: Claude on Vertex, the client's bytes with two edits (a Gemini route
-    is never planned for messages: :func:`client_formats`; refused here all the same)."""
+    is never planned for messages: ``gatewayd.protocols``; refused here all the same)."""
     if not _claude(target):
         raise BodyError(f"model {call.model.id} is served by a Gemini model on Vertex AI, which does not speak "
                         "the messages format: call it on /v1/chat/completions or /v1/responses")
@@ -234,7 +169,7 @@ def gemini_client(call: Call, target: ModelRoute, upstream) -> Route:
     the cap the hold covers); Claude gets it through chat (:func:`gemini_client.via_chat`)."""
     if _claude(target):
         return via_chat(chat)(call, target, upstream)
-    return _vertex_route(passthrough, call, target, upstream, None)
+    return _vertex_route(gemini.passthrough, call, target, upstream, None)
 
 
 ROUTES = {"messages": messages, "chat": chat, "responses": responses, "gemini": gemini_client}

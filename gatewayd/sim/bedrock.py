@@ -38,13 +38,24 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from quart import Response, request
 
+from gatewayd.catalogue import Provider
+from gatewayd.cloud.bedrock_auth import AwsAuth
 from gatewayd.formats.eventstream import chunk_frame, event_frame, exception_frame
+from gatewayd.protocols import PROTOCOLS
 from . import anthropic
 from . import app as sim_app
 from .behaviour import CONTENT, FINISH, HEAD, Plan, Prompt, Tool, count_words, fragments, pieces, plan
 
 ACCESS_KEY_ID = "AKIAGATEWAYDSIMULATOR"
 SECRET_ACCESS_KEY = "gatewayd-simulator-secret-access-key"
+
+
+def demo_provider(provider: Provider, sim_url: str) -> Provider:
+    """``--demo``: a Bedrock provider pointed at this simulator, signed with its own access key
+    and secret (``gatewayd.protocols`` names this hook)."""
+    auth = AwsAuth(region=provider.settings["region"], source=Credentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY))
+    return attrs.evolve(provider, base_url=sim_url + PROTOCOLS["bedrock"].sim_base_path, api_key="sim-key",
+                        settings={**provider.settings, "auth": auth})
 API_KEY = "bedrock-api-key-gatewayd-simulator"
 VERSION = "bedrock-2023-05-31"
 _VERSION = re.compile(r"^(bedrock-)?\d{4}-\d{2}-\d{2}$")  # the anthropic SDK sends its own dated version

@@ -17,7 +17,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
-from gatewayd import hangups
+from gatewayd import hypercorn_patches
 
 from .app import create_sim_app
 
@@ -51,7 +51,8 @@ async def serve_simulator(
     by default a fresh one is made.
     """
     app = app if app is not None else create_sim_app()
-    hangups.install()  # the gateway's pool closes idle connections: free them at once here too
+    # the gateway's pool closes idle connections: free them at once here too
+    hypercorn_patches.install_all([hypercorn_patches.HANGUPS])
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, make_config(host, port)))
         task_status.started(_port_of(binds[0]))

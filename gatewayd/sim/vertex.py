@@ -34,6 +34,10 @@ import attrs
 import orjson
 from quart import Response, request
 
+from gatewayd.catalogue import Provider
+from gatewayd.cloud.vertex_auth import from_service_account_info
+from gatewayd.protocols import PROTOCOLS
+
 from . import anthropic
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -80,6 +84,14 @@ def demo_service_account(sim_url: str) -> dict:
         "private_key": private, "client_email": DEMO_EMAIL, "client_id": "100000000000000000001",
         "token_uri": f"{sim_url}/token",
     }
+
+
+def demo_provider(provider: Provider, sim_url: str) -> Provider:
+    """``--demo``: a Vertex AI provider pointed at this simulator, with its demo service account
+    (its tokens come from this simulator's token endpoint; ``gatewayd.protocols`` names this hook)."""
+    credentials = from_service_account_info(demo_service_account(sim_url), "the simulator's demo service account")
+    return attrs.evolve(provider, base_url=sim_url + PROTOCOLS["vertex"].sim_base_path, api_key=None,
+                        settings={**provider.settings, "credentials": credentials})
 
 
 @attrs.define

@@ -14,10 +14,10 @@ from gatewayd.formats.converse import (
     ConverseToMessagesStream, converse_response_to_message, messages_request_to_converse,
 )
 from gatewayd.formats.errors import InvalidAnswer, TranslationError
-from gatewayd.formats.eventstream import EventStreamSplitter, chunk_frame, event_frame, exception_frame
+from gatewayd.formats.eventstream import EventStreamSplitter, StreamRefused, chunk_frame, event_frame, exception_frame
 from gatewayd.formats.usage import MessagesTally
-from gatewayd.providers.bedrock import passthrough_body, uses_invoke
-from gatewayd.providers.bedrock_auth import AwsAuth
+from gatewayd.providers.bedrock import RefusingSplitter, passthrough_body, uses_invoke
+from gatewayd.cloud.bedrock_auth import AwsAuth
 from gatewayd.sim import bedrock as sim_bedrock
 from botocore.credentials import Credentials
 
@@ -34,9 +34,13 @@ def test_invoke_chunks_become_the_anthropic_events_byte_for_byte_even_fed_one_by
 
 
 def test_an_exception_frame_first_is_the_providers_refusal_and_later_an_error_event():
-    with pytest.raises(UpstreamError) as refused:
+    with pytest.raises(StreamRefused) as told:
         EventStreamSplitter(invoke=True).feed(exception_frame("throttlingException", "slow down"))
+    assert told.value.status == 429 and orjson.loads(told.value.body) == {"message": "slow down"}
+    with pytest.raises(UpstreamError) as refused:  # the adapter's splitter: the provider's status
+        RefusingSplitter(invoke=True).feed(exception_frame("throttlingException", "slow down"))
     assert refused.value.status == 429 and orjson.loads(refused.value.body) == {"message": "slow down"}
+    assert refused.value.headers == {"x-amzn-errortype": "ThrottlingException"}
     [start, error] = EventStreamSplitter(invoke=True).feed(
         chunk_frame(START) + exception_frame("modelStreamErrorException", "broke"))
     assert error.event == "error"
@@ -169,7 +173,7 @@ async def test_a_large_body_is_hashed_in_a_worker_thread_and_signed_as_on_the_lo
     in place."""
     import threading
 
-    from gatewayd.providers import bedrock_auth
+    from gatewayd.cloud import bedrock_auth
 
     threads = []
     real = bedrock_auth._sha256_hex

@@ -1,4 +1,9 @@
-"""How a Bedrock request is authorized: SigV4 (botocore) or a Bedrock API key.
+"""How a Bedrock request is authorized: SigV4 (botocore) or a Bedrock API key; and the
+``[[providers]]`` settings of ``protocol = "bedrock"`` (:func:`provider_settings`).
+
+The config loader imports this module (through ``gatewayd.protocols``) only when a Bedrock
+provider is configured; it imports no adapter and nothing of ``gatewayd.formats``, so
+reading a config stays cheap (``tests/test_import_graph.py``).
 
 The provider's credentials are resolved once, when the config is read:
 
@@ -25,7 +30,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from typing import Mapping
+import re
+from typing import Any, Mapping
 
 import trio
 from botocore.auth import SigV4Auth
@@ -34,7 +40,7 @@ from botocore.credentials import Credentials, ReadOnlyCredentials, RefreshableCr
 from botocore.exceptions import BotoCoreError
 from botocore.session import Session
 
-from gatewayd.providers.base import SettingError
+from gatewayd.protocols import SettingError
 
 log = logging.getLogger("gatewayd")
 
@@ -42,6 +48,17 @@ SERVICE = "bedrock"
 #: bodies larger than this are hashed off the event loop (a 256 kB SHA-256 costs ~0.3 ms)
 HASH_IN_THREAD_OVER = 256 * 1024
 _chain: object | None = None  # the default chain's credentials, resolved once per process
+REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+
+
+def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``region`` (checked: ``us-east-1``, ``eu-central-2``, ``us-gov-west-1`` ...) and the
+    credentials (:class:`AwsAuth`), resolved now: a missing one is a start-up error, not a
+    failed request."""
+    region = table.get("region")
+    if not isinstance(region, str) or not REGION.match(region):
+        raise SettingError("region", f"must be an AWS region such as us-east-1 (got {region!r})")
+    return {"region": region, "auth": AwsAuth.from_table(table, region)}
 
 
 def _env(table: Mapping, key: str, required: bool = True) -> str | None:

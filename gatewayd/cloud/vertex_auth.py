@@ -1,5 +1,10 @@
 """OAuth2 access tokens for Vertex AI, from a service-account JSON file or the machine's
-application default credentials (google-auth does the JWT signing and the token exchange).
+application default credentials (google-auth does the JWT signing and the token exchange);
+and the ``[[providers]]`` settings of ``protocol = "vertex"`` (:func:`provider_settings`).
+
+The config loader imports this module (through ``gatewayd.protocols``) only when a Vertex AI
+provider is configured; it imports no adapter and nothing of ``gatewayd.formats``
+(``tests/test_import_graph.py``).
 
 google-auth's refresh is synchronous (it posts to the credentials' ``token_uri`` with
 ``requests``), so it runs in a worker thread (``trio.to_thread``), never on the event loop,
@@ -19,19 +24,46 @@ import datetime
 import functools
 import json
 import logging
+import re
 import time
+from typing import Any, Mapping
 
 import attrs
 import httpx
 import trio
 
-from gatewayd.providers.base import SettingError
+from gatewayd.protocols import SettingError
 
 log = logging.getLogger("gatewayd.providers.vertex")
 
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 REFRESH_MARGIN_S = 300.0
 TOKEN_REQUEST_TIMEOUT_S = 10.0  # google-auth's own default is 120 s: a hung token endpoint would hold requests
+# "global", or a Google Cloud region: us-east5, europe-west1, asia-northeast1, northamerica-northeast2
+_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+# what Google allows in a project id (6-30 characters), and the older "domain:project" form
+_PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+
+
+def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``project`` and ``region`` (required), ``credentials_file`` (optional: a
+    service-account JSON; default: application default credentials), loaded here so bad
+    credentials are a config error, not a failed request."""
+    project = table.get("project")
+    if not isinstance(project, str) or not project:
+        raise SettingError("project", 'required for protocol vertex: the Google Cloud project id (e.g. "my-project")')
+    if not _PROJECT.fullmatch(project):
+        raise SettingError("project", f"{project!r} is not a Google Cloud project id (6-30 lower-case letters, "
+                                      "digits and hyphens)")
+    region = table.get("region")
+    if not isinstance(region, str) or not (region == "global" or _REGION.fullmatch(region)):
+        raise SettingError("region", f'must be "global" or a Google Cloud region such as "us-east5" or '
+                                     f'"europe-west1" (got {region!r})')
+    credentials_file = table.get("credentials_file")
+    if credentials_file is not None and (not isinstance(credentials_file, str) or not credentials_file):
+        raise SettingError("credentials_file", "must be the path of a service-account JSON file")
+    return {"project": project, "region": region, "credentials_file": credentials_file,
+            "credentials": load(credentials_file)}
 
 
 class TokenUnavailable(httpx.ConnectError):

@@ -1,0 +1,227 @@
+"""What every ``gatewayctl`` command shares: argument parsers, the ``--socket``/``--json``
+options accepted before or after the command, the admin session, and the root application
+the command modules (``accounts``, ``keys``, ``usage``, ``operations``, ``prices``) register on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import re
+import sys
+import zoneinfo
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
+
+import attrs
+import typer
+from typer.core import TyperGroup
+from rich.console import Console
+
+from gatewayctl.client import AdminClient, AdminError, resolve_socket, segment
+from gatewayd.control_chars import escape_control_characters
+from gatewayd.money import MoneyError, usd_to_nano
+
+
+# --- Parsing the command line ------------------------------------------------------------
+# Each parser turns one argument into what the API wants, or raises BadParameter
+# (exit 2, "Invalid value for '--option': <why>").
+
+
+def parse_usd(value: str) -> int:
+    """A dollar amount of zero or more, as exact nano-dollars."""
+    try:
+        nano = usd_to_nano(value)
+    except MoneyError as exc:
+        raise typer.BadParameter(f"{exc} (give US dollars, e.g. 10.50)") from None
+    if nano < 0:
+        raise typer.BadParameter(f"{value!r} is negative")
+    return nano
+
+
+def parse_payment(value: str) -> int:
+    """A dollar amount above zero: a payment of nothing is a typo."""
+    nano = parse_usd(value)
+    if nano == 0:
+        raise typer.BadParameter(f"{value!r}: a payment must be more than zero")
+    return nano
+
+
+def parse_date(value: str) -> str:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        raise typer.BadParameter(f"{value!r} is not a date in YYYY-MM-DD form")
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a calendar date") from None
+    return value
+
+
+def parse_ip_network(value: str) -> str:
+    """An IP address or CIDR network; sent as typed (the daemon normalises and checks again)."""
+    entry = value.strip()
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not an IP address or CIDR network (e.g. 203.0.113.7 or 10.0.0.0/8)"
+        ) from None
+    return entry
+
+
+def parse_timezone(value: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise typer.BadParameter(
+            f"{value!r} is not an IANA time zone (e.g. Europe/Berlin, UTC)"
+        ) from None
+    return value
+
+
+def parse_name(value: str) -> str:
+    if not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
+def split_names(value: str, option: str, *, allow_empty: bool) -> list[str]:
+    """'a, b,a' -> ['a', 'b']: comma-separated, trimmed, first occurrence kept."""
+    names = list(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    if not names and not allow_empty:
+        raise typer.BadParameter("give at least one name, comma-separated", param_hint=option)
+    return names
+
+
+def exclusive(given: dict[str, bool]) -> None:
+    """Refuse a pair like --spend-limit/--no-spend-limit given together."""
+    names = [name for name, present in given.items() if present]
+    if len(names) > 1:
+        raise typer.BadParameter("these cannot be used together", param_hint=names)
+
+
+def nothing_to_change() -> typer.BadParameter:
+    return typer.BadParameter("nothing to change: give at least one option (see --help)")
+
+
+def read_password(param_hint: str) -> str:
+    """The new password: prompted twice, hidden, on a terminal; else all of stdin."""
+    if sys.stdin.isatty():
+        return typer.prompt("New password", hide_input=True, confirmation_prompt=True)
+    password = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    if not password:
+        raise typer.BadParameter("no password on standard input (pipe it in, one line)",
+                                 param_hint=param_hint)
+    if "\n" in password or "\r" in password:
+        raise typer.BadParameter("the password on standard input must be a single line",
+                                 param_hint=param_hint)
+    return password
+
+
+# --- Options every command accepts ------------------------------------------------------
+
+_GLOBALS = "gatewayctl.globals"  # key in the context's meta, which the whole command chain shares
+
+
+def _carried(ctx: typer.Context, name: str, value: Any, given: bool) -> Any:
+    """An option accepted before the command and after it: the last one given wins.
+
+    ``gatewayctl``, ``gatewayctl account`` / ``key`` and every command declare ``--socket``
+    and ``--json``; each occurrence is remembered in the context chain's shared ``meta``,
+    so the command sees the last one given, wherever it was typed.
+    """
+    seen = ctx.meta.setdefault(_GLOBALS, {})
+    if given:
+        seen[name] = value
+    return seen.get(name, value)
+
+
+def _socket_option(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
+    return _carried(ctx, "socket", value, value is not None)
+
+
+def _json_option(ctx: typer.Context, value: bool) -> bool:
+    return _carried(ctx, "json", value, value)
+
+
+SocketOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--socket",
+        metavar="PATH",
+        help="gatewayd's admin socket (default: $GATEWAY_ADMIN_SOCKET, else var/admin.sock).",
+        show_default=False,
+        callback=_socket_option,
+    ),
+]
+JsonOpt = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON document on stdout instead of a table.",
+                 callback=_json_option),
+]
+AccountArg = Annotated[str, typer.Argument(metavar="ACCOUNT", help="Account id or email.")]
+KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Key id.")]
+
+
+@attrs.frozen
+class Session:
+    """What a command needs: the admin client, and whether to print JSON or tables."""
+
+    api: AdminClient
+    as_json: bool
+
+    def emit(self, document: Any, human: Callable[[Console], None]) -> None:
+        if self.as_json:
+            typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        else:
+            human(Console(highlight=False))
+
+
+def session(socket: str | None, as_json: bool) -> Session:
+    return Session(api=AdminClient(resolve_socket(socket)), as_json=as_json)
+
+
+def data(document: Any) -> list[dict[str, Any]]:
+    """The ``data`` list of a list answer."""
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise AdminError("gatewayd answered a list request without a 'data' list")
+    return document["data"]
+
+
+def account_path(account: str, *rest: str) -> str:
+    return "/".join(["/admin/v1/accounts", segment(account), *rest])
+
+
+def key_path(key: str, *rest: str) -> str:
+    return "/".join(["/admin/v1/keys", segment(key), *rest])
+
+
+# --- The application --------------------------------------------------------------------
+
+
+class _Group(TyperGroup):
+    """Root group: turns an AdminError from any command into one line on stderr and exit 1."""
+
+    def invoke(self, ctx: Any) -> Any:  # a click Context (typer's vendored click has no public name for it)
+        try:
+            return super().invoke(ctx)
+        except AdminError as exc:
+            typer.echo(f"gatewayctl: {escape_control_characters(str(exc))}", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="gatewayctl",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # locals may hold a password or a secret
+)
+
+
+@app.callback()
+def _root(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """Operate a running gatewayd over its admin socket: accounts, payments, keys, usage.
+
+    --socket and --json may come before the command or after it.
+    """
