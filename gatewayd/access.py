@@ -25,7 +25,7 @@ class Caller:
     account: Account
 
 
-def presented_secret(headers, *, accepts_x_api_key: bool = False, key_headers: tuple[str, ...] = (),
+def presented_secret(headers, *, key_headers: tuple[str, ...] = (),
                      query_key: str | None = None) -> str | None:
     """``Authorization: Bearer`` everywhere; then, only where the endpoint reads them, its key
     headers (``x-api-key``: Anthropic's SDKs; ``x-goog-api-key``: Google's) and last a key in
@@ -36,7 +36,7 @@ def presented_secret(headers, *, accepts_x_api_key: bool = False, key_headers: t
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
         return None
-    for name in (("x-api-key",) if accepts_x_api_key else ()) + key_headers:
+    for name in key_headers:
         value = headers.get(name)
         if value and value.strip():
             return value.strip()
@@ -45,10 +45,9 @@ def presented_secret(headers, *, accepts_x_api_key: bool = False, key_headers: t
     return None
 
 
-def authenticate(directory: Directory, headers, *, accepts_x_api_key: bool = False, key_headers: tuple[str, ...] = (),
+def authenticate(directory: Directory, headers, *, key_headers: tuple[str, ...] = (),
                  query_key: str | None = None, now: float | None = None) -> Caller:
-    secret = presented_secret(headers, accepts_x_api_key=accepts_x_api_key, key_headers=key_headers,
-                              query_key=query_key)
+    secret = presented_secret(headers, key_headers=key_headers, query_key=query_key)
     if secret is None:
         raise invalid_token()
     key = directory.key_for_secret(secret)

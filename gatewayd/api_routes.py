@@ -143,7 +143,7 @@ class ApiRoutes:
         ctx = self._context(scope, Headers(scope["headers"]), "models")
 
         async def listing() -> tuple[int, dict, bytes]:
-            caller = self.relay.admit(ctx, accepts_x_api_key=True)
+            caller = self.relay.admit(ctx, key_headers=("x-api-key",))
             return 200, {}, endpoints.models_list(self.relay.config, caller, ctx)
 
         await _answer(send, ctx, listing())
@@ -154,7 +154,7 @@ class ApiRoutes:
         model_id = scope["path"][len(MODEL_PREFIX):]
 
         async def item() -> tuple[int, dict, bytes]:
-            caller = self.relay.admit(ctx, accepts_x_api_key=True)
+            caller = self.relay.admit(ctx, key_headers=("x-api-key",))
             for entry in endpoints.model_entries(self.relay.config, caller, ctx):
                 if entry["id"] == model_id:
                     return 200, {}, orjson.dumps(entry)

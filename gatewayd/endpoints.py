@@ -94,10 +94,6 @@ class Endpoint:
     # the gateway answers itself once the model is authorized: (body, grant) -> the answer's bytes
     answer_here: Callable[[dict, Grant], Awaitable[bytes]] | None = None
 
-    @property
-    def accepts_x_api_key(self) -> bool:
-        return "x-api-key" in self.key_headers
-
     def path_match(self, path: str) -> bool:
         """Whether ``path`` is this endpoint's (a ``{model}`` in its path matches any model id)."""
         head, model, tail = self.path.partition("{model}")

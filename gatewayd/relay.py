@@ -150,18 +150,19 @@ class Relay:
             await self.received_ids.check(caller.account.id, list(asked.response_ids))
         return caller, body, asked
 
-    def admit(self, ctx: Ctx, *, accepts_x_api_key: bool = False, endpoint: Endpoint | None = None) -> Caller:
+    def admit(self, ctx: Ctx, *, endpoint: Endpoint | None = None, key_headers: tuple[str, ...] = ()) -> Caller:
         """Key, then IP; once a request: ``api_routes`` admits it from its headers before
         reading its body (nothing is read for a refused request), and the endpoint handler's
         own call then finds the caller already admitted. The key is read where ``endpoint``
-        takes it (``Authorization: Bearer`` always)."""
+        takes it, or from ``key_headers`` for a route that is no endpoint spec (the model
+        listing); ``Authorization: Bearer`` always."""
         if ctx.caller is not None:
             return ctx.caller
+        query_key = None
         if endpoint is not None:
+            key_headers = endpoint.key_headers
             query_key = query_value(ctx, endpoint.key_query) if endpoint.key_query else None
-            caller = authenticate(self.directory, ctx.headers, key_headers=endpoint.key_headers, query_key=query_key)
-        else:
-            caller = authenticate(self.directory, ctx.headers, accepts_x_api_key=accepts_x_api_key)
+        caller = authenticate(self.directory, ctx.headers, key_headers=key_headers, query_key=query_key)
         t = trace.get()
         if t is not None:
             t.account_id = caller.account.id
