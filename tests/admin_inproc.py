@@ -120,7 +120,7 @@ class RealAdmin:
         """One admin API call made directly (not through gatewayctl): for a test's setup."""
         import httpx
 
-        with httpx.Client(transport=httpx.HTTPTransport(uds=self.socket_path), base_url="http://admin") as client:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=self.socket_path, verify=False), base_url="http://admin") as client:
             answer = client.request(method, "/admin/v1" + path, json=body)
         assert answer.is_success, answer.text
         return answer.json()
