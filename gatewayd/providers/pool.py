@@ -20,6 +20,7 @@ the pool timeout, as before. The slots are shared fairly between accounts
 from __future__ import annotations
 
 import contextlib
+import functools
 import ssl
 from typing import AsyncIterator, Iterator
 
@@ -62,13 +63,21 @@ def httpx_errors() -> Iterator[None]:
         raise
 
 
+@functools.cache
+def default_ssl_context() -> ssl.SSLContext:
+    """httpx's default client context (certifi's CAs, or ``SSL_CERT_FILE``/``SSL_CERT_DIR``),
+    made once a process: loading the CA bundle takes some 20 ms of CPU, and a context is safe
+    to share between pools. It is read when the first pool is made, at start-up."""
+    return httpx.create_ssl_context()
+
+
 class ConnectionPool:
     """``handle_async_request(httpx.Request) -> httpx.Response`` over pooled HTTP/1.1 connections."""
 
     def __init__(self, *, max_connections: int, keepalive_expiry: float,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.keepalive_expiry = keepalive_expiry
-        self.ssl_context = ssl_context if ssl_context is not None else httpx.create_ssl_context()
+        self.ssl_context = ssl_context if ssl_context is not None else default_ssl_context()
         self.slots = FairSlots(max_connections)
         self.idle: dict[tuple, list[httpcore.AsyncHTTPConnection]] = {}  # (scheme, host, port) -> stack
         self.opened = 0  # connections ever opened (tests read it to see reuse)
