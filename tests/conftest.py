@@ -119,7 +119,8 @@ def _postgres_ready() -> bool:
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request, tmp_path):
     """Each store behind the one contract: the same test runs against a real SQLite file and a
-    fresh PostgreSQL database made for this test (and dropped after it)."""
+    fresh PostgreSQL database made for this test, its schema copied from a migrated template
+    (dropped when the run ends: tests/pg.py)."""
     if request.param == "sqlite":
         from gatewayd.store.sqlite import SQLiteStore
 
@@ -134,7 +135,7 @@ async def store(request, tmp_path):
     from gatewayd.store.postgres import PostgresStore
     from tests import pg
 
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     s = await PostgresStore.open(url, pool_size=4)
     try:
         yield s

@@ -47,7 +47,7 @@ async def until(check, what: str) -> float:
 async def two_instances():
     from gatewayd.store.postgres import PostgresStore
 
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     config = load_config(environ={})
     stores = [await PostgresStore.open(url, pool_size=2), await PostgresStore.open(url, pool_size=2)]
     try:
@@ -179,7 +179,7 @@ async def test_a_feed_connection_that_dies_silently_is_noticed_and_replaced():
     from gatewayd.store.postgres import FEED_PING_S, FEED_PING_TIMEOUT_S, PostgresStore
     from tests.pgproxy import Proxy
 
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     proxy = Proxy()
     config = load_config(environ={})
     writer, reader = await PostgresStore.open(url, pool_size=2), await PostgresStore.open(url, pool_size=2)

@@ -182,7 +182,7 @@ def test_the_view_shows_the_period_and_what_is_left():
 async def test_postgres_computes_the_same_period_starts_as_python(tmp_path):
     import psycopg
 
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     try:
         from gatewayd.store.postgres import PostgresStore
 
@@ -206,7 +206,7 @@ async def test_two_instances_racing_for_the_last_of_a_budget_only_one_passes(tmp
     last 100 of a budget at the same instant: exactly one passes each time."""
     from gatewayd.store.postgres import PostgresStore
 
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     a = await PostgresStore.open(url, pool_size=3)
     b = await PostgresStore.open(url, pool_size=3)
     try:

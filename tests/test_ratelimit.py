@@ -293,7 +293,7 @@ async def test_store_log_is_shared_by_every_instance_on_the_database():
     from gatewayd.store.postgres import PostgresStore
     from tests import pg
 
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     stores = [await PostgresStore.open(url, pool_size=4), await PostgresStore.open(url, pool_size=4)]
     try:
         windows = [StoreWindows(s) for s in stores]

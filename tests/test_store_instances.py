@@ -35,7 +35,7 @@ def quick_judgement(monkeypatch):
 
 @pytest.fixture
 def database():
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     yield url
     pg.drop_database(name)
 

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not pg.available(), reason="no PostgreSQL on 127
 
 @pytest.fixture
 def database():
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     yield url
     pg.drop_database(name)
 

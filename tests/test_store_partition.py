@@ -31,7 +31,7 @@ REQUEST_BOUND_S = 3.0  # the documented bound for a request's 503
 
 @pytest.fixture
 def database():
-    name, url = pg.create_database()
+    name, url = pg.create_database(migrated=True)
     yield url
     pg.drop_database(name)
 
