@@ -35,8 +35,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.live)
 
 
-# not a process the test needs: ctypes.util.find_library("c") (gatewayd.bodies) asks ldconfig
-INCIDENTAL = ("/sbin/ldconfig", "ldconfig")
+# not processes the test needs, each run once per process: ctypes.util.find_library("c")
+# (gatewayd.bodies) asks ldconfig; platform.platform() (the openai SDK's headers) runs uname -p
+INCIDENTAL = ("/sbin/ldconfig", "ldconfig", "uname")
 
 
 class _Spawned(pytest.fail.Exception):

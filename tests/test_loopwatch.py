@@ -66,9 +66,12 @@ def test_startup_heap_is_frozen_out_of_collections():
 
     try:
         frozen = loopwatch.freeze_startup_heap()
-        assert frozen == gc.get_freeze_count() > 1000  # this test process's modules at least
+        assert frozen > 1000  # this test process's modules at least
         young = [[i] for i in range(100)]  # made after the freeze: still collected normally
-        assert gc.is_tracked(young[0]) and gc.get_freeze_count() == frozen
+        # nothing joined the frozen objects since (the count may fall: a frozen object another
+        # thread of this process frees leaves it), and the new ones are in a collected generation
+        assert gc.get_freeze_count() <= frozen
+        assert any(o is young[0] for generation in range(3) for o in gc.get_objects(generation))
     finally:
         gc.unfreeze()
 
