@@ -61,9 +61,11 @@ test-postgres: $(STAMP)
 # Every test that starts no process (no daemon, simulator, CLI subprocess, nginx, browser):
 # the layer to run while working. The `live` marker is set in tests/conftest.py.
 # Tests, not files, are spread over the processes (--dist load): a few files hold most of its time.
-# Bytecode is written as for `make test` (above).
+# Bytecode is written as for `make test` (above). The *_live.py files are not even imported:
+# every test in them is live (tests/conftest.py), and importing them costs each process ~1 s.
 test-unit: $(STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist load -m "not live"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist load -m "not live" \
+		--ignore-glob='tests/*_live.py'
 
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow and not browser"

@@ -34,6 +34,7 @@ module of either package sits in an import cycle.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -108,15 +109,14 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
     return {target for target in found if not module.startswith(target + ".")}  # an ancestor package
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache  # read when a test first asks, not at collection: each xdist worker collects this file
+def import_graph() -> dict[str, set[str]]:
     graph = {}
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         graph[module] = set().union(*(_targets(module, node) for node in _imports(tree)))
     return graph
 
-
-GRAPH = _graph()
 
 
 def _in(module: str, prefixes) -> bool:
@@ -126,7 +126,7 @@ def _in(module: str, prefixes) -> bool:
 def _reach(start: str) -> set[str]:
     seen, todo = set(), [start]
     while todo:
-        for target in GRAPH[todo.pop()]:
+        for target in import_graph()[todo.pop()]:
             if target not in seen:
                 seen.add(target)
                 todo.append(target)
@@ -141,7 +141,7 @@ def _cycles() -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in sorted(GRAPH[v]):
+        for w in sorted(import_graph()[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -158,19 +158,19 @@ def _cycles() -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for v in sorted(GRAPH):
+    for v in sorted(import_graph()):
         if v not in index:
             visit(v)
     return found
 
 
 def _violations(importers, forbidden) -> list[str]:
-    return sorted(f"{m} imports {t}" for m in GRAPH if _in(m, importers) for t in GRAPH[m] if _in(t, forbidden))
+    return sorted(f"{m} imports {t}" for m in import_graph() if _in(m, importers) for t in import_graph()[m] if _in(t, forbidden))
 
 
 def test_the_graph_was_read():
-    assert len(MODULES) > 100 and "gatewayd.formats.usage" in GRAPH["gatewayd.billing.pricing"]
-    assert "gatewayd.store.sqlite" in GRAPH["gatewayd.store"]  # a lazy import inside a function counts
+    assert len(MODULES) > 100 and "gatewayd.formats.usage" in import_graph()["gatewayd.billing.pricing"]
+    assert "gatewayd.store.sqlite" in import_graph()["gatewayd.store"]  # a lazy import inside a function counts
 
 
 # The one cycle left, inside the simulator (a test and --demo upstream, not the daemon's request
@@ -184,12 +184,12 @@ def test_no_module_is_in_an_import_cycle():
 
 
 def test_formats_import_nothing_of_gatewayd_outside_formats():
-    assert [f"{m} imports {t}" for m in GRAPH if _in(m, ["gatewayd.formats"])
-            for t in GRAPH[m] if not _in(t, ["gatewayd.formats"])] == []
+    assert [f"{m} imports {t}" for m in import_graph() if _in(m, ["gatewayd.formats"])
+            for t in import_graph()[m] if not _in(t, ["gatewayd.formats"])] == []
 
 
 def test_money_imports_nothing_of_gatewayd():
-    assert GRAPH["gatewayd.money"] == set()
+    assert import_graph()["gatewayd.money"] == set()
 
 
 @pytest.mark.parametrize("start", ["gatewayd.store", "gatewayd.store.sqlite", "gatewayd.store.postgres",
@@ -208,7 +208,7 @@ def test_adapters_never_import_the_request_path_or_the_edge():
 
 
 def test_nothing_below_the_edge_imports_it():
-    below = [m for m in GRAPH if m.startswith("gatewayd.") and not _in(m, EDGE) and not _in(m, ["gatewayd.sim"])]
+    below = [m for m in import_graph() if m.startswith("gatewayd.") and not _in(m, EDGE) and not _in(m, ["gatewayd.sim"])]
     assert _violations(below, EDGE) == []
 
 
