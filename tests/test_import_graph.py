@@ -262,3 +262,11 @@ def test_a_protocols_settings_module_reaches_no_adapter_translator_or_request_pa
 
 def test_the_demo_hooks_are_the_simulators():
     assert all(m.startswith("gatewayd.sim.") for m, kind in _named_modules().items() if kind == "demo_hook")
+
+
+def test_no_adapter_or_request_path_loads_a_cloud_credentials_module():
+    """Bedrock's and Vertex AI's credentials (botocore, google-auth: some 14 MiB of a daemon's
+    memory) load when such a provider is configured, through ``protocols.settings_module``;
+    the adapters name their types under ``TYPE_CHECKING`` only."""
+    loaders = [m for m in import_graph() if _in(m, ["gatewayd.providers", *REQUEST_PATH, *EDGE])]
+    assert sorted(f"{m} imports {t}" for m in loaders for t in import_graph()[m] if _in(t, ["gatewayd.cloud"])) == []

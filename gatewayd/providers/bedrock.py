@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
@@ -52,11 +53,13 @@ from gatewayd.formats.translating_pipes import MessagesToChatPipe, ToResponsesPi
 from gatewayd.formats.usage import from_message
 # the chat -> messages step and the answer's usage are the Anthropic route's own rules
 from gatewayd.providers.anthropic import _to_messages, answer_usage, produced_usage
-from gatewayd.cloud.bedrock_auth import AwsAuth
 from gatewayd.protocols import bedrock_invokes
 from gatewayd.providers.base import Call, Route, dropped_tools_headers, encode_body, translate, with_changes
 from gatewayd.providers.gemini_client import via_chat
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
+
+if TYPE_CHECKING:  # the credentials' module (and its cloud library) loads only when such a provider is configured
+    from gatewayd.cloud.bedrock_auth import AwsAuth
 
 __all__ = ["ROUTES", "uses_invoke"]
 

@@ -37,7 +37,7 @@ its 401 is answered, as every provider's is).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TYPE_CHECKING
 from urllib.parse import quote
 
 import attrs
@@ -53,7 +53,9 @@ from gatewayd.protocols import PROTOCOLS, vertex_publisher_model as publisher_mo
 from gatewayd.providers.base import Builder, Call, Route, encode_body
 from gatewayd.providers.gemini_client import via_chat
 from gatewayd.providers.upstream import AUTHORIZE_EXTENSION
-from gatewayd.cloud.vertex_auth import AccessTokens
+
+if TYPE_CHECKING:  # the credentials' module (and its cloud library) loads only when such a provider is configured
+    from gatewayd.cloud.vertex_auth import AccessTokens
 
 ANTHROPIC_VERSION = "vertex-2023-10-16"
 # headers of the adapters' requests that Vertex reads; the API-key headers and anthropic-version go
