@@ -71,11 +71,11 @@ class Gateway:
         await self.store.close()
 
 
-def post_scope(path: str, secret: str, raw: bytes) -> dict:
+def post_scope(path: str, secret: str, raw: bytes, query: bytes = b"") -> dict:
     """The ASGI scope of a POST with a Bearer key, as hypercorn hands it over: for tests that
     drive the app directly, to decide when the client's disconnect arrives."""
     return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
             "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {secret}".encode()),
                         (b"anthropic-version", b"2023-06-01"), (b"content-length", str(len(raw)).encode())],
             "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8080)}
