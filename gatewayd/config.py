@@ -271,7 +271,7 @@ def _providers(raw: Any, env: Mapping[str, str]) -> dict[str, Provider]:
         if name in providers:
             raise ConfigError(f"providers[{i}].name: duplicate provider {name!r}")
         try:
-            settings = PROTOCOLS[protocol].settings(s.table)
+            settings = PROTOCOLS[protocol].settings(s.table, env)
         except SettingError as e:
             raise ConfigError(f"providers[{i}].{e.key}: {e.problem}") from None
         make_base_url = PROTOCOLS[protocol].default_base_url

@@ -61,7 +61,7 @@ class Protocol:
     default_family: str = "other"  # a model's ``family`` when its first route speaks it and the file sets none
     provider_keys: frozenset[str] = frozenset()  # ``[[providers]]`` keys only this protocol takes
     read_settings: Callable[[Mapping[str, Any]], dict[str, Any]] = _no_settings  # validates those keys
-    # or: the module whose ``provider_settings(table)`` validates them and resolves credentials
+    # or: the module whose ``provider_settings(table, environ)`` validates them and resolves credentials
     # (imported only when a provider of this protocol is configured)
     settings_module: str | None = None
     # the ``base_url`` of a provider whose table sets none, made from its validated settings;
@@ -75,10 +75,12 @@ class Protocol:
     # when its base URL and a dummy key are not enough
     demo_hook: str | None = None
 
-    def settings(self, table: Mapping[str, Any]) -> dict[str, Any]:
-        """Its own keys of a ``[[providers]]`` table, validated (:class:`SettingError`)."""
+    def settings(self, table: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+        """Its own keys of a ``[[providers]]`` table, validated (:class:`SettingError`);
+        ``environ``: the config loader's, for keys that name an environment variable."""
         if self.settings_module is not None:
-            return importlib.import_module(self.settings_module).provider_settings(table)  # type: ignore[no-any-return]
+            module = importlib.import_module(self.settings_module)
+            return module.provider_settings(table, environ)  # type: ignore[no-any-return]
         return self.read_settings(table)
 
 

@@ -112,12 +112,10 @@ class Clouds:
 
 
 @pytest.fixture
-async def world(tmp_path, monkeypatch):
-    monkeypatch.setenv("T_BEDROCK_ID", "AKIDTEST")
-    monkeypatch.setenv("T_BEDROCK_SECRET", "secret")
+async def world(tmp_path):
     path = tmp_path / "g.toml"
     path.write_text(CONFIG)
-    config = load_config(path, environ={})
+    config = load_config(path, environ={"T_BEDROCK_ID": "AKIDTEST", "T_BEDROCK_SECRET": "secret"})
     store = SQLiteStore(str(tmp_path / "store.db"))
     directory = Directory(config, store)
     account = await directory.create_account("b@example.com")
@@ -223,6 +221,18 @@ def test_bad_bedrock_config_names_the_key(tmp_path, monkeypatch, extra, message)
     with pytest.raises(ConfigError) as info:
         load_config(path, environ={})
     assert message in str(info.value)
+
+
+def test_credential_variables_are_read_from_the_loaders_environment_only(tmp_path, monkeypatch):
+    """As every ``*_env`` key of the config: what ``load_config(environ=...)`` is given, not
+    whatever the process happens to have."""
+    monkeypatch.setenv("T_IN_PROCESS_ONLY", "from-the-process")
+    path = tmp_path / "g.toml"
+    path.write_text(_bedrock("region = 'us-east-1'\napi_key_env = 'T_IN_PROCESS_ONLY'"))
+    with pytest.raises(ConfigError, match="environment variable T_IN_PROCESS_ONLY is not set"):
+        load_config(path, environ={})
+    config = load_config(path, environ={"T_IN_PROCESS_ONLY": "given"})
+    assert config.providers["b"].settings["auth"].api_key == "given"
 
 
 @pytest.mark.live

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 from typing import Any, Mapping
 
@@ -51,17 +50,18 @@ _chain: object | None = None  # the default chain's credentials, resolved once p
 REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 
 
-def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
+def provider_settings(table: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """``region`` (checked: ``us-east-1``, ``eu-central-2``, ``us-gov-west-1`` ...) and the
     credentials (:class:`AwsAuth`), resolved now: a missing one is a start-up error, not a
-    failed request."""
+    failed request. ``environ`` is the config loader's: where the ``*_env`` keys' variables
+    are read (botocore's default chain reads the process's own)."""
     region = table.get("region")
     if not isinstance(region, str) or not REGION.match(region):
         raise SettingError("region", f"must be an AWS region such as us-east-1 (got {region!r})")
-    return {"region": region, "auth": AwsAuth.from_table(table, region)}
+    return {"region": region, "auth": AwsAuth.from_table(table, region, environ)}
 
 
-def _env(table: Mapping, key: str, required: bool = True) -> str | None:
+def _env(table: Mapping, key: str, environ: Mapping[str, str], required: bool = True) -> str | None:
     name = table.get(key)
     if name is None:
         if required:
@@ -69,7 +69,7 @@ def _env(table: Mapping, key: str, required: bool = True) -> str | None:
         return None
     if not isinstance(name, str) or not name:
         raise SettingError(key, "must name an environment variable")
-    value = os.environ.get(name)
+    value = environ.get(name)
     if not value:
         raise SettingError(key, f"environment variable {name} is not set")
     return value
@@ -96,15 +96,15 @@ class AwsAuth:
         self._refreshing = False
 
     @classmethod
-    def from_table(cls, table: Mapping, region: str) -> "AwsAuth":
+    def from_table(cls, table: Mapping, region: str, environ: Mapping[str, str]) -> "AwsAuth":
         if table.get("api_key_env") is not None:
-            return cls(region=region, api_key=_env(table, "api_key_env"))
+            return cls(region=region, api_key=_env(table, "api_key_env", environ))
         if table.get("api_key") is not None:
             return cls(region=region, api_key=str(table["api_key"]))
         keys = ("aws_access_key_id_env", "aws_secret_access_key_env")
         if any(table.get(k) is not None for k in (*keys, "aws_session_token_env")):
-            access, secret = (_env(table, k) for k in keys)
-            token = _env(table, "aws_session_token_env", required=False)
+            access, secret = (_env(table, k, environ) for k in keys)
+            token = _env(table, "aws_session_token_env", environ, required=False)
             return cls(region=region, source=Credentials(access, secret, token))
         chain = _default_chain()
         if chain is None:

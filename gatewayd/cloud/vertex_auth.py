@@ -45,10 +45,12 @@ _REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
 _PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 
 
-def provider_settings(table: Mapping[str, Any]) -> dict[str, Any]:
+def provider_settings(table: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """``project`` and ``region`` (required), ``credentials_file`` (optional: a
-    service-account JSON; default: application default credentials), loaded here so bad
-    credentials are a config error, not a failed request."""
+    service-account JSON; default: application default credentials, which google-auth
+    finds from the process's own environment), loaded here so bad credentials are a config
+    error, not a failed request. No key of a Vertex provider names a variable: ``environ``
+    (the config loader's) is not read."""
     project = table.get("project")
     if not isinstance(project, str) or not project:
         raise SettingError("project", 'required for protocol vertex: the Google Cloud project id (e.g. "my-project")')
