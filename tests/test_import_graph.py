@@ -173,14 +173,8 @@ def test_the_graph_was_read():
     assert "gatewayd.store.sqlite" in import_graph()["gatewayd.store"]  # a lazy import inside a function counts
 
 
-# The one cycle left, inside the simulator (a test and --demo upstream, not the daemon's request
-# path): its app registers the Bedrock and Vertex routes, which call back into the app's
-# request helpers. Named exactly, so any other cycle (or a larger one) fails.
-KNOWN_SIMULATOR_CYCLE = ["gatewayd.sim.app", "gatewayd.sim.bedrock", "gatewayd.sim.vertex"]
-
-
 def test_no_module_is_in_an_import_cycle():
-    assert [c for c in _cycles() if c != KNOWN_SIMULATOR_CYCLE] == []
+    assert _cycles() == []
 
 
 def test_formats_import_nothing_of_gatewayd_outside_formats():

@@ -1,14 +1,10 @@
-"""The simulator's HTTP application: routes, the request log, faults and the stream driver.
+"""The simulator's HTTP application: routes, the request log and each vendor's wire.
 
 Each endpoint runs the same steps: record the request, check the vendor's headers, parse
 and validate the body, plan the reply (:mod:`.behaviour`), apply the faults the markers
 asked for, then render the plan through the endpoint's wire module, as one JSON body or as
-a stream driven by :func:`_drive`.
-
-Connection-level faults (``disconnect``, ``drop_after``) need to close the TCP connection
-under the app's feet, which ASGI cannot express. :func:`abort_connection` reaches
-hypercorn's connection through the ASGI ``send`` callable (captured per request by a tiny
-ASGI wrapper) and hands it hypercorn's own ``Closed`` event; see its docstring.
+a stream driven by :func:`.exchange.drive` (the faults, the vendors' error shapes and the
+request log's entry are in :mod:`.exchange`, shared with the Bedrock and Vertex routes).
 """
 
 from __future__ import annotations
@@ -16,79 +12,28 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 from functools import partial
 
 import attrs
 import orjson
-import trio
-from hypercorn.events import Closed
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from . import anthropic, bedrock, embeddings, gemini, openai_chat, openai_responses
-from .behaviour import CONTENT, FINISH, NO_FAULTS, Faults, Plan, parse_markers, plan
-from .operator_ids import operator_id_message
+from .behaviour import parse_markers, plan
+from .exchange import (SEND_KEY, Recorded, anthropic_error, before_reply, done, drive, google_error, load_body,
+                       openai_error, request_body, single, with_prompt_cache)
 from .prompt_cache import PromptCache
+from .vertex import register as register_vertex
 
 LOG_LIMIT = 1000
 RESPONSE_IDS_LIMIT = 100_000  #: Responses ids remembered for ``previous_response_id``
-_SEND_KEY = "gatewayd.sim.send"
-_BATCH_BYTES = 64 * 1024
 _JSON = "application/json"
 
 
-class SimulatedConnectionFault(RuntimeError):
-    """Raised to break a response when the connection cannot be closed directly."""
-
-
 # -- the request log -------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class Recorded:
-    """One request as received. Cheap to make: raw bytes now, decoding on GET."""
-
-    seq: int
-    time: float
-    method: str
-    path: str
-    query: bytes
-    headers: list
-    body: bytes
-    status: int | None = None
-    stream: bool = False
-    cancelled: bool = False  #: the client went away before the reply was complete
-    dropped: bool = False  #: the simulator closed the connection on purpose (a fault)
-    completed: bool = False  #: the whole answer was written (a stream: up to its last event)
-    answer: Callable[[], dict] | None = None  #: renders the whole answer, non-stream shape (lazily)
-
-    def to_json(self) -> dict:
-        headers: dict[str, str] = {}
-        for name, value in self.headers:
-            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        try:
-            parsed = orjson.loads(self.body) if self.body else None
-        except orjson.JSONDecodeError:
-            parsed = None
-        return {
-            "seq": self.seq,
-            "time": self.time,
-            "method": self.method,
-            "path": self.path,
-            "query": self.query.decode("latin-1"),
-            "headers": headers,
-            "body": self.body.decode("utf-8", "replace"),
-            "json": parsed,
-            "status": self.status,
-            "stream": self.stream,
-            "cancelled": self.cancelled,
-            "dropped": self.dropped,
-            "completed": self.completed,
-            "answer": self.answer() if self.answer is not None else None,
-        }
 
 
 class SimState:
@@ -124,59 +69,6 @@ class SimState:
         )
         self.log.append(entry)
         return entry
-
-
-# -- errors in each vendor's shape -----------------------------------------------------
-
-_OPENAI_TYPES = {
-    400: "invalid_request_error",
-    401: "invalid_request_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    429: "requests",
-}
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
-
-
-# Each vendor's error, with its retry hint (``retry_after_s``) where that vendor puts it:
-# OpenAI and Anthropic in a ``Retry-After`` header, Google in the body (google.rpc.RetryInfo).
-
-
-SIMULATED_RETRY_AFTER_S = 7  # what a simulated 429 asks the caller to wait
-
-
-def _with_retry_after(response: Response, retry_after_s: int | None) -> Response:
-    if retry_after_s is not None:
-        response.headers["retry-after"] = str(retry_after_s)
-    return response
-
-
-def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 retry_after_s: int | None = None) -> Response:
-    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    if status == 429 and code is None:
-        code = "rate_limit_exceeded"
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return _with_retry_after(Response(orjson.dumps(body), status, content_type=_JSON), retry_after_s)
-
-
-def anthropic_error(status: int, message: str, *, retry_after_s: int | None = None, **_: object) -> Response:
-    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    body = {"type": "error", "error": {"type": kind, "message": message}}
-    return _with_retry_after(Response(orjson.dumps(body), status, content_type=_JSON), retry_after_s)
-
-
-def google_error(status: int, message: str, *, retry_after_s: int | None = None, **_: object) -> Response:
-    body = gemini.error_body(status, message, retry_after_s=retry_after_s)
-    return Response(orjson.dumps(body), status, content_type=_JSON)
 
 
 def _bearer(headers) -> str:
@@ -239,23 +131,6 @@ class Wire:
     protocol: str  #: "chat", "responses" or "messages" (token counting)
 
 
-def with_prompt_cache(state, reply: Plan, body: dict, protocol: str,
-                      count: Callable[[dict], int] | None = None) -> Plan:
-    """``reply`` with the part of its input the simulator's prompt cache holds (when the
-    setting is on) moved to cache reads."""
-    if state.prompt_cache is None:
-        return reply
-    cached = min(state.prompt_cache.cached_tokens(body, protocol, count), reply.input_tokens)
-    return attrs.evolve(reply, input_tokens=reply.input_tokens - cached, cache_read=reply.cache_read + cached)
-
-
-class StreamFaults(Protocol):
-    """What :func:`_drive` needs of a wire: the bytes of a mid-stream error (Bedrock's
-    simulator, which frames its streams differently, gives only this)."""
-
-    def stream_error(self, sent: int) -> bytes: ...
-
-
 def _wire(module, protocol, error, check_headers) -> Wire:
     return Wire(
         error,
@@ -279,131 +154,7 @@ AZURE_RESPONSES = _wire(openai_responses, "responses", openai_error, _azure_head
 GEMINI = _wire(gemini, "gemini", google_error, _google_headers)
 
 
-# -- connection faults -----------------------------------------------------------------
-
-
-async def _request_body() -> bytes:
-    """The request's body as bytes (Quart types ``get_data`` as bytes only when every argument is given)."""
-    return await request.get_data(cache=True, as_text=False, parse_form_data=False)
-
-
-async def abort_connection(scope: Mapping[str, Any]) -> bool:
-    """Close this request's client connection at once; False if the server is not hypercorn.
-
-    The ASGI ``send`` hypercorn gives the app is ``HTTPStream.app_send``; the stream's
-    ``send`` is the HTTP/1 (or HTTP/2) protocol's ``stream_send``; the protocol's ``send``
-    is ``TCPServer.protocol_send``. Handing that a ``hypercorn.events.Closed`` makes the
-    server close the socket (FIN after whatever was already written, no terminating
-    chunk), tell the app ``http.disconnect``, and so cancel this handler. Checked with
-    hypercorn 0.18; anything else falls back to raising (see callers).
-    """
-    stream = getattr(scope.get(_SEND_KEY), "__self__", None)
-    protocol = getattr(getattr(stream, "send", None), "__self__", None)
-    protocol_send = getattr(protocol, "send", None)
-    if protocol_send is None or getattr(protocol_send, "__name__", "") != "protocol_send":
-        return False
-    await protocol_send(Closed())
-    return True
-
-
-async def _close_connection(entry: Recorded, scope: Mapping[str, Any]) -> None:
-    """Close the connection and wait to be cancelled by the resulting disconnect."""
-    entry.dropped = True
-    if await abort_connection(scope):
-        with trio.move_on_after(10):
-            await trio.sleep_forever()
-    raise SimulatedConnectionFault("simulated connection drop")
-
-
-async def _before_reply(faults: Faults, entry: Recorded, error: Callable[..., Response]) -> Response | None:
-    """Faults that act before the status line: delay, disconnect, status."""
-    if faults is NO_FAULTS:
-        return None
-    try:
-        if faults.delay_ms:
-            await trio.sleep(faults.delay_ms / 1000)
-        if faults.disconnect:
-            await _close_connection(entry, request.scope)
-    except trio.Cancelled:
-        entry.cancelled = not entry.dropped
-        raise
-    if faults.status:
-        message = f"simulated error {faults.status}"
-        if faults.operator_ids:
-            vendor = "anthropic" if error is anthropic_error else "google" if error is google_error else "openai"
-            message = operator_id_message(vendor, faults.status)
-        return error(faults.status, message,
-                     retry_after_s=SIMULATED_RETRY_AFTER_S if faults.status == 429 else None)
-    return None
-
-
-async def _drive(
-    events: Iterator[tuple[bytes, int]], faults: Faults, entry: Recorded, wire: StreamFaults, scope: Mapping[str, Any]
-) -> AsyncIterator[bytes]:
-    """Write a stream's events, applying the mid-stream faults.
-
-    Without pacing faults the events are coalesced into few large writes (no latency, little
-    CPU). Otherwise each event is its own write; ``cut`` faults fire just before content
-    event N+1, or before the closing event when the reply has N or fewer content events.
-    Runs outside Quart's request context (hence ``scope`` passed in). A client that goes
-    away shows up here as trio.Cancelled (or GeneratorExit when Quart closes the generator)
-    and is recorded as ``cancelled``.
-    """
-    try:
-        if not faults.paced:
-            buffer: list[bytes] = []
-            size = 0
-            for data, _ in events:
-                buffer.append(data)
-                size += len(data)
-                if size >= _BATCH_BYTES:
-                    yield b"".join(buffer)
-                    buffer, size = [], 0
-            if buffer:
-                yield b"".join(buffer)
-            entry.completed = True
-            return
-        cut = faults.cut
-        delay = faults.chunk_delay_ms / 1000
-        sent = content = 0
-        for data, kind in events:
-            if cut is not None and (kind == FINISH or (kind == CONTENT and content >= cut[1])):
-                if cut[0] == "error":
-                    yield wire.stream_error(sent)
-                    return
-                if cut[0] == "stall":
-                    await trio.sleep_forever()
-                await _close_connection(entry, scope)
-            if sent and delay:
-                await trio.sleep(delay)
-            yield data
-            sent += 1
-            if kind == CONTENT:
-                content += 1
-        entry.completed = True
-    except (trio.Cancelled, GeneratorExit):
-        entry.cancelled = not entry.dropped
-        raise
-
-
-async def _single(chunk: bytes) -> AsyncIterator[bytes]:
-    yield chunk
-
-
 # -- handlers --------------------------------------------------------------------------
-
-
-def _done(entry: Recorded, response: Response) -> Response:
-    entry.status = response.status_code
-    return response
-
-
-def _load(raw: bytes) -> dict | None:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return body if isinstance(body, dict) else None
 
 
 _BAD_JSON = (
@@ -417,20 +168,20 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
     """One model request. Gemini puts the model and the streaming choice in the URL
     (``url_model``, ``url_stream``); its ``streamGenerateContent`` without ``alt=sse``
     answers a JSON array (here of one element: the whole answer)."""
-    raw = await _request_body()
+    raw = await request_body()
     entry = state.record(raw)
     denied = wire.check_headers(request.headers)
     if denied is not None:
-        return _done(entry, denied)
-    body = _load(raw)
+        return done(entry, denied)
+    body = load_body(raw)
     if body is None:
-        return _done(entry, wire.error(400, _BAD_JSON))
+        return done(entry, wire.error(400, _BAD_JSON))
     problem = wire.validate(body)
     if problem is not None:
         code = problem[2] if len(problem) > 2 else None
-        return _done(entry, wire.error(400, problem[0], param=problem[1], code=code))
+        return done(entry, wire.error(400, problem[0], param=problem[1], code=code))
     if wire.protocol == "responses" and (unknown := state.unknown_previous(body)) is not None:
-        return _done(entry, wire.error(400, f"Previous response with id '{unknown}' not found.",
+        return done(entry, wire.error(400, f"Previous response with id '{unknown}' not found.",
                                        param="previous_response_id", code="previous_response_not_found"))
 
     if url_model is not None:
@@ -442,18 +193,18 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
     faults = reply.faults
     stream = body.get("stream") is True if url_stream is None else url_stream
     entry.stream = stream
-    early = await _before_reply(faults, entry, wire.error)
+    early = await before_reply(faults, entry, wire.error)
     if early is not None:
-        return _done(entry, early)
+        return done(entry, early)
     entry.status = 200
     entry.answer = partial(wire.render, reply, body, entry.seq)
     if wire.protocol == "responses" and body.get("store") is not False:
         state.remember_response(openai_responses.response_id(entry.seq))
     if stream:
         if faults.invalid_json:
-            chunks = _single(wire.invalid_stream)
+            chunks = single(wire.invalid_stream)
         else:
-            chunks = _drive(wire.events(reply, body, entry.seq), faults, entry, wire, request.scope)
+            chunks = drive(wire.events(reply, body, entry.seq), faults, entry, wire, request.scope)
         return Response(chunks, 200, mimetype="text/event-stream", headers={"cache-control": "no-cache"})
     if faults.invalid_json:
         return Response(wire.invalid_json, 200, content_type=_JSON)
@@ -463,24 +214,24 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
 
 
 async def _embed(state: SimState, check_headers: Callable[..., Response | None] = _openai_headers) -> Response:
-    raw = await _request_body()
+    raw = await request_body()
     entry = state.record(raw)
     denied = check_headers(request.headers)
     if denied is not None:
-        return _done(entry, denied)
-    body = _load(raw)
+        return done(entry, denied)
+    body = load_body(raw)
     if body is None:
-        return _done(entry, openai_error(400, _BAD_JSON))
+        return done(entry, openai_error(400, _BAD_JSON))
     problem = embeddings.validate(body)
     if problem is not None:
-        return _done(entry, openai_error(400, problem[0], param=problem[1]))
+        return done(entry, openai_error(400, problem[0], param=problem[1]))
     faults = parse_markers(f"{embeddings.marker_text(body)} {state.markers}").faults
-    early = await _before_reply(faults, entry, openai_error)
+    early = await before_reply(faults, entry, openai_error)
     if early is not None:
-        return _done(entry, early)
+        return done(entry, early)
     if faults.invalid_json:
-        return _done(entry, Response(embeddings.INVALID_JSON, 200, content_type=_JSON))
-    return _done(entry, Response(orjson.dumps(embeddings.render(body)), 200, content_type=_JSON))
+        return done(entry, Response(embeddings.INVALID_JSON, 200, content_type=_JSON))
+    return done(entry, Response(orjson.dumps(embeddings.render(body)), 200, content_type=_JSON))
 
 
 def create_sim_app() -> QuartTrio:
@@ -494,7 +245,7 @@ def create_sim_app() -> QuartTrio:
 
     async def asgi_app(scope, receive, send):
         if scope["type"] == "http":
-            scope[_SEND_KEY] = send  # for abort_connection
+            scope[SEND_KEY] = send  # for abort_connection
         await quart_asgi(scope, receive, send)
 
     app.asgi_app = asgi_app  # type: ignore[method-assign]
@@ -515,8 +266,8 @@ def create_sim_app() -> QuartTrio:
     async def gemini_models(target: str) -> Response:
         model, _, method = target.rpartition(":")
         if not model or method not in ("generateContent", "streamGenerateContent"):
-            entry = state.record(await _request_body())
-            return _done(entry, google_error(404, f"Method not found: {request.path}"))
+            entry = state.record(await request_body())
+            return done(entry, google_error(404, f"Method not found: {request.path}"))
         sse = request.args.get("alt") == "sse"
         streaming = method == "streamGenerateContent"
         return await _answer(state, GEMINI, url_model=model, url_stream=streaming and sse,
@@ -565,7 +316,7 @@ def create_sim_app() -> QuartTrio:
 
     @app.put("/_sim/settings")
     async def put_settings() -> Response:
-        doc = _load(await _request_body())
+        doc = load_body(await request_body())
         if doc is None or not set(doc) <= {"markers", "prompt_cache"} or not isinstance(
                 doc.get("markers", ""), str) or not isinstance(doc.get("prompt_cache", False), bool):
             return openai_error(400, 'expected {"markers": "<markers>", "prompt_cache": true|false}')
@@ -584,15 +335,13 @@ def create_sim_app() -> QuartTrio:
     @app.route("/", defaults={"rest": ""}, methods=methods)
     @app.route("/<path:rest>", methods=methods)
     async def not_found(rest: str) -> Response:
-        entry = state.record(await _request_body())
+        entry = state.record(await request_body())
         message = f"Unknown request URL: {request.method} {request.path}."
         if request.path.startswith(("/v1beta/", "/vertex/")):
-            return _done(entry, google_error(404, message))
+            return done(entry, google_error(404, message))
         if request.headers.get("anthropic-version"):
-            return _done(entry, anthropic_error(404, message))
-        return _done(entry, openai_error(404, message))
-
-    from .vertex import register as register_vertex  # imports this module: registered once it is loaded
+            return done(entry, anthropic_error(404, message))
+        return done(entry, openai_error(404, message))
 
     register_vertex(app, state, _answer, (MESSAGES, GEMINI))
     return app

@@ -43,7 +43,7 @@ from gatewayd.cloud.bedrock_auth import AwsAuth
 from gatewayd.formats.eventstream import chunk_frame, event_frame, exception_frame
 from gatewayd.protocols import PROTOCOLS
 from . import anthropic
-from . import app as sim_app
+from . import exchange
 from .behaviour import CONTENT, FINISH, HEAD, Plan, Prompt, Tool, count_words, fragments, pieces, plan
 
 ACCESS_KEY_ID = "AKIAGATEWAYDSIMULATOR"
@@ -274,7 +274,7 @@ def converse_events(reply: Plan, body: dict, n: int) -> Iterator[tuple[bytes, in
 
 @attrs.frozen
 class _StreamWire:
-    """What ``app._drive`` needs of a wire: the mid-stream error (an exception frame)."""
+    """What ``exchange.drive`` needs of a wire: the mid-stream error (an exception frame)."""
 
     @staticmethod
     def stream_error(sent: int) -> bytes:
@@ -283,19 +283,19 @@ class _StreamWire:
 
 async def answer(state, model_path: str) -> Response:
     """``POST /bedrock/model/{modelId}/{action}``."""
-    raw = await sim_app._request_body()
+    raw = await exchange.request_body()
     entry = state.record(raw)
     scope = request.scope
     raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1").split("?", 1)[0]
     denied = check_signature(request.method, raw_path, scope["query_string"].decode("latin-1"), request.headers, raw)
     if denied is not None:
-        return sim_app._done(entry, denied)
+        return exchange.done(entry, denied)
     model_id, _, action = unquote(model_path).rpartition("/")
     if not model_id or action not in ("invoke", "invoke-with-response-stream", "converse", "converse-stream"):
-        return sim_app._done(entry, error(404, f"Unknown operation: {action}", kind="UnknownOperationException"))
-    body = sim_app._load(raw)
+        return exchange.done(entry, error(404, f"Unknown operation: {action}", kind="UnknownOperationException"))
+    body = exchange.load_body(raw)
     if body is None:
-        return sim_app._done(entry, error(400, "Malformed input request, please reformat your input and try again."))
+        return exchange.done(entry, error(400, "Malformed input request, please reformat your input and try again."))
     invoke = action.startswith("invoke")
     if invoke:
         problem = validate_invoke(body)
@@ -303,32 +303,32 @@ async def answer(state, model_path: str) -> Response:
         if problem is None and (found := anthropic.validate(messages_body)) is not None:
             problem = found[0]
         if problem is not None:
-            return sim_app._done(entry, error(400, problem))
+            return exchange.done(entry, error(400, problem))
         prompt = anthropic.extract(messages_body)
     else:
         problem = validate_converse(body)
         if problem is not None:
-            return sim_app._done(entry, error(400, problem))
+            return exchange.done(entry, error(400, problem))
         prompt = extract_converse(body)
     if state.markers:
         prompt = attrs.evolve(prompt, user_text=f"{prompt.user_text} {state.markers}")
     if invoke:
-        reply = sim_app.with_prompt_cache(state, plan(prompt), messages_body, "messages")
+        reply = exchange.with_prompt_cache(state, plan(prompt), messages_body, "messages")
     else:
-        reply = sim_app.with_prompt_cache(state, plan(prompt), body, "converse", converse_input_tokens)
+        reply = exchange.with_prompt_cache(state, plan(prompt), body, "converse", converse_input_tokens)
     faults = reply.faults
     stream = action.endswith("-stream")
     entry.stream = stream
-    early = await sim_app._before_reply(faults, entry, error)
+    early = await exchange.before_reply(faults, entry, error)
     if early is not None:
-        return sim_app._done(entry, early)
+        return exchange.done(entry, early)
     entry.status = 200
     render = (lambda p, b, n: anthropic.render(p, {**b, "model": model_id}, n)) if invoke else render_converse
     entry.answer = partial(render, reply, body, entry.seq)
     if stream:
         events = invoke_events(reply, {**body, "model": model_id}, entry.seq) if invoke else \
             converse_events(reply, body, entry.seq)
-        chunks = sim_app._drive(events, faults, entry, _StreamWire(), scope)
+        chunks = exchange.drive(events, faults, entry, _StreamWire(), scope)
         return Response(chunks, 200, mimetype="application/vnd.amazon.eventstream",
                         headers={"x-amzn-bedrock-content-type": _JSON})
     entry.completed = True

@@ -39,6 +39,7 @@ from gatewayd.cloud.vertex_auth import from_service_account_info
 from gatewayd.protocols import PROTOCOLS
 
 from . import anthropic
+from .exchange import anthropic_error, google_error
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # the audience Google requires of a service-account assertion, whatever ``token_uri`` it is posted to
@@ -161,7 +162,6 @@ def verify_assertion(state: VertexState, assertion: str, audience: list[str]) ->
 
 
 def google_unauthenticated(message: str) -> Response:
-    from .app import google_error
 
     return google_error(401, message)
 
@@ -169,7 +169,6 @@ def google_unauthenticated(message: str) -> Response:
 def claude_error(status: int, message: str, *, retry_after_s: int | None = None, **kwargs: Any) -> Response:
     """Claude on Vertex: the model server's request checks (400) in Anthropic's shape; what
     Vertex's front end answers (throttling, outages, auth) in Google's."""
-    from .app import anthropic_error, google_error
 
     if status == 400:
         return anthropic_error(status, message, **kwargs)
@@ -189,7 +188,6 @@ def validate_claude(body: dict, *, model: str) -> tuple[str, str | None] | None:
 def register(app, sim_state, answer, wires) -> None:
     """The Vertex routes on the simulator app (called by ``create_sim_app``): ``answer`` is
     its model-request handler, ``wires`` its (messages, gemini) wire descriptions."""
-    from .app import google_error
 
     state = VertexState()
     app.extensions["gatewayd.sim.vertex"] = state
