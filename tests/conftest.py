@@ -85,18 +85,25 @@ def gateway(sim, tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _shared_gateway_money_holds(request):
+def _shared_gateway_stays_sound(request):
     """After every test that used the session's daemon: ``gatewayctl audit`` is ok (no charge
-    escaped its hold, every balance is payments - charges - holds). The daemon is shared, so
-    without this a test that breaks the rule fails some later test instead of itself."""
-    yield
+    escaped its hold, every balance is payments - charges - holds), and the daemon logged no
+    traceback meanwhile (a traceback is a gateway bug). The daemon is shared, so without this
+    a test that breaks a rule fails some later test instead of itself."""
     if "gateway" not in request.fixturenames:
+        yield
         return
     gateway = request.getfixturevalue("gateway")
+    logged_before = len(gateway.output.lines)
+    yield
     report = gateway.admin.audit()
     problems = report["problems"] + [p for a in report["accounts"] for p in a["problems"]] + [
         p for k in report["keys"] for p in k["problems"]]
     assert report["ok"] is True, f"after {request.node.nodeid}, the audit fails: {problems[:3]}"
+    logged = "".join(gateway.output.lines[logged_before:])
+    at = logged.find("Traceback")
+    assert at < 0, f"during {request.node.nodeid}, the session's daemon logged a traceback:\n" + logged[
+        max(0, at - 1500):at + 3000]
 
 
 @pytest.fixture
