@@ -17,7 +17,7 @@ import pytest
 from gatewayd.admin.prices import schedule_doc
 from gatewayd.config import load_config
 from tests.admin_inproc import RealAdmin, running_admin
-from tests.test_gatewayctl_cli import gatewayctl, one_json
+from tests.gatewayctl_cli import gatewayctl, one_json
 
 PINNED_CATALOGUE = Path(__file__).parent / "data" / "catalogue_before_tool_prices.toml"
 

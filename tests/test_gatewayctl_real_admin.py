@@ -3,7 +3,8 @@
 Every command group runs as the operator types it, against the daemon's own admin app over
 a real SQLite store: what the CLI sends is what the API takes, and what the API answers is
 what the CLI prints: each test here walks one object through its life over a store of its own
-(tests/test_gatewayctl_cli.py pins each command's options against one shared store).
+(the test_gatewayctl_*.py files of each command group, with tests/gatewayctl_cli.py, pin each
+command's options against one shared store).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.admin_inproc import RealAdmin
-from tests.test_gatewayctl_cli import gatewayctl, one_json
+from tests.gatewayctl_cli import gatewayctl, one_json
 
 
 @pytest.fixture

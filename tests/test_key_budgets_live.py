@@ -10,9 +10,8 @@ import pytest
 
 from tests.test_console_http import error_of, signed_in
 from tests.admin_inproc import RealAdmin
-from tests.test_gatewayctl_cli import (  # noqa: F401  (admin, shared_admin: fixtures)
-    admin, gatewayctl, make_account, make_key, one_json, shared_admin,
-)
+from tests.gatewayctl_cli import gatewayctl, make_account, make_key, one_json
+from tests.gatewayctl_cli import admin_fixture, shared_admin_fixture  # noqa: F401  (fixtures)
 from tests.live import unique_email
 
 
@@ -24,7 +23,7 @@ from tests.live import unique_email
     (["--no-budget"], {"budget_nano": None}, (None, None)),
     (["--budget", "none"], {"budget_nano": None}, (None, None)),
 ])
-def test_key_update_budget_flags(admin: RealAdmin, args: list[str], body: dict[str, Any],  # noqa: F811
+def test_key_update_budget_flags(admin: RealAdmin, args: list[str], body: dict[str, Any],
                                  now: tuple) -> None:
     key = make_key(admin, make_account(admin), "--budget", "1", "--budget-period", "week")
     run = gatewayctl(admin, "key", "update", key["id"], *args, "--json")
@@ -34,7 +33,7 @@ def test_key_update_budget_flags(admin: RealAdmin, args: list[str], body: dict[s
     assert (updated["budget_nano"], updated["budget_period"]) == now
 
 
-def test_key_create_budget_flags_and_refusals(admin: RealAdmin) -> None:  # noqa: F811
+def test_key_create_budget_flags_and_refusals(admin: RealAdmin) -> None:
     account = make_account(admin)
     run = gatewayctl(admin, "key", "create", account.id, "--name", "k", "--budget", "10", "--budget-period", "month",
                      "--json")
