@@ -176,7 +176,8 @@ async def test_a_feed_connection_that_dies_silently_is_noticed_and_replaced():
     """A NAT or load balancer drops the idle LISTEN connection without a FIN or RST: nothing
     arrives, nothing fails. The feed's ping notices within FEED_PING_S + FEED_PING_TIMEOUT_S,
     reconnects and reloads everything, so a change made meanwhile still arrives."""
-    from gatewayd.store.postgres import FEED_PING_S, FEED_PING_TIMEOUT_S, PostgresStore
+    from gatewayd.store.pg_feed import FEED_PING_S, FEED_PING_TIMEOUT_S
+    from gatewayd.store.postgres import PostgresStore
     from tests.pgproxy import Proxy
 
     name, url = pg.create_database(migrated=True)

@@ -34,6 +34,9 @@ instance that cannot renew its lease fences itself, why the holds of a silent in
 become provisional charges, and what an instance's slot file in its data dir has to do
 with it: ``instance_slot``). A database that cannot be reached, or a fenced instance, makes
 ``reserve`` raise ``StoreUnavailable`` (a 503, nothing held).
+
+Changes: what one instance changes in an account's or key's rules reaches every instance's
+key cache by LISTEN/NOTIFY, on a connection of its own (``pg_feed``).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import time
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import psycopg
 import psycopg_pool
@@ -55,10 +58,11 @@ from psycopg.rows import dict_row
 
 from gatewayd.records import Account, Key
 from gatewayd.store.audit import BUDGET_COLUMNS, AuditAccount, AuditKey, audit_budget, build_audit
-from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable
 from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
+from gatewayd.store.pg_feed import ChangeFeed
 from gatewayd.store.pg_instances import Fenced, InstanceMaintenance
-from gatewayd.store.pg_link import WATCHDOG, Link, LinkDown, PgTx, keepalives
+from gatewayd.store.pg_link import WATCHDOG, PgTx, keepalives
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -89,9 +93,6 @@ CHECK_S = 1.0  # the pool's connection check (an empty query) at most, whatever 
 STATEMENT_TIMEOUT_S = 3.0
 IDLE_IN_TRANSACTION_S = 15.0
 SETTLE_WAIT_S = 30.0  # a settling request retries this long (backoff 0.25 s .. 4 s) before going on
-FEED_WAIT_S = 0.5  # the change feed waits this long for a notification, then looks again
-FEED_PING_S = 5.0  # the change feed's connection is pinged this often ...
-FEED_PING_TIMEOUT_S = 3.0  # ... and replaced (everything reloaded) when it does not answer within this
 # How long psycopg_pool keeps retrying one lost connection (delays 1, 2, 4, 8 s) before it
 # gives the slot up; the next request that needs a connection starts a new attempt at 1 s.
 # Its backoff doubles without a cap within the window: with the window at "forever" (as it
@@ -143,7 +144,7 @@ def migrate(url: str, folder: Traversable | None = None) -> int:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
 
 
-class PostgresStore(InstanceMaintenance, SQLStore):
+class PostgresStore(InstanceMaintenance, ChangeFeed, SQLStore):
     kind = "postgres"
 
     def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, pool_size: int, slot: Slot | None) -> None:
@@ -461,50 +462,7 @@ class PostgresStore(InstanceMaintenance, SQLStore):
             row["key_spent"], row["key_held"], row["key_last_used"])
         hold.account.credit_nano, hold.account.held_nano = row["credit"], row["account_held"]
 
-    # -- changes and rate limits ----------------------------------------------------------
-
-    async def follow_changes(self, apply: Callable[[Change], Awaitable[None]], *,
-                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """``await apply(Change)`` for every account or key whose rules another instance (or this
-        one) changed: LISTEN on ``pg_changes``, which triggers NOTIFY at commit.
-
-        The LISTEN connection is a ``Link`` (TCP keepalives; every call bounded) and is pinged
-        every ``FEED_PING_S``: a connection that died silently (a NAT or load balancer that
-        dropped it, sending nothing) would otherwise look like a quiet feed forever. After a
-        lost or silent connection it reconnects (backoff up to 5 s) and sends
-        ``Change("all")``: notifications sent while it was away are gone, so the caller
-        reloads everything."""
-        link = Link(self.url, autocommit=True, setup=_listen)
-        started = False
-        delay = 0.25
-        pinged = trio.current_time()
-        try:
-            while True:
-                try:
-                    if link.conn is None:
-                        await link.call(_connected, timeout=FEED_PING_TIMEOUT_S)
-                        delay, pinged = 0.25, trio.current_time()
-                        if started:
-                            await apply(Change("all"))
-                        else:
-                            started = True
-                            task_status.started()
-                    if trio.current_time() - pinged >= FEED_PING_S:
-                        await link.call(_ping, timeout=FEED_PING_TIMEOUT_S)
-                        pinged = trio.current_time()
-                    payloads = await link.call(_wait_notifies, timeout=FEED_WAIT_S + FEED_PING_TIMEOUT_S)
-                    for payload in payloads:
-                        change = Change.parse(payload)
-                        if change is not None:
-                            await apply(change)
-                except (LinkDown, StoreUnavailable) as e:
-                    log.warning("change feed lost its connection (%s); reconnecting", e)
-                    await link.aclose()  # a reload that failed is tried again after the reconnection
-                    await trio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-        finally:
-            with trio.CancelScope(shield=True):
-                await link.aclose()
+    # -- rate limits (the change feed: gatewayd.store.pg_feed) ----------------------------
 
     async def take_rate_slot(self, account_id: str, model_id: str, requests: int, window_s: float) -> float | None:
         """Admit and record one request of ``account_id`` on ``model_id`` (None), or the seconds
@@ -579,23 +537,6 @@ def _configure(conn: psycopg.Connection) -> None:
     finally:
         if WATCHDOG.disarm(armed):
             conn.close()
-
-
-def _listen(conn: psycopg.Connection) -> None:
-    conn.execute("LISTEN pg_changes")
-
-
-def _connected(conn: psycopg.Connection) -> None:
-    """Nothing: ``Link.call`` connects (and LISTENs) before running it."""
-
-
-def _ping(conn: psycopg.Connection) -> None:
-    conn.execute("SELECT 1")  # a notification arriving meanwhile waits for the next notifies() (psycopg >= 3.2.4)
-
-
-def _wait_notifies(conn: psycopg.Connection) -> list[str]:
-    """The next payload as soon as it arrives, or none within ``FEED_WAIT_S`` (in a worker thread)."""
-    return [n.payload for n in conn.notifies(timeout=FEED_WAIT_S, stop_after=1)]
 
 
 def _first_line(error: BaseException) -> str:

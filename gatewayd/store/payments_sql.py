@@ -1,0 +1,148 @@
+"""Money coming in, the SQL both stores share: payments and redemption codes.
+
+``PaymentsSQL`` is mixed into ``SQLStore`` (``gatewayd.store.sql``) and runs on its
+primitives: ``_write(job)`` / ``_read(job)`` with a ``Tx``, the same SQL on SQLite and
+PostgreSQL. A payment is recorded and credited in one transaction, exactly once per
+``(source, reference)`` (a replayed webhook or a code redeemed twice credits nothing); a
+code's redemption writes its row and its payment in one transaction
+(``gatewayd.store.redemption_codes``). How the cached account then shows the payment is
+each store's own (``_credit_payment``): SQLite adds to the cached object, the truth in
+one process; PostgreSQL sets the credit and total the database returned.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from gatewayd.money import MAX_PAID_NANO
+from gatewayd.records import Account, utc_now_iso
+from gatewayd.store import redemption_codes
+from gatewayd.store.base import NEGATIVE_SOURCES, PAYMENT_SOURCES, Payment, PaymentTooLarge
+from gatewayd.store.redemption_codes import RedemptionCode
+
+if TYPE_CHECKING:
+    from gatewayd.store.sql import R, Tx
+
+PAYMENT_COLUMNS = "id, account_id, amount_nano, note, created_at, source, reference"
+
+
+def payment_from_row(row: Any) -> Payment:
+    return Payment(row["id"], row["account_id"], row["amount_nano"], row["note"], row["created_at"], row["source"],
+                   row["reference"])
+
+
+def check_payment(amount_nano: int, source: str) -> None:
+    """A payment's amount fits its source: a programming error otherwise (callers validate input)."""
+    if source not in PAYMENT_SOURCES:
+        raise ValueError(f"unknown payment source {source!r}")
+    if source in NEGATIVE_SOURCES:
+        if not -MAX_PAID_NANO <= amount_nano < 0:
+            raise ValueError(f"a {source} is a negative amount of at most {MAX_PAID_NANO}, not {amount_nano}")
+    elif not 0 < amount_nano <= MAX_PAID_NANO:
+        raise PaymentTooLarge(0) if amount_nano > 0 else ValueError(f"a payment is positive, not {amount_nano}")
+
+
+class PaymentsSQL:
+    """Mixed into ``SQLStore``: payments and redemption codes (see the module docstring)."""
+
+    if TYPE_CHECKING:  # provided by each store, declared by SQLStore, the one class this is mixed into
+        async def _write(self, job: Callable[[Tx], R]) -> R: ...
+
+        async def _read(self, job: Callable[[Tx], R]) -> R: ...
+
+    # -- payments ---------------------------------------------------------------------
+
+    async def add_payment(self, account: Account, amount_nano: int, note: str) -> Payment:
+        """The operator's payment (``gatewayctl account pay``): a ``record_payment`` with no reference."""
+        payment, _ = await self.record_payment(account, amount_nano, note, source="operator", reference=None)
+        return payment
+
+    async def record_payment(self, account: Account, amount_nano: int, note: str, *, source: str,
+                             reference: str | None) -> tuple[Payment, bool]:
+        """Record a payment and credit it in one transaction, exactly once per ``(source, reference)``.
+
+        Returns the row and True; or, when a payment with this source and reference exists
+        already (a replayed webhook, a code redeemed twice, another instance first), that
+        row and False, and nothing is credited. The unique index decides: the row is inserted
+        with ON CONFLICT DO NOTHING and the account credited only if it went in, in the same
+        transaction, so two instances racing on PostgreSQL credit once (the second insert
+        waits for the first's commit, then does nothing).
+
+        ``amount_nano`` is positive, or negative for a ``refund`` / ``dispute``: money given
+        back. A negative payment lowers the credit (the balance may go below zero) and the
+        total paid too, so the total paid stays the sum of the payment rows (the audit) and
+        counts only money kept; it never goes below zero (``PaymentTooLarge``: more given back
+        than was paid) nor above ``MAX_PAID_NANO``. ``account`` (the cached object) shows a
+        new payment on return."""
+        check_payment(amount_nano, source)
+        created_at = utc_now_iso()
+        payment, stored = await self._write(lambda tx: self._record_payment(
+            tx, account.id, amount_nano, note, source, reference, created_at))
+        if stored is not None:
+            self._credit_payment(account, amount_nano, stored)
+        return payment, stored is not None
+
+    def _record_payment(self, tx: Tx, account_id: str, amount_nano: int, note: str, source: str,
+                        reference: str | None, created_at: str) -> tuple[Payment, dict[str, Any] | None]:
+        """``record_payment``'s transaction, for callers that write more in the same one (a code's
+        redemption): the row, and the account's new credit and total (None: a repeat, nothing done)."""
+        row = tx.one("INSERT INTO payments (account_id, amount_nano, note, created_at, source, reference)"
+                     " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
+                     (account_id, amount_nano, note, created_at, source, reference))
+        if row is None:  # the reference is taken: that payment was credited when it went in
+            existing = tx.one(f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE source = ? AND reference = ?",
+                              (source, reference))
+            if existing is None:  # pragma: no cover - only the unique index can refuse the row
+                raise AssertionError(f"payment {source} {reference} refused yet not found")
+            return payment_from_row(existing), None
+        # the bounds are in the UPDATE itself, so they hold against payments made at the same time
+        # on another instance: past MAX_PAID_NANO the 64-bit sums of the audit would overflow
+        paid = tx.rows("UPDATE accounts SET credit_nano = credit_nano + ?, total_paid_nano = total_paid_nano + ?"
+                       " WHERE id = ? AND total_paid_nano <= ? AND total_paid_nano >= ?"
+                       " RETURNING credit_nano, total_paid_nano",
+                       (amount_nano, amount_nano, account_id, MAX_PAID_NANO - amount_nano, -amount_nano))
+        if not paid:  # raised inside the transaction: the payment row goes with it
+            total = tx.one("SELECT total_paid_nano FROM accounts WHERE id = ?", (account_id,))
+            raise PaymentTooLarge(total["total_paid_nano"] if total else 0)
+        return Payment(row["id"], account_id, amount_nano, note, created_at, source, reference), paid[0]
+
+    def _credit_payment(self, account: Account, amount_nano: int, stored: dict[str, Any]) -> None:
+        """Show a payment on the cached account: ``stored`` has the row's new credit and total."""
+        raise NotImplementedError  # pragma: no cover - each store says where its truth is
+
+    async def payments(self, account_id: str) -> list[Payment]:
+        rows = await self._read(lambda tx: tx.rows(
+            f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE account_id = ? ORDER BY id DESC", (account_id,)))
+        return [payment_from_row(r) for r in rows]
+
+    # -- redemption codes (gatewayd.codes, gatewayd.store.redemption_codes) ------------
+
+    async def insert_codes(self, codes: list[tuple[RedemptionCode, str]]) -> None:
+        """Store new codes, each with its SHA-256 (the code itself is never stored)."""
+        await self._write(lambda tx: redemption_codes.insert(tx, codes))
+
+    async def redemption_codes(self) -> list[RedemptionCode]:
+        return await self._read(redemption_codes.listed)
+
+    async def revoke_code(self, code_id: str, now: str) -> RedemptionCode | None:
+        return await self._write(lambda tx: redemption_codes.revoke(tx, code_id, now))
+
+    async def redeem_code(self, account: Account, code_hash: str, now: str) -> tuple[Payment | None, str | None]:
+        """The code with this hash credits ``account`` once: (its payment, None), or (None, why not:
+        ``redemption_codes.UNKNOWN`` / ``REDEEMED`` / ``REVOKED`` / ``EXPIRED``). The code's row and
+        its payment are one transaction."""
+
+        def redeem(tx: Tx) -> tuple[Payment | None, str | None, dict[str, Any] | None]:
+            code, refused = redemption_codes.claim(tx, code_hash, account.id, now)
+            if code is None:
+                return None, refused, None
+            note = f"code {code.id}" + (f": {code.note}" if code.note else "")
+            payment, stored = self._record_payment(tx, account.id, code.amount_nano, note, "code", code.id, now)
+            if stored is None:  # pragma: no cover - the claim above lets one transaction through
+                raise AssertionError(f"code {code.id} claimed but its payment exists already")
+            return payment, None, stored
+
+        payment, refused, stored = await self._write(redeem)
+        if payment is not None and stored is not None:
+            self._credit_payment(account, payment.amount_nano, stored)
+        return payment, refused
