@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # issue 15's measurement of LiteLLM 1.106.2 (one worker), used when no --litellm is given
 LITELLM_ISSUE_15 = {"cpu_1": 19.0, "cpu_64": 14.7, "streams_16": 22.0, "source": "issue 15's figures, not this run"}
 GATEWAY_CORE, BENCH_CORE = {0}, {1}
+MEMORY_ACCOUNTS = 16  # the open streams' accounts: each within its fair share of the upstream pool
 
 
 def cpu_seconds(*pids: int) -> float:
@@ -539,20 +540,34 @@ def main() -> int:
         try:
             if pinned:
                 pin(mem_daemon.proc.pid, GATEWAY_CORE)
-            account = mem_daemon.admin.account("mem@example.com", paid_usd="100000000")
-            secret = mem_daemon.admin.key(account["id"], name="mem")["secret"]
-            target = Target(mem_daemon.url, "/v1/chat/completions", {"Authorization": f"Bearer {secret}"},
-                            lambda: [mem_daemon.proc.pid])
+
+            def target_of_new_account(i: int) -> Target:
+                account = mem_daemon.admin.account(f"mem{i}@example.com", paid_usd="100000000")
+                secret = mem_daemon.admin.key(account["id"], name="mem")["secret"]
+                return Target(mem_daemon.url, "/v1/chat/completions", {"Authorization": f"Bearer {secret}"},
+                              lambda: [mem_daemon.proc.pid])
+
+            # The streams come from MEMORY_ACCOUNTS accounts, as a busy gateway's do: one account
+            # alone may hold half of the upstream pool's 1,000 connections (providers/fair_slots.py)
+            # and 256 requests in flight ([server] max_concurrent_per_account).
             pid = mem_daemon.proc.pid
             idle = rss_kib(pid)
+            targets = [target_of_new_account(i) for i in range(MEMORY_ACCOUNTS)]
+            target = targets[0]
             warm_body = orjson.dumps({"model": "gpt-4.1-mini", "stream": True, "max_tokens": 64, "messages": [
                 {"role": "user", "content": "warm [[sim:words=30]]"}]})
             loadgen.closed_loop(target.host, target.port, target.raw(warm_body), 8, 1.0)
             stalled = orjson.dumps({"model": "gpt-4.1-mini", "stream": True, "max_tokens": 64, "messages": [
                 {"role": "user", "content": "hold me open [[sim:words=30]] [[sim:fault=stall_after:2]]"}]})
-            # a first batch grows the pools to steady state; the figure is what 1,000 more cost
-            base_seen, base = loadgen.open_streams(target.host, target.port, target.raw(stalled), 100,
+            # a first batch grows the pools to steady state; the figure is what the next ones cost.
+            # Its streams end on their own a few seconds after the client closed them (the gateway
+            # reads a stream on to its usage when the client leaves: a stalled one would keep its
+            # upstream connection until the idle timeout)
+            slow = orjson.dumps({"model": "gpt-4.1-mini", "stream": True, "max_tokens": 64, "messages": [
+                {"role": "user", "content": "warm [[sim:words=4]] [[sim:fault=chunk_delay_ms:400]]"}]})
+            base_seen, base = loadgen.open_streams(target.host, target.port, target.raw(slow), 100,
                                                    lambda: rss_kib(pid))
+            time.sleep(4)  # those streams end (about 10 events, 0.4 s apart)
             # wait for RSS to settle: closing those streams counts their output, which loads the
             # tokenizer (tens of MB) the first time; counting that as per-stream cost doubled it
             before, deadline = rss_kib(pid), time.monotonic() + 15
@@ -562,8 +577,8 @@ def main() -> int:
                 if abs(now - before) < 512:
                     break
                 before = now
-            seen, during = loadgen.open_streams(target.host, target.port, target.raw(stalled), args.open_streams,
-                                                lambda: rss_kib(pid))
+            seen, during = loadgen.open_streams(target.host, target.port, [t.raw(stalled) for t in targets],
+                                                args.open_streams, lambda: rss_kib(pid))
             time.sleep(1)
             after = rss_kib(pid)
             per_stream = (during - before) / max(1, seen)

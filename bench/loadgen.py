@@ -224,15 +224,18 @@ def paced(host: str, port: int, raw: bytes, rate: float, seconds: float, pool: i
     return asyncio.run(_paced(host, port, raw, rate, seconds, pool))
 
 
-async def _open_streams(host: str, port: int, raw: bytes, count: int, batch: int, measure) -> tuple[int, object]:
+async def _open_streams(host: str, port: int, raw: bytes | list[bytes], count: int, batch: int,
+                        measure) -> tuple[int, object]:
     """Open ``count`` streams (``batch`` at a time), wait for each one's first bytes, call
-    ``measure()`` while all are open, then close them. Returns (streams seen open, measure())."""
+    ``measure()`` while all are open, then close them. Returns (streams seen open, measure()).
+    ``raw``: one request for every stream, or a list taken in turn (one per key, say)."""
+    raws = raw if isinstance(raw, list) else [raw]
     conns: list[_Conn] = []
     for start in range(0, count, batch):
         opened = await asyncio.gather(*(_connect(host, port) for _ in range(min(batch, count - start))))
-        for conn in opened:
+        for i, conn in enumerate(opened, start):
             conn.waiter = asyncio.get_running_loop().create_future()
-            conn.transport.write(raw)
+            conn.transport.write(raws[i % len(raws)])
         conns += opened
         deadline = time.perf_counter() + 30
         while any(not c.first_byte and not c.lost for c in opened) and time.perf_counter() < deadline:
@@ -246,5 +249,5 @@ async def _open_streams(host: str, port: int, raw: bytes, count: int, batch: int
     return seen, value
 
 
-def open_streams(host: str, port: int, raw: bytes, count: int, measure, batch: int = 50):
+def open_streams(host: str, port: int, raw: bytes | list[bytes], count: int, measure, batch: int = 50):
     return asyncio.run(_open_streams(host, port, raw, count, batch, measure))
