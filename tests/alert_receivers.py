@@ -97,14 +97,3 @@ def alerts_config(smtp: SmtpSink | None, webhook: WebhookSink | None, *, poll_s:
     if webhook is not None:
         text += f'[alerts.webhook]\nurl = "{webhook.url}"\nsecret_env = "ALERT_SECRET"\n'
     return text
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)

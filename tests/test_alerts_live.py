@@ -13,7 +13,8 @@ import pytest
 
 from gatewayd.money import usd_to_nano
 from tests import pg
-from tests.alert_receivers import SmtpSink, WebhookSink, alerts_config, wait_for
+from tests.alert_receivers import SmtpSink, WebhookSink, alerts_config
+from tests.faults import wait_until
 from tests.faults import gatewayctl_audit
 from tests.live import Daemon, postgres_ready, unique_email
 
@@ -62,17 +63,20 @@ def test_the_balance_crossing_its_threshold_is_emailed_and_posted_once(daemon, s
     assert updated["alert_below_nano"] == account["balance_nano"]
     chat(daemon, key["secret"])
     chat(daemon, key["secret"])
-    [doc] = wait_for(lambda: webhook.delivered(of(account["id"], "balance.below")), "the webhook")
-    mails = wait_for(lambda: [m for m in smtp.to(email) if m["Subject"].startswith("Balance below")], "the email")
+    [doc] = wait_until(lambda: webhook.delivered(of(account["id"], "balance.below")), what="the webhook", timeout=15)
+    mails = wait_until(lambda: [m for m in smtp.to(email) if m["Subject"].startswith("Balance below")],
+                       what="the email", timeout=15)
     assert doc["threshold_nano"] == account["balance_nano"] and doc["amount_nano"] < doc["threshold_nano"]
     assert doc["account"]["email"] == email and "below the alert threshold" in doc["message"]
     assert mails[0]["X-Gatewayd-Alert-Id"] == str(doc["id"])
     chat(daemon, key["secret"])
     # the payment alerts arrive after the crossing: waiting for one proves nothing else was queued before
     daemon.admin.call("POST", f"/accounts/{account['id']}/payments", {"amount_nano": usd_to_nano("1")})
-    wait_for(lambda: webhook.delivered(lambda d: of(account["id"], "payment.received")(d)
-                                       and d["amount_nano"] == usd_to_nano("1")), "the payment alert")
-    wait_for(lambda: [m for m in smtp.to(email) if m["Subject"] == "Payment received: $1.00"], "the payment email")
+    wait_until(lambda: webhook.delivered(lambda d: of(account["id"], "payment.received")(d)
+                                         and d["amount_nano"] == usd_to_nano("1")),
+               what="the payment alert", timeout=15)
+    wait_until(lambda: [m for m in smtp.to(email) if m["Subject"] == "Payment received: $1.00"],
+               what="the payment email", timeout=15)
     assert len(webhook.delivered(of(account["id"], "balance.below"))) == 1
     assert len([m for m in smtp.to(email) if m["Subject"].startswith("Balance below")]) == 1
 
@@ -91,7 +95,8 @@ def test_a_failing_webhook_is_retried_with_backoff_and_the_email_is_not_sent_twi
     with webhook.lock:
         webhook.fail_next = 2
     daemon.admin.call("POST", f"/accounts/{account['id']}/payments", {"amount_nano": usd_to_nano("3")})
-    [doc] = wait_for(lambda: webhook.delivered(of(account["id"], "payment.received")), "the third attempt")
+    [doc] = wait_until(lambda: webhook.delivered(of(account["id"], "payment.received")),
+                       what="the third attempt", timeout=15)
     with webhook.lock:
         tries = [a for a in webhook.attempts if a["id"] == doc["id"]]
     assert [a["status"] for a in tries] == [500, 500, 200]
@@ -110,12 +115,14 @@ def test_an_alert_written_before_a_kill_is_delivered_once_after_the_restart(sim,
         d.stop(signal.SIGKILL)
         d.config.write_text(d.config.read_text() + alerts_config(None, webhook))
         d.start()
-        [doc] = wait_for(lambda: webhook.delivered(of(account["id"], "payment.received")), "the delivery")
+        [doc] = wait_until(lambda: webhook.delivered(of(account["id"], "payment.received")),
+                           what="the delivery", timeout=15)
         assert doc["amount_nano"] == usd_to_nano("2") and doc["payment_source"] == "operator"
         d.stop()  # a clean stop, then a restart: nothing is sent again
         d.start()
         d.admin.call("POST", f"/accounts/{account['id']}/payments", {"amount_nano": usd_to_nano("1")})
-        wait_for(lambda: len(webhook.delivered(of(account["id"], "payment.received"))) == 2, "the second payment")
+        wait_until(lambda: len(webhook.delivered(of(account["id"], "payment.received"))) == 2,
+                   what="the second payment", timeout=15)
         assert [x["amount_nano"] for x in webhook.delivered(of(account["id"], "payment.received"))] == [
             usd_to_nano("2"), usd_to_nano("1")]
         d.stop()
@@ -133,12 +140,12 @@ def test_two_instances_on_postgres_deliver_each_alert_once(sim, tmp_path_factory
     try:
         account = pair[0].admin.account(unique_email("pair"), paid_usd=None)
         # the other instance learns of the account from the change feed
-        wait_for(lambda: pair[1].admin.http.get(f"/admin/v1/accounts/{account['id']}").status_code == 200,
-                 "the account on the second instance")
+        wait_until(lambda: pair[1].admin.http.get(f"/admin/v1/accounts/{account['id']}").status_code == 200,
+                 what="the account on the second instance", timeout=15)
         for i in range(30):
             pair[i % 2].admin.call("POST", f"/accounts/{account['id']}/payments", {"amount_nano": i + 1})
-        wait_for(lambda: len({d["id"] for d in webhook.delivered(of(account["id"], "payment.received"))}) == 30,
-                 "thirty alerts")
+        wait_until(lambda: len({d["id"] for d in webhook.delivered(of(account["id"], "payment.received"))}) == 30,
+                 what="thirty alerts", timeout=15)
         for d in pair:
             d.stop()
         ids = [d["id"] for d in webhook.delivered(of(account["id"], "payment.received"))]
