@@ -45,12 +45,18 @@ def create_database(template: str | None = None, *, migrated: bool = False) -> t
     return _create(template)
 
 
-def _create(template: str | None) -> tuple[str, str]:
+def _admin(statement: str) -> None:
+    """One statement on the server's maintenance database (CREATE, ALTER and DROP DATABASE
+    run outside a transaction)."""
     import psycopg
 
-    name = f"gwtest_{os.getpid()}_{secrets.token_hex(4)}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        conn.execute(statement)
+
+
+def _create(template: str | None) -> tuple[str, str]:
+    name = f"gwtest_{os.getpid()}_{secrets.token_hex(4)}"
+    _admin(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     _made.add(name)
     return name, url_of(name)
 
@@ -85,7 +91,8 @@ class _Spares:
         try:
             template, url = _create(None)
             migrate(url)
-            _forbid_connections(template)  # a copy waits while anything (autovacuum) is connected
+            # a copy waits while anything (autovacuum) is connected to its template
+            _admin(f'ALTER DATABASE "{template}" WITH ALLOW_CONNECTIONS false')
             while not self.stopping.is_set():
                 name, _ = _create(template)
                 while not self._offer(name):
@@ -110,22 +117,13 @@ class _Spares:
 _spares = _Spares()
 
 
-def _forbid_connections(name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false')
-
 
 def url_of(name: str) -> str:
     return f"{ADMIN_URL.rsplit('/', 1)[0]}/{name}"
 
 
 def drop_database(name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     _made.discard(name)
 
 
