@@ -31,6 +31,7 @@ from gatewayd.config import ModelRoute, RoutingSettings
 from gatewayd.drain import Drain
 from gatewayd.errors import GatewayError, UpstreamError, our_fault
 from gatewayd.formats.usage import Usage
+from gatewayd.hangups import Hangups
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 from gatewayd.pump import AnswerStream, StreamPump
@@ -42,12 +43,13 @@ class Failover:
     """The attempts of every request of one relay: what they need, passed in."""
 
     def __init__(self, settings: RoutingSettings, upstream: Upstream, router: Router, drain: Drain,
-                 received_ids: ReceivedIds) -> None:
+                 received_ids: ReceivedIds, hangups: Hangups | None = None) -> None:
         self.settings = settings  # replaced on a config reload
         self.upstream = upstream
         self.router = router
         self.drain = drain
         self.received_ids = received_ids
+        self.hangups = hangups or Hangups()  # the daemon's tasks for what a client left behind
 
     async def run(self, tab: Tab, call: Call, attempts: list[tuple[ModelRoute, Route]], key: str | None):
         """Try the built routes in order until one answers (module doc); settle a plain
@@ -74,11 +76,11 @@ class Failover:
             began = trio.current_time()
             try:
                 if route.stream:
-                    first, pump = await self._open_stream(route, tab, target, last, deadline)
+                    first, pump, source = await self._open_stream(route, tab, target, last, deadline)
                     self.router.succeeded(target, trio.current_time() - began)
                     self.router.remember(model, key, target)
                     tab.hand_off()  # no checkpoint since the pump started: it settles from here on
-                    return 200, {**route.headers, "cache-control": "no-cache"}, AnswerStream(first, pump, tab)
+                    return 200, {**route.headers, "cache-control": "no-cache"}, AnswerStream(first, pump, tab, source)
                 body, usage, first_byte_s = await self._answer(route, tab, last, deadline)
             except AttemptFailed as failure:
                 failures.append((failure, route))
@@ -134,12 +136,13 @@ class Failover:
         limit = self._cut_off(self.settings.first_byte_timeout_s, last, deadline)
         with trio.move_on_after(limit) as waiting:
             response = await self._call(route, tab)
-            pump = StreamPump(self, response, route, tab, target).run()
+            source = StreamPump(self, response, route, tab, target)
+            pump = source.run()
             try:
                 first = await pump.__anext__()
             except StopAsyncIteration:
                 first = b""
-            return first, pump
+            return first, pump, source
         assert waiting.cancelled_caught
         raise AttemptFailed(
             GatewayError(504, f"the provider sent nothing within {limit:g} seconds", "upstream_timeout",

@@ -16,6 +16,8 @@ import contextvars
 import os
 import time
 
+from typing import Callable
+
 import attrs
 
 
@@ -52,6 +54,10 @@ class Trace:
     upstream_ttfb_s: float | None = None  # request sent -> provider's status line
     first_byte_s: float | None = None  # request arrived -> first body byte to the client
     duration_s: float = 0.0
+    # the client left before the request was settled: the line waits for the settlement
+    # (gatewayd.hangups), so it says what was charged; ``finish`` writes it then
+    settling: bool = False
+    finish: "Callable[[Trace], None] | None" = None
 
     def fields(self) -> dict:
         """The request log line's fields (and nothing a prompt or completion could be in)."""
@@ -82,3 +88,14 @@ class Trace:
 
 def get() -> Trace | None:
     return current.get()
+
+
+def settled_later(t: Trace | None) -> None:
+    """The request's settlement, done after its client left, is over: its line is written
+    now if the listener already finished the request (``Trace.settling``)."""
+    if t is None:
+        return
+    t.settling = False
+    finish, t.finish = t.finish, None
+    if finish is not None:
+        finish(t)

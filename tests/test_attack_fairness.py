@@ -57,11 +57,11 @@ async def wait_until(condition, what: str, timeout_s: float = 10) -> None:
             await trio.sleep(0.01)
 
 
-def end_streams(gw: Gateway, leave: trio.Event) -> None:
-    """The clients of the slow streams leave; the gateway would read on to the provider's
-    usage until its idle timeout (pump.py), so cut those reads as a shutdown does."""
+async def end_streams(gw: Gateway, leave: trio.Event) -> None:
+    """The clients of the slow streams leave: their provider streams are closed within the
+    hang-up grace (gatewayd.hangups) and settled by the daemon's tasks."""
     leave.set()
-    gw.relay.drain.begin(0)
+    await gw.relay.hangups.wait_idle()
 
 
 def error_code(answer: dict) -> str:
@@ -98,7 +98,7 @@ async def test_one_account_holding_slow_streams_does_not_make_another_wait_for_t
             began = time.monotonic()
             answer = await drive(gw, b_secret, chat("my turn"))
             took = time.monotonic() - began
-            end_streams(gw, leave)
+            await end_streams(gw, leave)
         print(f"B's request: {normal * 1000:.1f} ms alone, {took * 1000:.1f} ms beside A's 12 slow streams")
         assert answer["status"] == 200, answer
         assert took < max(0.5, 5 * normal), f"B waited {took:.2f} s beside A's streams (normally {normal:.3f} s)"
@@ -129,7 +129,7 @@ async def test_a_pool_timeout_is_our_503_and_the_route_stays_healthy(tmp_path, s
             chat_answer = await drive(gw, b_secret, chat("no room"))
             messages_answer = await drive(gw, b_secret, chat("no room", model="claude-haiku-4-5"),
                                           path="/v1/messages")
-            end_streams(gw, leave)
+            await end_streams(gw, leave)
         assert chat_answer["status"] == 503, chat_answer
         assert error_code(chat_answer) == "gateway_busy"
         assert chat_answer["headers"].get("retry-after") == "2"
