@@ -53,6 +53,7 @@ class Recorded:
     cancelled: bool = False  #: the client went away before the reply was complete
     dropped: bool = False  #: the simulator closed the connection on purpose (a fault)
     completed: bool = False  #: the whole answer was written (a stream: up to its last event)
+    events_sent: int = 0  #: a stream: the events written before it ended (or its client left)
     answer: Callable[[], dict] | None = None  #: renders the whole answer, non-stream shape (lazily)
 
     def to_json(self) -> dict:
@@ -78,6 +79,7 @@ class Recorded:
             "cancelled": self.cancelled,
             "dropped": self.dropped,
             "completed": self.completed,
+            "events_sent": self.events_sent,
             "answer": self.answer() if self.answer is not None else None,
         }
 
@@ -231,9 +233,11 @@ async def drive(
                 size += len(data)
                 if size >= _BATCH_BYTES:
                     yield b"".join(buffer)
+                    entry.events_sent += len(buffer)
                     buffer, size = [], 0
             if buffer:
                 yield b"".join(buffer)
+                entry.events_sent += len(buffer)
             entry.completed = True
             return
         cut = faults.cut
@@ -251,6 +255,7 @@ async def drive(
                 await trio.sleep(delay)
             yield data
             sent += 1
+            entry.events_sent = sent
             if kind == CONTENT:
                 content += 1
         entry.completed = True
