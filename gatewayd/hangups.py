@@ -2,15 +2,16 @@
 
 A client that hangs up ends its request at once: its handler returns and its concurrency
 slots are free within the second. What the provider still owes is not the client's handler's
-to wait for; it is finished here, in tasks the daemon owns:
+to wait for, so what could outlive the client runs here, in tasks the daemon owns, from the
+start (a task cannot be handed over mid-read):
 
-- a stream (:mod:`gatewayd.pump`) is read on for at most ``[server] hangup_grace_s``
-  (2 s) after the hang-up, only to catch a terminal event already on its way, then closed,
-  so the provider stops generating; it is charged the provider's usage if that came, else
-  what was produced (``gatewayd.billing.cut``);
-- a non-streamed answer from a provider that finishes and bills it whatever the client does
-  (docs/billing.md, "A client that hangs up") is read to its end, and charged at the
-  provider's own usage.
+- a stream after its status line is forwarded from here (:mod:`gatewayd.reply`); once its
+  client left, it is read on for at most ``[server] hangup_grace_s`` (2 s), only to catch a
+  terminal event already on its way, then closed, so the provider stops generating; it is
+  charged the provider's usage if that came, else what was produced (``gatewayd.billing.cut``);
+- a non-streamed attempt at a provider that finishes and bills an answer whatever the client
+  does (docs/billing.md, "A client that hangs up"; ``gatewayd.failover``) runs here; once its
+  client left it is read to its end and charged at the provider's own usage.
 
 Each task is bounded (the grace, the idle timeout, the shutdown drain's cut) and settles its
 tab on every way out. The server runs :meth:`Hangups.run` in its nursery and waits for
@@ -30,7 +31,7 @@ log = logging.getLogger("gatewayd.hangups")
 
 
 class Hangups:
-    """The tasks finishing requests whose clients left (module doc)."""
+    """The tasks that may outlive their request's client (module doc)."""
 
     def __init__(self, grace_s: float = 2.0) -> None:
         self.grace_s = grace_s  # [server] hangup_grace_s, replaced on a config reload

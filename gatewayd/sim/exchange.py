@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+import math
+
 import attrs
 import orjson
 import trio
@@ -54,6 +56,7 @@ class Recorded:
     dropped: bool = False  #: the simulator closed the connection on purpose (a fault)
     completed: bool = False  #: the whole answer was written (a stream: up to its last event)
     events_sent: int = 0  #: a stream: the events written before it ended (or its client left)
+    finished_after_client_left: bool = False  #: non-streamed: generated (and billed) after its client left
     answer: Callable[[], dict] | None = None  #: renders the whole answer, non-stream shape (lazily)
 
     def to_json(self) -> dict:
@@ -80,6 +83,7 @@ class Recorded:
             "dropped": self.dropped,
             "completed": self.completed,
             "events_sent": self.events_sent,
+            "finished_after_client_left": self.finished_after_client_left,
             "answer": self.answer() if self.answer is not None else None,
         }
 
@@ -190,12 +194,29 @@ async def _close_connection(entry: Recorded, scope: Mapping[str, Any]) -> None:
     raise SimulatedConnectionFault("simulated connection drop")
 
 
-async def before_reply(faults: Faults, entry: Recorded, error: Callable[..., Response]) -> Response | None:
-    """Faults that act before the status line: delay, disconnect, status."""
+# Each vendor's rule for a non-streamed answer whose client left while it was generated: True,
+# the vendor finishes it and bills it all; False, it stops and bills what it made. All four
+# finish (docs/billing.md, "A client that hangs up", has the evidence); gatewayd.protocols holds
+# the gateway's side of the same table.
+FINISHES_ABANDONED_ANSWERS = {"chat": True, "responses": True, "messages": True, "gemini": True,
+                              "bedrock": True, "vertex": True}
+
+
+async def before_reply(faults: Faults, entry: Recorded, error: Callable[..., Response], *,
+                       whole_by: str | None = None) -> Response | None:
+    """Faults that act before the status line: delay, disconnect, status. ``whole_by``: the
+    vendor of a non-streamed answer, whose ``delay_ms`` is its generation: a vendor that
+    finishes an answer whose client left (``FINISHES_ABANDONED_ANSWERS``) generates it to the
+    end all the same (``finished_after_client_left``), and it is answered (and billed)."""
     if faults is NO_FAULTS:
         return None
     try:
-        if faults.delay_ms:
+        if faults.delay_ms and whole_by is not None and FINISHES_ABANDONED_ANSWERS.get(whole_by, False):
+            with trio.CancelScope(shield=True):
+                await trio.sleep(faults.delay_ms / 1000)
+            # the client left meanwhile: the handler's scope is cancelled (its next checkpoint raises)
+            entry.finished_after_client_left = trio.current_effective_deadline() == -math.inf
+        elif faults.delay_ms:
             await trio.sleep(faults.delay_ms / 1000)
         if faults.disconnect:
             await _close_connection(entry, request.scope)
