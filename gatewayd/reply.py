@@ -48,21 +48,27 @@ class Reply:
         self.hangups = hangups
         self.lock = trio.Lock()
         self.gone = False  # the client left: nothing more is sent
-        self._sending: trio.CancelScope | None = None  # the send in progress
+        self._sending: trio.CancelScope | None = None  # a stream's sends: cancelled when the client leaves
         self._stream: AnswerStream | None = None  # the streamed answer being forwarded
         self._forwarded = trio.Event()  # its forwarding (and so its settlement) is over
 
     async def send(self, message: dict) -> bool:
-        """Send one message, alone on the connection; False (nothing sent) once the client left."""
+        """Send one message, alone on the connection; False (nothing sent) once the client left.
+        The lock is taken without a checkpoint when free (the common case: a stream's events
+        come one after the other), so a send costs no extra trip through the scheduler."""
         if self.gone:
             return False
-        async with self.lock:
+        try:
+            self.lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self.lock.acquire()
+        try:
             if self.gone:
                 return False
-            with trio.CancelScope() as self._sending:
-                await self._send(message)
-            self._sending = None
-            return not self.gone
+            await self._send(message)
+        finally:
+            self.lock.release()
+        return not self.gone
 
     def client_left(self) -> None:
         """The client hung up: stop sending, free the stream's slots, let it finish in its task."""
@@ -130,8 +136,11 @@ class Reply:
         try:
             ended = broken = False
             try:  # the stream settles its tab when closed: the status line is inside the try too
-                if await self.start(status, headers):
-                    ended = await self.events(answer)
+                with trio.CancelScope() as self._sending:  # cut by the client's leaving (the reads are shielded)
+                    if self.gone:
+                        self._sending.cancel()
+                    if await self.start(status, headers):
+                        ended = await self.events(answer)
             except Exception as e:  # noqa: BLE001 - the pump turns every fault into an error event; this is a bug
                 log.error("internal error while streaming the answer: %s", type(e).__name__, exc_info=e,
                           extra={"fields": {"request_id": request_id}})
