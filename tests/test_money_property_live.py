@@ -15,7 +15,7 @@ Long-context prompts are real long prompts (~600 KB of words): a provider's toke
 what the body holds, and so does the hold's estimate.
 
 A client that leaves is not drawn here: tests/test_hangup_billing_live.py and
-tests/test_hangup_whole_answers.py check those charges (docs/billing.md, "A client that hangs up").
+tests/test_hangups_inproc.py check those charges (docs/billing.md, "A client that hangs up").
 """
 
 from __future__ import annotations
