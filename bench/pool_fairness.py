@@ -64,7 +64,7 @@ async def main(rounds: int) -> None:
     sim = Sim()
     try:
         figures = []
-        for n in range(rounds):
+        for _ in range(rounds):
             with tempfile.TemporaryDirectory() as tmp:
                 figures.append(await one_round(sim.url, Path(tmp)))
     finally:
