@@ -21,7 +21,9 @@ from gatewayd.config import Config
 from gatewayd.console.formatting import zone_label
 from gatewayd.console.session import COOKIE, MAX_AGE_S, Session, Sessions, SignInThrottle, password_fingerprint
 from gatewayd.directory import Directory
+from gatewayd.mail import Outbox
 from gatewayd.records import Account
+from gatewayd.self_service import Links
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -38,6 +40,8 @@ class Console:
     config: Config
     sessions: Sessions
     throttle: SignInThrottle
+    links: Links  # sign-up and reset links (gatewayd.self_service)
+    outbox: Outbox  # their emails, sent by a task of the daemon (gatewayd.mail)
 
 
 class ConsoleError(Exception):
