@@ -554,5 +554,5 @@ def load_config(
         alerts=alert_settings,
         stripe=read_payments(raw.get("payments"), env),
         console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
-                                      and alert_settings.smtp is not None),
+                                      and alert_settings.smtp is not None, env=env),
     )

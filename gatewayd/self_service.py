@@ -16,13 +16,14 @@ mail through ``gatewayd.mail`` and read these links back.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import urlencode
 
 import attrs
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
 from gatewayd.config_tables import ConfigError, Section
+from gatewayd.oidc import OidcProvider, read_providers
 
 SIGNUP_MODES = ("off", "open", "invite")
 
@@ -41,24 +42,32 @@ class ConsoleSettings:
     public_url: str | None = None
     signup_link_ttl_s: int = 24 * 3600
     reset_link_ttl_s: int = 3600
+    oidc: tuple[OidcProvider, ...] = ()  # [[console.oidc]]: sign-in with these identity providers
+
+    def oidc_provider(self, name: str) -> OidcProvider | None:
+        return next((p for p in self.oidc if p.name == name), None)
 
     def links_possible(self, mail_configured: bool) -> bool:
         """Email links can be sent: a mail server and the console's public address."""
         return mail_configured and self.public_url is not None
 
-    def link(self, path: str, token: str) -> str:
+    def url(self, path: str) -> str:
+        """A console page's address as its users reach it."""
         assert self.public_url is not None
-        return f"{self.public_url}/console/{path}?{urlencode({'token': token})}"
+        return f"{self.public_url}/console/{path}"
+
+    def link(self, path: str, token: str) -> str:
+        return f"{self.url(path)}?{urlencode({'token': token})}"
 
 
-def read_settings(table: Any, mail_configured: bool) -> ConsoleSettings:
+def read_settings(table: Any, mail_configured: bool, env: Mapping[str, str] | None = None) -> ConsoleSettings:
     """``[console]`` (absent: sign-up off, no reset links), or ``ConfigError`` naming the key.
     Sign-up needs mail (``[alerts.smtp]``) and ``public_url``: a mode that could send no
     link is refused at start, not at the first visitor."""
     if table is None:
         return ConsoleSettings()
     s = Section(table, "console")
-    s.unknown({"signup", "public_url", "signup_link_ttl_h", "reset_link_ttl_min"})
+    s.unknown({"signup", "public_url", "signup_link_ttl_h", "reset_link_ttl_min", "oidc"})
     signup = s.str("signup", "off", choices=SIGNUP_MODES)
     public_url = s.str("public_url", None)
     if public_url is not None:
@@ -72,7 +81,11 @@ def read_settings(table: Any, mail_configured: bool) -> ConsoleSettings:
             raise ConfigError(f"console.signup = {signup!r} needs console.public_url (the address in the emails' links)")
         if not mail_configured:
             raise ConfigError(f"console.signup = {signup!r} needs [alerts.smtp]: the confirmation links go by email")
+    providers = read_providers(s.table.get("oidc"), env or {})
+    if providers and public_url is None:
+        raise ConfigError("[[console.oidc]] needs console.public_url (the identity provider redirects back to it)")
     return ConsoleSettings(
+        oidc=providers,
         signup=signup,
         public_url=public_url,
         signup_link_ttl_s=int(s.number("signup_link_ttl_h", 24, minimum=1) * 3600),

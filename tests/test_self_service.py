@@ -62,16 +62,18 @@ class Site:
 
 
 @asynccontextmanager
-async def site(tmp_path, store, *, signup: str = "open", public_url: str | None = PUBLIC) -> AsyncIterator[Site]:
+async def site(tmp_path, store, *, signup: str = "open", public_url: str | None = PUBLIC, extra: str = "",
+               env: dict | None = None) -> AsyncIterator[Site]:
     sink = SmtpSink()
     console_table = f'[console]\nsignup = "{signup}"\n' + (f'public_url = "{public_url}/"\n' if public_url else "")
+    console_table += extra
     config_file = tmp_path / "gatewayd.toml"
     config_file.write_text(
         f'[server]\ndata_dir = "{tmp_path}"\n'
         f'[alerts.smtp]\nhost = "127.0.0.1"\nport = {sink.port}\nfrom = "gateway@example.com"\nstarttls = false\n'
         + console_table
     )
-    config = load_config(config_file, environ={})
+    config = load_config(config_file, environ=env or {})
     directory = Directory(config, store)
     await directory.load()
     app = create_app()

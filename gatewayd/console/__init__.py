@@ -22,12 +22,13 @@ async def mount_console(app: Quart, directory: Directory, store, config: Config)
     from gatewayd.console.views import create_blueprint
     from gatewayd.console.web import Console
     from gatewayd.mail import Outbox
+    from gatewayd.oidc import OidcClient
     from gatewayd.self_service import Links
 
     secret = await load_secret(config, store)
     console = Console(
         directory=directory, store=store, config=config, sessions=Sessions(secret, store),
-        throttle=SignInThrottle(store), links=Links(secret),
+        throttle=SignInThrottle(store), links=Links(secret), oidc=OidcClient(),
         outbox=Outbox(lambda: console.config.alerts.smtp if console.config.alerts else None),  # as reloaded
     )
     app.register_blueprint(create_blueprint(console))

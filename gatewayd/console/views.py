@@ -17,7 +17,7 @@ from importlib import resources
 from quart import Blueprint, Response, g, redirect, url_for
 
 from gatewayd.console import (
-    queries, views_alerts, views_codes, views_funds, views_keys, views_self_service, views_usage,
+    queries, views_alerts, views_codes, views_funds, views_keys, views_oidc, views_self_service, views_usage,
 )
 from gatewayd.console.formatting import FILTERS
 from gatewayd.console.web import (
@@ -131,6 +131,7 @@ def create_blueprint(console: Console) -> Blueprint:
     views_codes.register(bp, console)
     views_alerts.register(bp, console)
     views_self_service.register(bp, console)
+    views_oidc.register(bp, console)
 
     @bp.route("/<path:rest>", methods=["GET", "POST"])
     async def unknown(rest: str):
@@ -139,10 +140,11 @@ def create_blueprint(console: Console) -> Blueprint:
     return bp
 
 
-def _signin_links(console: Console) -> dict[str, bool]:
-    """What the sign-in page offers beside the form: sign-up, and reset by email."""
+def _signin_links(console: Console) -> dict:
+    """What the sign-in page offers beside the form: identity providers, sign-up, reset by email."""
     alerts = console.config.alerts
     mail = alerts is not None and alerts.smtp is not None
     return {"signup_open": console.config.console.signup == "open",
-            "reset_possible": console.config.console.links_possible(mail)}
+            "reset_possible": console.config.console.links_possible(mail),
+            "oidc_providers": console.config.console.oidc}
 

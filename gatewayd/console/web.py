@@ -22,6 +22,7 @@ from gatewayd.console.formatting import zone_label
 from gatewayd.console.session import COOKIE, MAX_AGE_S, Session, Sessions, SignInThrottle, password_fingerprint
 from gatewayd.directory import Directory
 from gatewayd.mail import Outbox
+from gatewayd.oidc import OidcClient
 from gatewayd.records import Account
 from gatewayd.self_service import Links
 
@@ -42,6 +43,7 @@ class Console:
     throttle: SignInThrottle
     links: Links  # sign-up and reset links (gatewayd.self_service)
     outbox: Outbox  # their emails, sent by a task of the daemon (gatewayd.mail)
+    oidc: OidcClient  # sign-in with identity providers ([[console.oidc]])
 
 
 class ConsoleError(Exception):
