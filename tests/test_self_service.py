@@ -63,14 +63,15 @@ class Site:
 
 @asynccontextmanager
 async def site(tmp_path, store, *, signup: str = "open", public_url: str | None = PUBLIC, extra: str = "",
-               env: dict | None = None) -> AsyncIterator[Site]:
+               env: dict | None = None, mail: bool = True) -> AsyncIterator[Site]:
     sink = SmtpSink()
     console_table = f'[console]\nsignup = "{signup}"\n' + (f'public_url = "{public_url}/"\n' if public_url else "")
     console_table += extra
     config_file = tmp_path / "gatewayd.toml"
     config_file.write_text(
         f'[server]\ndata_dir = "{tmp_path}"\n'
-        f'[alerts.smtp]\nhost = "127.0.0.1"\nport = {sink.port}\nfrom = "gateway@example.com"\nstarttls = false\n'
+        + (f'[alerts.smtp]\nhost = "127.0.0.1"\nport = {sink.port}\nfrom = "gateway@example.com"\nstarttls = false\n'
+           if mail else "")
         + console_table
     )
     config = load_config(config_file, environ=env or {})

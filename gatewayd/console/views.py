@@ -17,7 +17,7 @@ from importlib import resources
 from quart import Blueprint, Response, g, redirect, url_for
 
 from gatewayd.console import (
-    queries, views_alerts, views_codes, views_funds, views_keys, views_oidc, views_self_service, views_usage,
+    queries, views_alerts, views_codes, views_funds, views_keys, views_models, views_oidc, views_self_service, views_usage,
 )
 from gatewayd.console.formatting import FILTERS
 from gatewayd.console.web import (
@@ -132,6 +132,7 @@ def create_blueprint(console: Console) -> Blueprint:
     views_alerts.register(bp, console)
     views_self_service.register(bp, console)
     views_oidc.register(bp, console)
+    views_models.register(bp, console)
 
     @bp.route("/<path:rest>", methods=["GET", "POST"])
     async def unknown(rest: str):

@@ -150,9 +150,18 @@ async def page(console: Console, template: str, status: int = 200, **context: An
         timezone=account.timezone if account else "UTC",
         zone_label=zone_label(account.timezone) if account else "",
         csrf_token=console.sessions.csrf_token(g.session),
+        alert_channels=alert_channels(console.config),
         **context,
     )
     return Response(html, status=status, content_type="text/html; charset=utf-8")
+
+
+def alert_channels(config: Config) -> dict[str, bool]:
+    """Which ways a balance alert can leave this gateway (``[alerts]``), for forms that must
+    not promise an email no server will send."""
+    alerts = config.alerts
+    return {"email": alerts is not None and alerts.smtp is not None,
+            "webhook": alerts is not None and alerts.webhook is not None}
 
 
 def to_signin() -> WerkzeugResponse:
