@@ -55,7 +55,7 @@ from gatewayd.failover import Failover
 from gatewayd.formats.usage import Usage
 from gatewayd.metrics import Metrics
 from gatewayd import providers
-from gatewayd.providers.base import Call, Route
+from gatewayd.providers.base import Call, Route, encode_body
 from gatewayd.providers.upstream import Upstream
 from gatewayd.pump import AnswerStream
 from gatewayd.ratelimit import MemoryWindows, RateLimiter
@@ -103,7 +103,7 @@ class Relay:
     async def serve(self, endpoint: Endpoint, ctx: Ctx, raw: bytes):
         """One request to a model endpoint, every step in its order (module doc). Returns
         (status, headers, body bytes or :class:`AnswerStream`), or raises the refusal."""
-        caller, body, asked = await self._read(endpoint, ctx, raw)
+        caller, body, raw, asked = await self._read(endpoint, ctx, raw)
         if endpoint.answer_here is not None:  # counted here (countTokens): nothing consumed, nothing held
             local = authorize_model(self.config, caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
             t = trace.get()
@@ -135,20 +135,26 @@ class Relay:
         answers itself, asking the provider nothing and charging nothing (a Responses
         WebSocket warm-up, ``gatewayd.responses_ws``), stops here, refused exactly as it
         would be on its way to a provider."""
-        caller, body, asked = await self._read(endpoint, ctx, raw)
+        caller, body, _, asked = await self._read(endpoint, ctx, raw)
         grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
         return caller, body, asked, grant
 
-    async def _read(self, endpoint: Endpoint, ctx: Ctx, raw: bytes) -> tuple[Caller, dict[str, Any], Asked]:
-        """Admit, parse, read: the first steps of every request, in their order."""
+    async def _read(self, endpoint: Endpoint, ctx: Ctx,
+                    raw: bytes) -> tuple[Caller, dict[str, Any], bytes, Asked]:
+        """Admit, parse, read: the first steps of every request, in their order. The body and
+        bytes returned are the canonical ones every later step reads and sends upstream: the
+        client's, or, when the reader rewrote the body (``Asked.canonical``), its re-encoding
+        (never the client's bytes when they say something else)."""
         caller = self.admit(ctx, endpoint=endpoint)  # key, then IP
-        body = await read_body(raw)  # JSON object, each top-level key once
+        body = await read_body(raw)  # JSON object, each key once in every object
         if len(raw) > LARGE_BODY_BYTES:
             self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
         asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+        if asked.canonical is not None:
+            body, raw = asked.canonical, encode_body(asked.canonical)
         if asked.response_ids:
             await self.received_ids.check(caller.account.id, list(asked.response_ids))
-        return caller, body, asked
+        return caller, body, raw, asked
 
     def admit(self, ctx: Ctx, *, endpoint: Endpoint | None = None, key_headers: tuple[str, ...] = ()) -> Caller:
         """Key, then IP; once a request: ``api_routes`` admits it from its headers before

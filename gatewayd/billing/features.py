@@ -114,6 +114,9 @@ class Asks:
     audio_input: bool = False
     audio_output: bool = False
     image_output: bool = False
+    # billable things no catalogue price can bound (a Gemini context cache, a stored or remote
+    # file, Anthropic's MCP connector): (what, the field naming it); always refused
+    unpriceable: tuple[tuple[str, str], ...] = ()
 
     @property
     def output_tokens(self) -> int:
@@ -336,10 +339,17 @@ def messages_asks(body: dict[str, Any], model: Model) -> Asks:
     cache, one_hour = _cache_markers(body)
     tier = _tier(body.get("service_tier"))
     speed = body.get("speed")
-    if isinstance(speed, str) and speed != "standard":  # Anthropic's fast mode: priced as a tier
+    if speed is not None and not isinstance(speed, str):
+        raise BodyError("field 'speed' must be a string", param="speed")
+    if speed is not None and speed != "standard":  # Anthropic's fast mode: priced as a tier
         tier = speed
+    unpriceable = ()
+    if body.get("mcp_servers") is not None:
+        # the MCP connector: remote tool calls with no max_uses, whose results are input of any
+        # size, read in as many model passes as the model likes: no hold can bound them
+        unpriceable = (("the MCP connector (mcp_servers)", "mcp_servers"),)
     return Asks(output_cap=cap, tier=tier, tools=tuple(sorted(names)), max_tool_calls=calls,
-                cache_write=cache, cache_1h=one_hour)
+                cache_write=cache, cache_1h=one_hour, unpriceable=unpriceable)
 
 
 def messages_changes(body: dict[str, Any], model: Model) -> dict[str, Any]:
@@ -372,26 +382,112 @@ def messages_changes(body: dict[str, Any], model: Model) -> dict[str, Any]:
 
 
 def gemini_asks(body: dict[str, Any], model: Model) -> Asks:
-    """A generateContent body (the translation's output)."""
-    config = body.get("generationConfig") or {}
-    cap = capped(_positive(config.get("maxOutputTokens")), model)
+    """A generateContent body as Google reads it: the canonical form
+    (:mod:`gatewayd.formats.gemini_body`: one camelCase spelling, types checked) that the
+    pass-through sends, or the translation's output."""
+    config = _object(body.get("generationConfig"), "generationConfig")
+    cap = capped(_int_field(config, "maxOutputTokens", "generationConfig"), model)
+    choices = _int_field(config, "candidateCount", "generationConfig")
+    if choices is not None and choices < 1:
+        raise BodyError("generationConfig.candidateCount must be a positive integer",
+                        param="generationConfig.candidateCount")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise BodyError("tools must be an array of Tool objects", param="tools")
     names: set[str] = set()
-    for tool in body.get("tools") or ():
-        if isinstance(tool, dict):
-            for key in tool:
-                if key not in GEMINI_CLIENT_TOOLS:
-                    names.add(HOSTED_TOOLS.get(key) or key)
-    modalities = [m.upper() for m in config.get("responseModalities") or () if isinstance(m, str)]
-    return Asks(output_cap=cap, choices=_positive(config.get("candidateCount")) or 1, tools=tuple(sorted(names)),
-                max_tool_calls=DEFAULT_MAX_TOOL_USES * len(names),
-                audio_output="AUDIO" in modalities, image_output="IMAGE" in modalities)
+    for i, tool in enumerate(tools or ()):
+        if not isinstance(tool, dict):
+            raise BodyError(f"tools[{i}] must be an object", param=f"tools[{i}]")
+        for key in tool:
+            if key not in GEMINI_CLIENT_TOOLS:
+                names.add(HOSTED_TOOLS.get(key) or key)
+    modalities = config.get("responseModalities")
+    if modalities is not None and not (isinstance(modalities, list) and all(isinstance(m, str) for m in modalities)):
+        raise BodyError("generationConfig.responseModalities must be an array of strings",
+                        param="generationConfig.responseModalities")
+    upper = [m.upper() for m in modalities or ()]
+    return Asks(output_cap=cap, choices=choices or 1, tools=tuple(sorted(names)),
+                max_tool_calls=DEFAULT_MAX_TOOL_USES * len(names), tier=_gemini_tier(body.get("serviceTier")),
+                audio_output="AUDIO" in upper, image_output="IMAGE" in upper, unpriceable=_gemini_references(body))
+
+
+def _object(value: Any, name: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BodyError(f"{name} must be an object", param=name)
+    return value
+
+
+def _int_field(holder: dict[str, Any], name: str, at: str) -> int | None:
+    value = holder.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BodyError(f"{at}.{name} must be an integer", param=f"{at}.{name}")
+    return value
+
+
+def _gemini_tier(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BodyError("serviceTier must be a string", param="serviceTier")
+    return None if value.lower() in DEFAULT_TIERS else value
+
+
+# Google's own hosts: a fileUri there names a Files API upload, a cache or a YouTube video
+# under the operator's Google account, not a public file
+_GOOGLE_FILE_HOSTS = ("googleapis.com", "youtube.com", "youtu.be", "google.com")
+# public URLs Gemini fetches itself, counted like the same file sent inline (the estimate's
+# image and document allowances)
+_FETCHED_TYPES = ("image/", "application/pdf")
+
+
+def _file_uri_refusal(data: Any) -> str | None:
+    """Why a ``fileData`` part cannot be priced, or None for a public image or PDF URL."""
+    if not isinstance(data, dict):
+        return "fileData that is not an object"
+    uri = data.get("fileUri")
+    mime = data.get("mimeType")
+    if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):
+        scheme = uri.partition(":")[0] + ":" if isinstance(uri, str) and ":" in uri else "a Files API name"
+        return f"fileData.fileUri ({scheme} files are stored under the operator's account, of a size the hold cannot see)"
+    host = uri.split("://", 1)[1].split("/", 1)[0].split("@")[-1].split(":")[0].lower()
+    if any(host == h or host.endswith("." + h) for h in _GOOGLE_FILE_HOSTS):
+        return f"fileData.fileUri on {host} (a Files API upload or a video, of a size the hold cannot see)"
+    if not isinstance(mime, str) or not mime.lower().startswith(_FETCHED_TYPES):
+        return "fileData.fileUri of a type other than an image or a PDF (video and audio are billed by length)"
+    return None
+
+
+def _gemini_references(body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What a Gemini body names that Google bills and no price can bound: a context cache
+    (``cachedContent``: its tokens are billed on every use, its storage by the hour, and it
+    belongs to the operator's project) and ``fileData`` other than a public image or PDF URL
+    (Files API uploads and ``gs://`` objects of the operator's account, videos)."""
+    found: list[tuple[str, str]] = []
+    if body.get("cachedContent") is not None:
+        found.append(("cachedContent (a Gemini context cache)", "cachedContent"))
+    places: list[tuple[str, Any]] = [("systemInstruction", body.get("systemInstruction"))]
+    contents = body.get("contents")
+    if isinstance(contents, list):
+        places += [(f"contents[{i}]", content) for i, content in enumerate(contents)]
+    for at, content in places:
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for j, part in enumerate(parts if isinstance(parts, list) else ()):
+            if isinstance(part, dict) and part.get("fileData") is not None:
+                why = _file_uri_refusal(part["fileData"])
+                if why is not None:
+                    found.append((why, f"{at}.parts[{j}].fileData.fileUri"))
+    return tuple(found)
 
 
 def gemini_cap(body: dict[str, Any], model: Model) -> dict[str, Any]:
     """The Gemini body with ``generationConfig.maxOutputTokens`` set to the cap that is held
     (Gemini has no required cap: without one it may write up to the model's maximum), and a
     thinking budget above it lowered to it (Gemini counts thinking inside the cap)."""
-    config = dict(body.get("generationConfig") or {})
+    config = dict(_object(body.get("generationConfig"), "generationConfig"))
     cap = capped(_positive(config.get("maxOutputTokens")), model)
     config["maxOutputTokens"] = cap
     thinking = config.get("thinkingConfig")
@@ -405,6 +501,8 @@ def gemini_cap(body: dict[str, Any], model: Model) -> dict[str, Any]:
 
 def require_prices(model: Model, asks: Asks) -> None:
     """400 ``unpriced_feature`` for the first thing ``asks`` wants that ``model`` has no price for."""
+    for feature, param in asks.unpriceable:  # named in the message too: Google's envelope has no param
+        raise UnpricedFeature(feature if param in feature else f"{feature} at {param}", model, param)
     if asks.tier is not None and asks.tier not in model.service_tiers:
         raise UnpricedFeature(f"service_tier {asks.tier!r}", model, "service_tier")
     for name in asks.tools:
