@@ -50,7 +50,7 @@ from gatewayd.formats.embeddings import embedding_inputs
 from gatewayd.formats.gemini_body import canonical_count_tokens, canonical_gemini
 from gatewayd.formats.raw_json import duplicate_key
 from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
-from gatewayd.providers.base import translate
+from gatewayd.providers.base import encode_body, translate
 
 LARGE_BODY_BYTES = 256 * 1024  # bodies over this get checkpoints between parsing, routing and building
 
@@ -140,6 +140,17 @@ async def read_body(raw: bytes) -> dict:
     if len(raw) > LARGE_BODY_BYTES:
         await trio.lowlevel.checkpoint()
     return body
+
+
+def read_canonical(endpoint: "Endpoint", body: dict, raw: bytes, ctx: Ctx) -> tuple[dict, bytes, Asked]:
+    """The endpoint's reader over a parsed body, and the body and bytes every later step reads
+    and sends upstream: the client's when they are canonical, else the reader's canonical form
+    and its encoding (issue 30: never the client's bytes when they say something else). The
+    re-encoding is paid only by a body the reader rewrote (agent bodies are 100-600 KB)."""
+    asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+    if asked.canonical is None:
+        return body, raw, asked
+    return asked.canonical, encode_body(asked.canonical), asked
 
 
 def field(body: dict, name: str, kind: type | tuple, *, required: bool = False, what: str = "") -> Any:

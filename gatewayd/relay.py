@@ -49,13 +49,13 @@ from gatewayd.concurrency import InFlight
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
-from gatewayd.endpoints import LARGE_BODY_BYTES, Asked, Ctx, Endpoint, query_value, read_body
+from gatewayd.endpoints import LARGE_BODY_BYTES, Asked, Ctx, Endpoint, query_value, read_body, read_canonical
 from gatewayd.errors import BodyError, GatewayError, model_not_found, our_fault
 from gatewayd.failover import Failover
 from gatewayd.formats.usage import Usage
 from gatewayd.metrics import Metrics
 from gatewayd import providers
-from gatewayd.providers.base import Call, Route, encode_body
+from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 from gatewayd.pump import AnswerStream
 from gatewayd.ratelimit import MemoryWindows, RateLimiter
@@ -149,9 +149,7 @@ class Relay:
         body = await read_body(raw)  # JSON object, each key once in every object
         if len(raw) > LARGE_BODY_BYTES:
             self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
-        asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
-        if asked.canonical is not None:
-            body, raw = asked.canonical, encode_body(asked.canonical)
+        body, raw, asked = read_canonical(endpoint, body, raw, ctx)  # the fields the gateway reads, caps...
         if asked.response_ids:
             await self.received_ids.check(caller.account.id, list(asked.response_ids))
         return caller, body, raw, asked

@@ -166,6 +166,20 @@ def check_n(body: dict[str, Any]) -> int:
     return n
 
 
+def tool_list(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A body's ``tools``: an array of objects, else the client's 400 (never forwarded for the
+    provider to read some other way, never a 500)."""
+    tools = body.get("tools")
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise BodyError("field 'tools' must be an array of tool objects", param="tools")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise BodyError(f"tools[{i}] must be an object", param=f"tools[{i}]")
+    return tools
+
+
 def _tier(value: Any) -> str | None:
     if value is None:
         return None
@@ -202,6 +216,7 @@ def chat_asks(body: dict[str, Any], model: Model, *, prediction_tokens: int = 0)
     one sent upstream: see :func:`chat_cap_change`)."""
     cap = capped(check_cap_fields(body, "chat"), model)
     n = check_n(body)
+    tool_list(body)
     modalities = body.get("modalities")
     modalities = modalities if isinstance(modalities, list) else []
     search = body.get("web_search_options") is not None
@@ -252,7 +267,7 @@ def _responses_tools(tools: Any) -> list[tuple[str, str]]:
 
 def responses_asks(body: dict[str, Any], model: Model) -> Asks:
     cap = capped(check_cap_fields(body, "responses"), model)
-    hosted = _responses_tools(body.get("tools"))
+    hosted = _responses_tools(tool_list(body))
     calls = 0
     if hosted:
         calls = _positive(body.get("max_tool_calls")) or DEFAULT_MAX_TOOL_USES
@@ -326,16 +341,14 @@ def _cache_markers(body: dict[str, Any]) -> tuple[bool, bool]:
 def messages_asks(body: dict[str, Any], model: Model) -> Asks:
     """A messages body as Anthropic reads it (after :func:`messages_changes`)."""
     cap = capped(_positive(body.get("max_tokens")), model)
-    tools = body.get("tools")
     names: set[str] = set()
     calls = 0
-    if isinstance(tools, list):
-        for tool in tools:
-            name = _anthropic_tool(tool)
-            if name is None:
-                continue
-            names.add(name)
-            calls += _positive(tool.get("max_uses")) or (1 if name == "code_interpreter" else DEFAULT_MAX_TOOL_USES)
+    for tool in tool_list(body):
+        name = _anthropic_tool(tool)
+        if name is None:
+            continue
+        names.add(name)
+        calls += _positive(tool.get("max_uses")) or (1 if name == "code_interpreter" else DEFAULT_MAX_TOOL_USES)
     cache, one_hour = _cache_markers(body)
     tier = _tier(body.get("service_tier"))
     speed = body.get("speed")
