@@ -19,17 +19,29 @@ comparison with the simulator's and the real tokenizer's counts: docs/billing.md
 Parts the gateway cannot measure as text get a flat allowance (images, audio, documents).
 Parts whose shape a format does not define (tool definitions, tool inputs, unknown block
 types) are measured as their JSON text, which is what the provider renders them into.
+
+Text outside ASCII is where a third of the bytes stops being a bound: o200k makes up to a
+token of every byte of some scripts (CJK Extension B, Yi, Braille, unassigned code points:
+``bench/unicode_tokens.py``, the table in docs/billing.md), three times a bytes/3 estimate
+(attack N9). No tokenizer makes more than a token a byte, so each non-ASCII string and JSON
+part is held at that worst case, unless its tokens were counted exactly: the relay counts the
+non-ASCII parts of a body with the model family's tokenizer, off the event loop
+(:func:`foreign_parts`, :func:`count_foreign`), when their worst case would matter, and the
+estimate then reads those counts (:func:`counted_text`). ASCII text pays nothing for this.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from fractions import Fraction
-from typing import Any, AnyStr
+from typing import Any, AnyStr, Iterator
 
 import attrs
 import orjson
 
+from gatewayd import tokens as tokenizer
 from gatewayd.catalogue import Model
 from gatewayd.errors import BodyError
 from gatewayd.formats.usage import Usage
@@ -140,10 +152,56 @@ def _density(value: AnyStr) -> int:
     return DENSE if dense else PLAIN
 
 
+_ASCII_BYTES = bytes(range(0x80))
+
+
+def _non_ascii_bytes(value: str, utf8_len: int) -> int:
+    """An upper bound of the UTF-8 bytes of ``value``'s non-ASCII characters, from its length
+    in characters and in bytes alone (no scan): each such character has at least 2 bytes, so
+    k of them, of m bytes, make ``utf8_len = len - k + m`` with ``k <= m / 2``."""
+    return min(utf8_len, 2 * (utf8_len - len(value)))
+
+
+class TextCounts:
+    """Exact token counts of a body's non-ASCII parts (strings, and JSON values measured as
+    their text), by the model family's tokenizer: what the estimate holds them at instead of
+    their worst case. Keyed by the object itself (identity): a part the route's body does not
+    share with the counted one (a translation rebuilt it) is held at its worst case."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, int]] = {}
+
+    def add(self, part: Any, count: int) -> None:
+        self._by_id[id(part)] = (part, count)
+
+    def get(self, part: Any) -> int | None:
+        found = self._by_id.get(id(part))
+        return found[1] if found is not None and found[0] is part else None
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+_COUNTED: ContextVar[TextCounts | None] = ContextVar("gatewayd_counted_text", default=None)
+
+
+@contextmanager
+def counted_text(counts: TextCounts | None) -> Iterator[None]:
+    """Estimates made inside hold the parts ``counts`` has at their counted tokens. The relay
+    wraps the building of a request's routes in it (the builders call the estimate)."""
+    token = _COUNTED.set(counts)
+    try:
+        yield
+    finally:
+        _COUNTED.reset(token)
+
+
 class _Tally:
     """Bytes of text seen (plain and dense), and tokens allowed flat (media, per-message overhead)."""
 
-    __slots__ = ("bytes", "dense", "raw", "tokens", "media")
+    __slots__ = ("bytes", "dense", "raw", "tokens", "media", "extra3", "counts")
 
     def __init__(self, media: "Media | None" = None) -> None:
         self.bytes = 0
@@ -151,6 +209,18 @@ class _Tally:
         self.raw = 0
         self.tokens = 0
         self.media = media or GENERIC_MEDIA
+        self.extra3 = 0  # thirds of a token held for non-ASCII text beyond its bytes / 3
+        self.counts = _COUNTED.get()
+
+    def _foreign(self, part: Any, utf8_len: int, non_ascii: int) -> None:
+        """A non-ASCII part of ``utf8_len`` bytes, already counted at a third of them: held at
+        its counted tokens, or else a token for each of its ``non_ascii`` bytes (the most any
+        byte-level tokenizer makes)."""
+        counted = self.counts.get(part) if self.counts is not None else None
+        if counted is not None:
+            self.extra3 += max(0, 3 * counted - utf8_len)
+        else:
+            self.extra3 += 2 * non_ascii
 
     def text(self, value: Any) -> None:
         """A place that should hold a string; anything else there is measured as JSON."""
@@ -169,7 +239,9 @@ class _Tally:
                     else:
                         self.bytes += n
             else:
-                self.bytes += len(value.encode("utf-8", "surrogatepass"))
+                n = len(value.encode("utf-8", "surrogatepass"))
+                self.bytes += n
+                self._foreign(value, n, _non_ascii_bytes(value, n))
         elif value is not None:
             self.json(value)
 
@@ -198,6 +270,8 @@ class _Tally:
             self.dense += len(text)
         else:
             self.bytes += len(text)
+        if not text.isascii():
+            self._foreign(value, len(text), len(text.translate(None, _ASCII_BYTES)))
 
     def image(self, part: Any = None) -> None:
         self.tokens += self.media.image
@@ -207,7 +281,7 @@ class _Tally:
 
     def total(self) -> int:
         return (-(-self.bytes // BYTES_PER_TOKEN) + math.ceil(self.dense * DENSE_TOKENS_PER_BYTE) + self.raw
-                + self.tokens)
+                + self.tokens + -(-self.extra3 // 3))
 
 
 class _Transcript(_Tally):
@@ -235,6 +309,42 @@ class _Transcript(_Tally):
                 self.parts.append(orjson.dumps(value).decode())
             except orjson.JSONEncodeError:
                 raise BodyError("the request nests JSON more than 254 levels deep") from None
+
+
+class _Foreign(_Tally):
+    """The non-ASCII parts of a prompt, read at the estimate's places: (part, its text, the
+    worst case of its non-ASCII bytes in tokens beyond a third of its bytes)."""
+
+    __slots__ = ("parts", "worst")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts = None
+        self.parts: list[tuple[Any, str]] = []
+        self.worst = 0
+
+    def text(self, value: Any) -> None:
+        if isinstance(value, str):
+            if not value.isascii():
+                n = len(value.encode("utf-8", "surrogatepass"))
+                self.parts.append((value, value))
+                self.worst += 2 * _non_ascii_bytes(value, n)
+        elif value is not None:
+            self.json(value)
+
+    def sealed(self, value: Any) -> None:
+        self.text(value)
+
+    def json(self, value: Any) -> None:
+        if value is None:
+            return
+        try:
+            text = orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            raise BodyError("the request nests JSON more than 254 levels deep") from None
+        if not text.isascii():
+            self.parts.append((value, text.decode()))
+            self.worst += 2 * len(text.translate(None, _ASCII_BYTES))
 
 
 # -- chat -------------------------------------------------------------------------------
@@ -509,6 +619,39 @@ def prompt_transcript(body: dict[str, Any], fmt: str) -> tuple[str, int]:
     transcript = _Transcript()
     _READERS[fmt](body, transcript)
     return "\n".join(transcript.parts), transcript.tokens
+
+
+# the non-ASCII parts of a body are counted exactly when their worst case is above this many
+# tokens and above this share of the body's bytes / 3; below, their worst case is held (it
+# costs less than the count would)
+COUNT_FOREIGN_ABOVE_TOKENS = 256
+COUNT_FOREIGN_ABOVE_SHARE = Fraction(1, 32)
+
+
+def foreign_parts(body: dict[str, Any], fmt: str, raw_len: int = 0) -> list[tuple[Any, str]]:
+    """The non-ASCII parts of a ``fmt`` body (chat, messages, responses, gemini, embeddings)
+    worth counting exactly: none when their worst case is small (above). Pure; about the
+    estimate's own cost, and only bodies with non-ASCII text call it."""
+    found = _Foreign()
+    if fmt == "embeddings":
+        for text in body.get("input") if isinstance(body.get("input"), list) else [body.get("input")]:
+            if isinstance(text, str):
+                found.text(text)
+    elif fmt in _READERS:
+        _READERS[fmt](body, found)
+    worst = -(-found.worst // 3)
+    if worst <= COUNT_FOREIGN_ABOVE_TOKENS or worst <= raw_len * COUNT_FOREIGN_ABOVE_SHARE / BYTES_PER_TOKEN:
+        return []
+    return found.parts
+
+
+def count_foreign(parts: list[tuple[Any, str]], family: str) -> TextCounts:
+    """Each part's tokens by ``family``'s tokenizer (``gatewayd.tokens``: o200k, scaled for
+    Claude). CPU-bound: the relay runs it in a worker thread when the text is large."""
+    counts = TextCounts()
+    for part, text in parts:
+        counts.add(part, tokenizer.count(text, family))
+    return counts
 
 
 def estimate_text_tokens(texts: list[str]) -> int:
