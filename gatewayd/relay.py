@@ -41,7 +41,7 @@ import trio
 from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.attempt import AttemptFailed
-from gatewayd.billing.estimate import TextCounts, count_foreign, counted_text, foreign_parts, route_hold
+from gatewayd.billing.estimate import ForeignText, counted_text, route_hold
 from gatewayd.billing.ledger import Ledger, refusal_error, store_unavailable
 from gatewayd.billing.pricing import Bill
 from gatewayd.billing.tab import Outcome, store_failed_while_settling
@@ -227,8 +227,7 @@ class Relay:
         plan = self.router.plan(model, call.client_format, key)
         if not plan:
             raise model_not_found(model.id)  # authorize() checked some route serves this format
-        with counted_text(await self._count_foreign_text(call)):  # the estimates of the builds read the counts
-            attempts = await self._build_plan(call, plan[:self.config.routing.max_attempts])
+        attempts = await self._build_counted(call, plan[:self.config.routing.max_attempts])
         # all that any route of the plan can bill for the body it sends: the charge never
         # escapes the hold, whichever route serves
         estimate = max(route_hold(grant.model, route, grant.price_ratio) for _, route in attempts)
@@ -252,20 +251,23 @@ class Relay:
                 await tab.release(Outcome.INTERNAL_ERROR, 500)
                 raise our_fault(ctx.request_id, "while relaying the request", e) from None
 
-    async def _count_foreign_text(self, call: Call) -> TextCounts | None:
-        """The exact tokens of a body's non-ASCII text, by the model family's tokenizer, when
-        its worst case (a token a byte) would weigh on the hold: what the estimate then holds
-        it at (docs/billing.md, "Text outside ASCII"). An ASCII body (no ``\\u`` escape either)
-        is settled by one C-speed test of its bytes; a large count runs in a worker thread."""
-        if call.raw.isascii() and b"\\u" not in call.raw:
-            return None
-        parts = foreign_parts(call.body, call.client_format, len(call.raw))
-        if not parts:
-            return None
-        family = call.model.family
-        if sum(len(text) for _, text in parts) <= tokens.INLINE_CHARS:
-            return count_foreign(parts, family)
-        return await trio.to_thread.run_sync(count_foreign, parts, family)
+    async def _build_counted(self, call: Call, plan: list[ModelRoute]) -> list[tuple[ModelRoute, Route]]:
+        """:meth:`_build_plan`, with the body's non-ASCII text held at its worst case (a token a
+        byte), or, when that would weigh on the hold, counted by the model family's tokenizer
+        (off the event loop when large) and the plan built again on the counts (docs/billing.md,
+        "Text outside ASCII"). The estimates record the parts as they read them: ASCII text
+        pays nothing."""
+        foreign = ForeignText()
+        with counted_text(foreign):
+            attempts = await self._build_plan(call, plan)
+        if not foreign.weighs(len(call.raw)):
+            return attempts
+        if foreign.chars <= tokens.INLINE_CHARS:
+            foreign.count(call.model.family)
+        else:
+            await trio.to_thread.run_sync(foreign.count, call.model.family)
+        with counted_text(foreign):
+            return await self._build_plan(call, plan)
 
     async def _build_plan(self, call: Call, plan: list[ModelRoute]) -> list[tuple[ModelRoute, Route]]:
         """Each route of the plan with its upstream request. A body the first route's

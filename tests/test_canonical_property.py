@@ -22,7 +22,7 @@ import httpx
 import orjson
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gatewayd.billing.features import DEFAULT_MAX_TOOL_USES, DEFAULT_TIERS, HOSTED_TOOLS
+from gatewayd.billing.features import DEFAULT_TIERS, HOSTED_TOOLS
 from gatewayd.catalogue import Rates
 from gatewayd.config import load_config
 from gatewayd.endpoints import CHAT, GEMINI_GENERATE, MESSAGES, RESPONSES, Ctx, parse_body, read_canonical

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from gatewayd import tokens
 from gatewayd.billing.estimate import (
     BYTES_PER_TOKEN, DENSE_MIN_CHARS, DENSE_TOKENS_PER_BYTE, DOCUMENT_TOKENS, HOLD_TOLERANCE, IMAGE_TOKENS,
-    PER_MESSAGE_TOKENS, count_foreign, counted_text, estimate_input_tokens, estimate_text_tokens, foreign_parts,
+    PER_MESSAGE_TOKENS, counted_estimate, estimate_input_tokens, estimate_text_tokens,
 )
 from gatewayd.errors import GatewayError
 from tests.live import ROOT
@@ -199,9 +199,7 @@ def test_estimate_against_the_real_tokenizer(kind):
 
 def relay_estimate(body: dict, fmt: str, family: str = "gpt") -> int:
     """The estimate as the relay makes it: non-ASCII text counted first when it weighs."""
-    raw_len = len(orjson.dumps(body))
-    with counted_text(count_foreign(foreign_parts(body, fmt, raw_len), family)):
-        return estimate_input_tokens(body, fmt)
+    return counted_estimate(body, fmt, family, len(orjson.dumps(body)))
 
 
 def test_nesting_too_deep_to_encode_is_a_400():

@@ -18,9 +18,7 @@ import trio
 from hypothesis import given, settings, strategies as st
 
 from gatewayd import tokens
-from gatewayd.billing.estimate import (
-    PER_MESSAGE_TOKENS, count_foreign, counted_text, estimate_input_tokens, foreign_parts,
-)
+from gatewayd.billing.estimate import PER_MESSAGE_TOKENS, ForeignText, counted_estimate, counted_text, estimate_input_tokens
 from tests.inproc import Gateway
 
 # (first, last) code point of the scripts attack N9 used, and others o200k counts densely
@@ -41,8 +39,7 @@ def chat(text: str) -> dict:
 def held_tokens(body: dict, *, counted: bool, family: str = "gpt") -> int:
     if not counted:
         return estimate_input_tokens(body, "chat") - PER_MESSAGE_TOKENS
-    with counted_text(count_foreign(foreign_parts(body, "chat", len(orjson.dumps(body))), family)):
-        return estimate_input_tokens(body, "chat") - PER_MESSAGE_TOKENS
+    return counted_estimate(body, "chat", family, len(orjson.dumps(body))) - PER_MESSAGE_TOKENS
 
 
 @pytest.mark.parametrize("script", list(RARE))
@@ -83,7 +80,10 @@ def test_claude_counts_use_the_familys_factor():
 def test_a_few_accents_are_not_counted_but_held_at_their_worst():
     text = "Le café est très bon, déjà. " * 50 + "x" * 60_000
     body = chat(text)
-    assert foreign_parts(body, "chat", len(orjson.dumps(body))) == []  # not worth a tokenizer run
+    foreign = ForeignText()
+    with counted_text(foreign):
+        estimate_input_tokens(body, "chat")
+    assert not foreign.weighs(len(orjson.dumps(body)))  # not worth a tokenizer run
     assert held_tokens(body, counted=False) >= tokens.count(text)
 
 
@@ -110,5 +110,14 @@ async def test_n9_the_relay_holds_a_rare_script_prompt_at_its_count(tmp_path):
         assert response.status_code == 200, response.text
         model = gw.config.models["gpt-4.1"]
         assert seen and seen[0] >= tokens.count(text) * model.input_price
+        # ordinary Japanese is counted by the relay, not held at three times its size
+        text = "日本語のテキストです。トークンの数を見積もります。" * 300
+        with trio.fail_after(20):
+            response = await gw.http.post("/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                                          json={"model": "gpt-4.1", "max_tokens": 1, "messages": [
+                                              {"role": "user", "content": text}]})
+        assert response.status_code == 200, response.text
+        real = tokens.count(text)
+        assert real * model.input_price <= seen[1] <= 1.6 * real * model.input_price + model.output_price + 100
     finally:
         await gw.aclose()

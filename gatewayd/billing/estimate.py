@@ -24,10 +24,10 @@ Text outside ASCII is where a third of the bytes stops being a bound: o200k make
 token of every byte of some scripts (CJK Extension B, Yi, Braille, unassigned code points:
 ``bench/unicode_tokens.py``, the table in docs/billing.md), three times a bytes/3 estimate
 (attack N9). No tokenizer makes more than a token a byte, so each non-ASCII string and JSON
-part is held at that worst case, unless its tokens were counted exactly: the relay counts the
-non-ASCII parts of a body with the model family's tokenizer, off the event loop
-(:func:`foreign_parts`, :func:`count_foreign`), when their worst case would matter, and the
-estimate then reads those counts (:func:`counted_text`). ASCII text pays nothing for this.
+part is held at that worst case, unless its tokens were counted exactly: the estimates record
+the non-ASCII parts they read (:class:`ForeignText`), and when their worst case would weigh
+on the hold the relay counts them with the model family's tokenizer, off the event loop, and
+estimates again on the counts (``Relay._build_counted``). ASCII text pays nothing for this.
 """
 
 from __future__ import annotations
@@ -162,46 +162,64 @@ def _non_ascii_bytes(value: str, utf8_len: int) -> int:
     return min(utf8_len, 2 * (utf8_len - len(value)))
 
 
-class TextCounts:
-    """Exact token counts of a body's non-ASCII parts (strings, and JSON values measured as
-    their text), by the model family's tokenizer: what the estimate holds them at instead of
-    their worst case. Keyed by the object itself (identity): a part the route's body does not
-    share with the counted one (a translation rebuilt it) is held at its worst case."""
+class ForeignText:
+    """A request's non-ASCII parts (strings, and JSON values measured as their text): the
+    estimates made while it is current (:func:`counted_text`) hold each at its worst case and
+    record it; once :meth:`count` has run, at its exact tokens by the model family's tokenizer.
+    Parts are known by identity: a part a route's body does not share with the counted ones
+    (a translation rebuilt it) stays at its worst case."""
 
-    __slots__ = ("_by_id",)
+    __slots__ = ("_counted", "_seen")
 
     def __init__(self) -> None:
-        self._by_id: dict[int, tuple[Any, int]] = {}
+        self._counted: dict[int, tuple[Any, int]] = {}
+        self._seen: dict[int, tuple[Any, str | bytes, int]] = {}  # id -> (part, its text, worst in thirds)
 
-    def add(self, part: Any, count: int) -> None:
-        self._by_id[id(part)] = (part, count)
-
-    def get(self, part: Any) -> int | None:
-        found = self._by_id.get(id(part))
+    def counted(self, part: Any) -> int | None:
+        found = self._counted.get(id(part))
         return found[1] if found is not None and found[0] is part else None
 
-    def __len__(self) -> int:
-        return len(self._by_id)
+    def saw(self, part: Any, text: str | bytes, worst3: int) -> None:
+        self._seen[id(part)] = (part, text, worst3)
+
+    def weighs(self, body_bytes: int) -> bool:
+        """Whether the parts seen are worth counting: their worst case above
+        :data:`COUNT_FOREIGN_ABOVE_TOKENS` and above :data:`COUNT_FOREIGN_ABOVE_SHARE` of the
+        body's bytes / 3 (below that, holding the worst case costs less than a count)."""
+        worst = -(-sum(w for _, _, w in self._seen.values()) // 3)
+        return worst > COUNT_FOREIGN_ABOVE_TOKENS and worst > body_bytes * COUNT_FOREIGN_ABOVE_SHARE / BYTES_PER_TOKEN
+
+    @property
+    def chars(self) -> int:
+        return sum(len(text) for _, text, _ in self._seen.values())
+
+    def count(self, family: str) -> None:
+        """Count every part seen with ``family``'s tokenizer (``gatewayd.tokens``: o200k,
+        scaled for Claude). CPU-bound: the relay runs it in a worker thread when large."""
+        for key, (part, text, _) in list(self._seen.items()):
+            text = text if isinstance(text, str) else text.decode("utf-8", "surrogatepass")
+            self._counted[key] = (part, tokenizer.count(text, family))
+        self._seen.clear()
 
 
-_COUNTED: ContextVar[TextCounts | None] = ContextVar("gatewayd_counted_text", default=None)
+_FOREIGN: ContextVar[ForeignText | None] = ContextVar("gatewayd_foreign_text", default=None)
 
 
 @contextmanager
-def counted_text(counts: TextCounts | None) -> Iterator[None]:
-    """Estimates made inside hold the parts ``counts`` has at their counted tokens. The relay
-    wraps the building of a request's routes in it (the builders call the estimate)."""
-    token = _COUNTED.set(counts)
+def counted_text(foreign: ForeignText | None) -> Iterator[None]:
+    """Estimates made inside record their non-ASCII parts in ``foreign`` and read its counts.
+    The relay wraps the building of a request's routes in it (the builders make the estimates)."""
+    token = _FOREIGN.set(foreign)
     try:
         yield
     finally:
-        _COUNTED.reset(token)
+        _FOREIGN.reset(token)
 
 
 class _Tally:
     """Bytes of text seen (plain and dense), and tokens allowed flat (media, per-message overhead)."""
 
-    __slots__ = ("bytes", "dense", "raw", "tokens", "media", "extra3", "counts")
+    __slots__ = ("bytes", "dense", "raw", "tokens", "media", "extra3", "foreign")
 
     def __init__(self, media: "Media | None" = None) -> None:
         self.bytes = 0
@@ -210,17 +228,19 @@ class _Tally:
         self.tokens = 0
         self.media = media or GENERIC_MEDIA
         self.extra3 = 0  # thirds of a token held for non-ASCII text beyond its bytes / 3
-        self.counts = _COUNTED.get()
+        self.foreign = _FOREIGN.get()
 
-    def _foreign(self, part: Any, utf8_len: int, non_ascii: int) -> None:
+    def _foreign(self, part: Any, text: str | bytes, utf8_len: int, non_ascii: int) -> None:
         """A non-ASCII part of ``utf8_len`` bytes, already counted at a third of them: held at
         its counted tokens, or else a token for each of its ``non_ascii`` bytes (the most any
-        byte-level tokenizer makes)."""
-        counted = self.counts.get(part) if self.counts is not None else None
+        byte-level tokenizer makes), and recorded for counting."""
+        counted = self.foreign.counted(part) if self.foreign is not None else None
         if counted is not None:
             self.extra3 += max(0, 3 * counted - utf8_len)
-        else:
-            self.extra3 += 2 * non_ascii
+            return
+        self.extra3 += 2 * non_ascii
+        if self.foreign is not None:
+            self.foreign.saw(part, text, 2 * non_ascii)
 
     def text(self, value: Any) -> None:
         """A place that should hold a string; anything else there is measured as JSON."""
@@ -241,7 +261,7 @@ class _Tally:
             else:
                 n = len(value.encode("utf-8", "surrogatepass"))
                 self.bytes += n
-                self._foreign(value, n, _non_ascii_bytes(value, n))
+                self._foreign(value, value, n, _non_ascii_bytes(value, n))
         elif value is not None:
             self.json(value)
 
@@ -271,7 +291,7 @@ class _Tally:
         else:
             self.bytes += len(text)
         if not text.isascii():
-            self._foreign(value, len(text), len(text.translate(None, _ASCII_BYTES)))
+            self._foreign(value, text, len(text), len(text.translate(None, _ASCII_BYTES)))
 
     def image(self, part: Any = None) -> None:
         self.tokens += self.media.image
@@ -309,42 +329,6 @@ class _Transcript(_Tally):
                 self.parts.append(orjson.dumps(value).decode())
             except orjson.JSONEncodeError:
                 raise BodyError("the request nests JSON more than 254 levels deep") from None
-
-
-class _Foreign(_Tally):
-    """The non-ASCII parts of a prompt, read at the estimate's places: (part, its text, the
-    worst case of its non-ASCII bytes in tokens beyond a third of its bytes)."""
-
-    __slots__ = ("parts", "worst")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts = None
-        self.parts: list[tuple[Any, str]] = []
-        self.worst = 0
-
-    def text(self, value: Any) -> None:
-        if isinstance(value, str):
-            if not value.isascii():
-                n = len(value.encode("utf-8", "surrogatepass"))
-                self.parts.append((value, value))
-                self.worst += 2 * _non_ascii_bytes(value, n)
-        elif value is not None:
-            self.json(value)
-
-    def sealed(self, value: Any) -> None:
-        self.text(value)
-
-    def json(self, value: Any) -> None:
-        if value is None:
-            return
-        try:
-            text = orjson.dumps(value)
-        except orjson.JSONEncodeError:
-            raise BodyError("the request nests JSON more than 254 levels deep") from None
-        if not text.isascii():
-            self.parts.append((value, text.decode()))
-            self.worst += 2 * len(text.translate(None, _ASCII_BYTES))
 
 
 # -- chat -------------------------------------------------------------------------------
@@ -622,36 +606,22 @@ def prompt_transcript(body: dict[str, Any], fmt: str) -> tuple[str, int]:
 
 
 # the non-ASCII parts of a body are counted exactly when their worst case is above this many
-# tokens and above this share of the body's bytes / 3; below, their worst case is held (it
-# costs less than the count would)
+# tokens and above this share of the body's bytes / 3 (ForeignText.weighs)
 COUNT_FOREIGN_ABOVE_TOKENS = 256
 COUNT_FOREIGN_ABOVE_SHARE = Fraction(1, 32)
 
 
-def foreign_parts(body: dict[str, Any], fmt: str, raw_len: int = 0) -> list[tuple[Any, str]]:
-    """The non-ASCII parts of a ``fmt`` body (chat, messages, responses, gemini, embeddings)
-    worth counting exactly: none when their worst case is small (above). Pure; about the
-    estimate's own cost, and only bodies with non-ASCII text call it."""
-    found = _Foreign()
-    if fmt == "embeddings":
-        for text in body.get("input") if isinstance(body.get("input"), list) else [body.get("input")]:
-            if isinstance(text, str):
-                found.text(text)
-    elif fmt in _READERS:
-        _READERS[fmt](body, found)
-    worst = -(-found.worst // 3)
-    if worst <= COUNT_FOREIGN_ABOVE_TOKENS or worst <= raw_len * COUNT_FOREIGN_ABOVE_SHARE / BYTES_PER_TOKEN:
-        return []
-    return found.parts
-
-
-def count_foreign(parts: list[tuple[Any, str]], family: str) -> TextCounts:
-    """Each part's tokens by ``family``'s tokenizer (``gatewayd.tokens``: o200k, scaled for
-    Claude). CPU-bound: the relay runs it in a worker thread when the text is large."""
-    counts = TextCounts()
-    for part, text in parts:
-        counts.add(part, tokenizer.count(text, family))
-    return counts
+def counted_estimate(body: dict[str, Any], fmt: str, family: str, body_bytes: int = 0,
+                     media: Media | None = None) -> int:
+    """:func:`estimate_input_tokens` as the relay ends up holding it, in one call (tests,
+    bench/): non-ASCII text counted by ``family``'s tokenizer when it weighs."""
+    foreign = ForeignText()
+    with counted_text(foreign):
+        estimate = estimate_input_tokens(body, fmt, media)
+        if not foreign.weighs(body_bytes):
+            return estimate
+        foreign.count(family)
+        return estimate_input_tokens(body, fmt, media)
 
 
 def estimate_text_tokens(texts: list[str]) -> int:

@@ -356,7 +356,7 @@ def messages_asks(body: dict[str, Any], model: Model) -> Asks:
         raise BodyError("field 'speed' must be a string", param="speed")
     if speed is not None and speed != "standard":  # Anthropic's fast mode: priced as a tier
         tier = speed
-    unpriceable = ()
+    unpriceable: tuple[tuple[str, str], ...] = ()
     if body.get("mcp_servers") is not None:
         # the MCP connector: remote tool calls with no max_uses, whose results are input of any
         # size, read in as many model passes as the model likes: no hold can bound them
