@@ -201,6 +201,16 @@ async def test_mcp_servers_on_messages_are_refused_as_unpriced(gw):
     assert "mcp_servers" in error["message"] and "not priced" in error["message"], error
 
 
+async def test_inference_geo_on_messages_is_refused_as_unpriced(gw):
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}],
+            "inference_geo": "us"}
+    error = await refused(gw, "/v1/messages", orjson.dumps(body), {"anthropic-version": "2023-06-01"})
+    assert "inference_geo" in error["message"] and "not priced" in error["message"], error
+    body["inference_geo"] = "global"  # the default: nothing to price
+    response, _ = await post(gw, "/v1/messages", orjson.dumps(body), {"anthropic-version": "2023-06-01"})
+    assert response.status_code == 200, response.text
+
+
 async def test_nested_duplicate_keys_are_400_on_every_format(gw):
     error = await refused(gw, "/v1/messages", b'{"model":"claude-sonnet-4-5","max_tokens":100,'
                           b'"messages":[{"role":"user","content":"hi"}],'

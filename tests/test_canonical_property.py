@@ -178,7 +178,8 @@ def messages_body(draw) -> Obj:
                 "name": st.just("t"), "max_uses": COUNT})
     fields = {"max_tokens": CAP, "service_tier": TIER, "speed": st.one_of(st.sampled_from(("standard", "fast")), WRONG),
               "tools": st.one_of(st.lists(tool, max_size=2), WRONG),
-              "mcp_servers": st.one_of(st.just([Obj([("type", "url"), ("url", "https://m.example/x")])]), WRONG)}
+              "mcp_servers": st.one_of(st.just([Obj([("type", "url"), ("url", "https://m.example/x")])]), WRONG),
+              "inference_geo": st.sampled_from(("global", "us"))}
     body = draw(obj(fields))
     return Obj([("model", "m"), ("messages", USER), *body.pairs])
 
@@ -219,7 +220,8 @@ def anthropic_reads(raw: bytes) -> dict[str, Any]:
     speed, tier = body.get("speed"), body.get("service_tier")
     tier = None if tier is None or tier in DEFAULT_TIERS else tier
     return {"choices": 1, "cap": body.get("max_tokens"), "tools": tools, "calls": calls,
-            "cached": body.get("mcp_servers"), "files": [], "tier": speed if speed not in (None, "standard") else tier}
+            "cached": body.get("mcp_servers") or (body.get("inference_geo") not in (None, "global") or None),
+            "files": [], "tier": speed if speed not in (None, "standard") else tier}
 
 
 def responses_reads(raw: bytes) -> dict[str, Any]:

@@ -360,7 +360,12 @@ def messages_asks(body: dict[str, Any], model: Model) -> Asks:
     if body.get("mcp_servers") is not None:
         # the MCP connector: remote tool calls with no max_uses, whose results are input of any
         # size, read in as many model passes as the model likes: no hold can bound them
-        unpriceable = (("the MCP connector (mcp_servers)", "mcp_servers"),)
+        unpriceable += (("the MCP connector (mcp_servers)", "mcp_servers"),)
+    geo = body.get("inference_geo")
+    if geo is not None and geo != "global":
+        # data residency: Anthropic bills inference kept in one geography at a premium, which the
+        # catalogue has no rates for (and the usage says only after the fact)
+        unpriceable += ((f"inference_geo {geo!r} (a data-residency premium)", "inference_geo"),)
     return Asks(output_cap=cap, tier=tier, tools=tuple(sorted(names)), max_tool_calls=calls,
                 cache_write=cache, cache_1h=one_hour, unpriceable=unpriceable)
 
