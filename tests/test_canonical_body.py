@@ -119,6 +119,11 @@ def test_duplicate_keys_are_found_at_any_depth():
     assert duplicate_key(raw, orjson.loads(raw)) == ("max_uses", "tools[0].max_uses")
     raw = b'{"a": {"b": [1, {"c": 1}]}, "d": "x"}'
     assert duplicate_key(raw, orjson.loads(raw)) is None
+    deep = '{"k": 1, "k": 2}'
+    for _ in range(900):  # deeper than Python's recursion limit: the path is found without recursing
+        deep = f"[{deep}]"
+    raw = f'{{"a": {deep}}}'.encode()
+    assert duplicate_key(raw, orjson.loads(raw)) == ("k", "a" + "[0]" * 900 + ".k")
 
 
 def test_a_responses_websocket_message_with_a_key_twice_is_refused():

@@ -234,23 +234,21 @@ def _count_unique(pairs: list[tuple[str, Any]]) -> int:
     return 0
 
 
-def _first_twice(node: Any, at: str) -> tuple[str, str] | None:
-    """(key, path) of the first key given twice in a document parsed into lists of pairs."""
-    if isinstance(node, list) and node and isinstance(node[0], tuple):  # an object: its pairs
-        seen: set[str] = set()
-        for name, value in node:
-            path = f"{at}.{name}" if at else name
-            if name in seen:
-                return name, path
-            seen.add(name)
-            found = _first_twice(value, path)
-            if found:
-                return found
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            found = _first_twice(item, f"{at}[{i}]")
-            if found:
-                return found
+def _first_twice(doc: Any) -> tuple[str, str] | None:
+    """(key, path) of the first key given twice in a document parsed into lists of pairs
+    (depth first, without recursion: a body may nest a thousand levels)."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, list) and node and isinstance(node[0], tuple):  # an object: its pairs
+            seen: set[str] = set()
+            for name, _ in node:
+                if name in seen:
+                    return name, f"{at}.{name}" if at else name
+                seen.add(name)
+            stack.extend((value, f"{at}.{name}" if at else name) for name, value in reversed(node))
+        elif isinstance(node, list):
+            stack.extend((item, f"{at}[{i}]") for i, item in reversed(list(enumerate(node))))
     return None
 
 
@@ -288,4 +286,4 @@ def duplicate_key(raw: bytes, parsed: Any) -> tuple[str, str] | None:
     except (ValueError, RecursionError):  # orjson read it; the standard parser's limits are not ours to add
         return None
     # only for the error's message
-    return _first_twice(json.loads(raw, object_pairs_hook=list), "")
+    return _first_twice(json.loads(raw, object_pairs_hook=list))
