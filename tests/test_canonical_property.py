@@ -152,9 +152,9 @@ def gemini_reads(raw: bytes) -> dict[str, Any]:
             if data is not None:
                 files.append((get(data, "fileUri"), get(data, "mimeType")))
     tier = get(body, "serviceTier")
+    tier = None if tier is None or tier.lower() in DEFAULT_TIERS else tier
     return {"choices": get(config, "candidateCount") or 1, "cap": get(config, "maxOutputTokens"),
-            "tools": tools, "cached": get(body, "cachedContent"), "files": files,
-            "tier": None if tier is None or tier.lower() in DEFAULT_TIERS else tier}
+            "tools": tools, "cached": get(body, "cachedContent") or tier, "files": files, "tier": None}
 
 
 # -- chat, messages, responses -------------------------------------------------------------------

@@ -424,9 +424,14 @@ def gemini_asks(body: dict[str, Any], model: Model) -> Asks:
         raise BodyError("generationConfig.responseModalities must be an array of strings",
                         param="generationConfig.responseModalities")
     upper = [m.upper() for m in modalities or ()]
+    unpriceable = _gemini_references(body)
+    tier = _gemini_tier(body.get("serviceTier"))
+    if tier is not None:  # a Gemini answer does not say which tier served it: no charge could follow it
+        unpriceable += ((f"serviceTier {tier!r} (a Gemini answer does not say the tier it was served at)",
+                         "serviceTier"),)
     return Asks(output_cap=cap, choices=choices or 1, tools=tuple(sorted(names)),
-                max_tool_calls=DEFAULT_MAX_TOOL_USES * len(names), tier=_gemini_tier(body.get("serviceTier")),
-                audio_output="AUDIO" in upper, image_output="IMAGE" in upper, unpriceable=_gemini_references(body))
+                max_tool_calls=DEFAULT_MAX_TOOL_USES * len(names),
+                audio_output="AUDIO" in upper, image_output="IMAGE" in upper, unpriceable=unpriceable)
 
 
 def _object(value: Any, name: str) -> dict[str, Any]:
