@@ -55,56 +55,67 @@ def camel(name: str) -> str:
 
 # -- the message types, by their fields' canonical names ---------------------------------------
 
+# Scalars are type-checked only where the hold reads them (a wrong type there is a 400, never
+# read one way here and another by Google); the rest is Google's to judge.
 SCHEMA: dict[str, Any] = {}  # Schema is recursive: filled below
-SCHEMA.update({
-    "type": STR, "format": STR, "title": STR, "description": STR, "enum": STR_LIST, "required": STR_LIST,
-    "propertyOrdering": STR_LIST, "properties": ("map", SCHEMA), "items": SCHEMA, "anyOf": ("list", SCHEMA),
-    "example": FREE, "default": FREE,
-})
-BLOB = {"mimeType": STR, "data": STR}
+SCHEMA.update({"properties": ("map", SCHEMA), "items": SCHEMA, "anyOf": ("list", SCHEMA)})
+BLOB: dict[str, Any] = {}
 FILE_DATA = {"mimeType": STR, "fileUri": STR}
-FUNCTION_CALL = {"id": STR, "name": STR, "args": FREE}
-FUNCTION_RESPONSE: dict[str, Any] = {"id": STR, "name": STR, "response": FREE}
+FUNCTION_CALL: dict[str, Any] = {"args": FREE}
+FUNCTION_RESPONSE: dict[str, Any] = {"response": FREE}
 PART: dict[str, Any] = {
-    "text": STR, "inlineData": BLOB, "fileData": FILE_DATA, "functionCall": FUNCTION_CALL,
-    "functionResponse": FUNCTION_RESPONSE, "executableCode": {"language": STR, "code": STR},
-    "codeExecutionResult": {"outcome": STR, "output": STR}, "thoughtSignature": STR,
-    "videoMetadata": {"startOffset": STR, "endOffset": STR}, "partMetadata": FREE,
+    "inlineData": BLOB, "fileData": FILE_DATA, "functionCall": FUNCTION_CALL,
+    "functionResponse": FUNCTION_RESPONSE, "executableCode": {}, "codeExecutionResult": {},
+    "videoMetadata": {}, "partMetadata": FREE,
 }
 FUNCTION_RESPONSE["parts"] = ("list", PART)
-CONTENT = {"role": STR, "parts": ("list", PART)}
-FUNCTION_DECLARATION = {
-    "name": STR, "description": STR, "parameters": SCHEMA, "parametersJsonSchema": FREE, "response": SCHEMA,
-    "responseJsonSchema": FREE,
-}
+CONTENT = {"parts": ("list", PART)}
+FUNCTION_DECLARATION = {"parameters": SCHEMA, "parametersJsonSchema": FREE, "response": SCHEMA,
+                        "responseJsonSchema": FREE}
 TOOL = {
     "functionDeclarations": ("list", FUNCTION_DECLARATION),
     "googleSearch": {}, "googleSearchRetrieval": {"dynamicRetrievalConfig": {}}, "codeExecution": {},
     "urlContext": {}, "computerUse": {}, "fileSearch": {}, "googleMaps": {},
 }
-TOOL_CONFIG = {
-    "functionCallingConfig": {"mode": STR, "allowedFunctionNames": STR_LIST},
-    "retrievalConfig": {"latLng": {}},
-}
+TOOL_CONFIG = {"functionCallingConfig": {}, "retrievalConfig": {"latLng": {}}}
 GENERATION_CONFIG = {
-    "stopSequences": STR_LIST, "responseMimeType": STR, "responseSchema": SCHEMA, "responseJsonSchema": FREE,
-    "responseModalities": STR_LIST, "candidateCount": INT, "maxOutputTokens": INT, "seed": INT,
-    "thinkingConfig": {"thinkingBudget": INT, "thinkingLevel": STR}, "speechConfig": {"voiceConfig": {}},
-    "imageConfig": {}, "mediaResolution": STR,
+    "responseSchema": SCHEMA, "responseJsonSchema": FREE, "responseModalities": STR_LIST, "candidateCount": INT,
+    "maxOutputTokens": INT, "thinkingConfig": {"thinkingBudget": INT}, "speechConfig": {"voiceConfig": {}},
+    "imageConfig": {},
 }
 REQUEST = {
-    "model": STR, "contents": ("list", CONTENT), "systemInstruction": CONTENT, "tools": ("list", TOOL),
-    "toolConfig": TOOL_CONFIG, "safetySettings": ("list", {"category": STR, "threshold": STR}),
-    "generationConfig": GENERATION_CONFIG, "cachedContent": STR, "serviceTier": STR,
+    "contents": ("list", CONTENT), "systemInstruction": CONTENT, "tools": ("list", TOOL),
+    "toolConfig": TOOL_CONFIG, "safetySettings": ("list", {}), "generationConfig": GENERATION_CONFIG,
+    "cachedContent": STR, "serviceTier": STR,
 }
-COUNT_TOKENS = {"contents": ("list", CONTENT), "generateContentRequest": REQUEST}
+COUNT_TOKENS = {**REQUEST, "generateContentRequest": REQUEST}  # contents (and systemInstruction, tools) or a whole request
+
+# each message type's fields that need a look (not FREE): found by a set intersection, so a
+# part with nothing to look at (``{"text": ...}``) costs one C-level operation
+_LOOKED_AT: dict[int, frozenset[str]] = {}
+
+
+def _looked_at(fields: dict[str, Any]) -> frozenset[str]:
+    found = _LOOKED_AT.get(id(fields))
+    if found is None:
+        found = _LOOKED_AT[id(fields)] = frozenset(k for k, kind in fields.items() if kind is not FREE)
+    return found
+
 
 _TYPE_NAMES = {INT: "an integer", STR: "a string", STR_LIST: "an array of strings"}
 
 
-def _check_scalar(kind: str, value: Any, at: str) -> None:
-    if value is None:
-        return
+Path = tuple  # a field's place, rendered only for an error: ("generationConfig", "candidateCount"), (.., 0)
+
+
+def _render(at: Path) -> str:
+    out = ""
+    for step in at:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else step)
+    return out
+
+
+def _check_scalar(kind: str, value: Any, at: Path) -> None:
     if kind == INT:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif kind == STR:
@@ -112,36 +123,59 @@ def _check_scalar(kind: str, value: Any, at: str) -> None:
     else:  # STR_LIST
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     if not ok:
-        raise TranslationError(f"{at} must be {_TYPE_NAMES[kind]}", at)
+        where = _render(at)
+        raise TranslationError(f"{where} must be {_TYPE_NAMES[kind]}", where)
+
+
+def _settled(value: Any, kind: Any) -> bool:
+    """Nothing to do for ``value`` (None, or a message with no snake_case name and nothing to
+    look at): the hot case of a large body's parts, settled without a call down."""
+    if value is None:
+        return True
+    return type(kind) is dict and type(value) is dict and not (value.keys() & _looked_at(kind)) \
+        and "_" not in "".join(value)
 
 
 class _Walk:
-    """One canonicalisation: the rewritten document, and whether anything was renamed."""
+    """One canonicalisation: the rewritten document (the same objects where nothing was
+    renamed: a body already canonical costs its walk and no copy), and whether anything was."""
 
     def __init__(self) -> None:
         self.changed = False
 
-    def message(self, doc: Any, fields: dict[str, Any], at: str) -> Any:
-        if doc is None:
-            return None
+    def message(self, doc: Any, fields: dict[str, Any], at: Path) -> Any:
         if not isinstance(doc, dict):
-            raise TranslationError(f"{at} must be an object", at)
-        out: dict[str, Any] = {}
-        spelled: dict[str, str] = {}
-        for key, value in doc.items():
-            name = camel(key)
-            if name in spelled:
-                raise TranslationError(
-                    f"{_join(at, name)} is given twice (as {spelled[name]!r} and {key!r}); send it once", _join(at, name))
-            spelled[name] = key
+            where = _render(at) or "the request body"
+            raise TranslationError(f"{where} must be an object", _render(at) or None)
+        if "_" not in "".join(doc):  # no snake_case name here (the usual case): look at what needs it
+            out: dict[str, Any] | None = None
+            for name in doc.keys() & _looked_at(fields):
+                value = doc[name]
+                if _settled(value, fields[name]):
+                    continue
+                new = self.value(value, fields[name], (*at, name))
+                if new is not value:
+                    out = dict(doc) if out is None else out
+                    out[name] = new
+            return doc if out is None else out
+        out = None  # made at the first difference
+        for i, (key, value) in enumerate(doc.items()):
+            name = camel(key) if "_" in key else key
             if name != key:
+                if name in doc or (out is not None and name in out):
+                    where = _render((*at, name))
+                    other = name if name in doc else next(k for k in doc if k != key and camel(k) == name)
+                    raise TranslationError(f"{where} is given twice (as {other!r} and {key!r}); send it once", where)
                 self.changed = True
-            out[name] = self.value(value, fields.get(name, FREE), _join(at, name))
-        return out
+            kind = fields.get(name, FREE)
+            new = value if kind is FREE or value is None else self.value(value, kind, (*at, name))
+            if out is None and (name != key or new is not value):
+                out = dict(list(doc.items())[:i])  # the members before this one, unchanged
+            if out is not None:
+                out[name] = new
+        return doc if out is None else out
 
-    def value(self, value: Any, kind: Any, at: str) -> Any:
-        if kind is FREE or value is None:
-            return value
+    def value(self, value: Any, kind: Any, at: Path) -> Any:
         if isinstance(kind, str):
             _check_scalar(kind, value, at)
             return value
@@ -149,16 +183,26 @@ class _Walk:
             shape, inner = kind
             if shape == "list":
                 if not isinstance(value, list):
-                    raise TranslationError(f"{at} must be an array", at)
-                return [self.message(item, inner, f"{at}[{i}]") for i, item in enumerate(value)]
+                    where = _render(at)
+                    raise TranslationError(f"{where} must be an array", where)
+                items = None
+                looked = _looked_at(inner)
+                for i, item in enumerate(value):  # _settled, inlined: a body's parts are its many objects
+                    if item is None or (type(item) is dict and not (item.keys() & looked)
+                                        and "_" not in "".join(item)):
+                        continue
+                    new = self.message(item, inner, (*at, i))
+                    if new is not item:
+                        items = list(value) if items is None else items
+                        items[i] = new
+                return value if items is None else items
             if not isinstance(value, dict):  # a map of messages (a Schema's properties)
-                raise TranslationError(f"{at} must be an object", at)
-            return {name: self.message(item, inner, f"{at}.{name}") for name, item in value.items()}
+                where = _render(at)
+                raise TranslationError(f"{where} must be an object", where)
+            entries = {name: item if item is None else self.message(item, inner, (*at, name))
+                       for name, item in value.items()}
+            return value if all(entries[k] is value[k] for k in value) else entries
         return self.message(value, kind, at)
-
-
-def _join(at: str, name: str) -> str:
-    return f"{at}.{name}" if at else name
 
 
 def canonical_gemini(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -166,10 +210,10 @@ def canonical_gemini(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     (module doc), and whether it differs from ``body``. Raises :class:`TranslationError`
     naming the field (the client's 400)."""
     walk = _Walk()
-    return walk.message(body, REQUEST, ""), walk.changed
+    return walk.message(body, REQUEST, ()), walk.changed
 
 
 def canonical_count_tokens(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """The same for a ``countTokens`` body (``contents``, or a whole ``generateContentRequest``)."""
     walk = _Walk()
-    return walk.message(body, COUNT_TOKENS, ""), walk.changed
+    return walk.message(body, COUNT_TOKENS, ()), walk.changed
