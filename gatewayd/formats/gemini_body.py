@@ -77,7 +77,7 @@ TOOL = {
     "googleSearch": {}, "googleSearchRetrieval": {"dynamicRetrievalConfig": {}}, "codeExecution": {},
     "urlContext": {}, "computerUse": {}, "fileSearch": {}, "googleMaps": {},
 }
-TOOL_CONFIG = {"functionCallingConfig": {}, "retrievalConfig": {"latLng": {}}}
+TOOL_CONFIG: dict[str, Any] = {"functionCallingConfig": {}, "retrievalConfig": {"latLng": {}}}
 GENERATION_CONFIG = {
     "responseSchema": SCHEMA, "responseJsonSchema": FREE, "responseModalities": STR_LIST, "candidateCount": INT,
     "maxOutputTokens": INT, "thinkingConfig": {"thinkingBudget": INT}, "speechConfig": {"voiceConfig": {}},
@@ -105,7 +105,7 @@ def _looked_at(fields: dict[str, Any]) -> frozenset[str]:
 _TYPE_NAMES = {INT: "an integer", STR: "a string", STR_LIST: "an array of strings"}
 
 
-Path = tuple  # a field's place, rendered only for an error: ("generationConfig", "candidateCount"), (.., 0)
+Path = tuple[str | int, ...]  # a field's place, rendered only for an error: ("generationConfig", "candidateCount"), (.., 0)
 
 
 def _render(at: Path) -> str:
