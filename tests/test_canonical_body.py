@@ -151,6 +151,38 @@ async def test_n1_snake_case_candidate_count_is_held_and_sent_canonical(gw):
     assert held >= 8 * 1000 * model.output_price  # every candidate's output is held
 
 
+async def test_n1_eight_candidates_are_charged_within_the_hold_on_each_store(tmp_path, store):
+    """The money of attack N1, settled on SQLite and PostgreSQL: the provider writes 8
+    candidates at the cap; their charge stays within what was held, and the balance never goes
+    below zero (it was -$1.80 on a $3 account)."""
+    held: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        held.append(gw.ledger.held_nano)
+        sent = orjson.loads(request.content)
+        n, cap = sent["generationConfig"]["candidateCount"], sent["generationConfig"]["maxOutputTokens"]
+        candidates = [{"index": i, "content": {"role": "model", "parts": [{"text": "x"}]}, "finishReason": "MAX_TOKENS"}
+                      for i in range(n)]
+        return httpx.Response(200, json={"candidates": candidates, "usageMetadata": {
+            "promptTokenCount": 3, "candidatesTokenCount": n * cap, "totalTokenCount": 3 + n * cap}})
+
+    gw = Gateway(tmp_path, handler, store=store)
+    try:
+        account_id, secret = await gw.funded_key(3)
+        raw = orjson.dumps({"contents": CONTENTS, "generation_config": {"candidate_count": 8, "max_output_tokens": 20_000}})
+        with trio.fail_after(20):
+            response = await gw.http.post(GENERATE, content=raw, headers={"authorization": f"Bearer {secret}"})
+        assert response.status_code == 200, response.text
+        [row] = await gw.usage(account_id)
+        model = gw.config.models["gemini-2.5-flash"]
+        assert row["output_tokens"] == 8 * 20_000
+        assert held[0] >= row["cost_nano"] >= 8 * 20_000 * model.output_price
+        account = gw.directory.accounts[account_id]
+        assert account.held_nano == 0 and account.credit_nano == 3 * 10**9 - row["cost_nano"] >= 0
+    finally:
+        await gw.aclose()
+
+
 async def test_a_camelcase_body_passes_as_its_bytes(gw):
     raw = orjson.dumps({"contents": CONTENTS, "generationConfig": {"maxOutputTokens": 100, "candidateCount": 2}})
     response, _ = await post(gw, GENERATE, raw)

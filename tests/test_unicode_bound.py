@@ -87,9 +87,10 @@ def test_a_few_accents_are_not_counted_but_held_at_their_worst():
     assert held_tokens(body, counted=False) >= tokens.count(text)
 
 
-async def test_n9_the_relay_holds_a_rare_script_prompt_at_its_count(tmp_path):
-    """Through the in-process gateway: what is held when the provider is called covers o200k's
-    count of a Yi prompt (attack N9: held at a third of it)."""
+async def test_n9_the_relay_holds_a_rare_script_prompt_at_its_count(tmp_path, store):
+    """Through the in-process gateway, on SQLite and PostgreSQL: what is held when the provider
+    is called covers o200k's count of a Yi prompt (attack N9: held at a third of it), and the
+    provider's usage at that count is charged within it."""
     seen: list[int] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -97,11 +98,12 @@ async def test_n9_the_relay_holds_a_rare_script_prompt_at_its_count(tmp_path):
         return httpx.Response(200, json={
             "id": "c", "object": "chat.completion", "created": 1, "model": "gpt-4.1",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+            "usage": {"prompt_tokens": tokens.count(orjson.loads(request.content)["messages"][0]["content"]),
+                      "completion_tokens": 1, "total_tokens": 2}})
 
-    gw = Gateway(tmp_path, handler)
+    gw = Gateway(tmp_path, handler, store=store)
     try:
-        _, secret = await gw.funded_key(100)
+        account_id, secret = await gw.funded_key(100)
         text = text_of(*RARE["yi"], 20_000)
         with trio.fail_after(20):
             response = await gw.http.post("/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
@@ -110,6 +112,8 @@ async def test_n9_the_relay_holds_a_rare_script_prompt_at_its_count(tmp_path):
         assert response.status_code == 200, response.text
         model = gw.config.models["gpt-4.1"]
         assert seen and seen[0] >= tokens.count(text) * model.input_price
+        [row] = await gw.usage(account_id)
+        assert row["input_tokens"] == tokens.count(text) and row["cost_nano"] <= seen[0]
         # ordinary Japanese is counted by the relay, not held at three times its size
         text = "日本語のテキストです。トークンの数を見積もります。" * 300
         with trio.fail_after(20):
