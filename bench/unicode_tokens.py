@@ -33,9 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gatewayd import tokens  # noqa: E402
-from gatewayd.billing.estimate import (  # noqa: E402
-    PER_MESSAGE_TOKENS, ForeignText, counted_estimate, counted_text, estimate_input_tokens,
-)
+from gatewayd.billing.estimate import PER_MESSAGE_TOKENS, counted_estimate, estimate_input_tokens  # noqa: E402
+from gatewayd.billing.foreign_text import ForeignText, counted_text  # noqa: E402
 
 SCRIPTS = [
     ("Latin-1 / Latin Extended", 0x00A0, 0x024F),

@@ -41,7 +41,8 @@ import trio
 from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.attempt import AttemptFailed
-from gatewayd.billing.estimate import ForeignText, counted_text, route_hold
+from gatewayd.billing.estimate import route_hold
+from gatewayd.billing.foreign_text import ForeignText, counted_text
 from gatewayd.billing.ledger import Ledger, refusal_error, store_unavailable
 from gatewayd.billing.pricing import Bill
 from gatewayd.billing.tab import Outcome, store_failed_while_settling

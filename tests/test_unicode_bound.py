@@ -18,7 +18,8 @@ import trio
 from hypothesis import given, settings, strategies as st
 
 from gatewayd import tokens
-from gatewayd.billing.estimate import PER_MESSAGE_TOKENS, ForeignText, counted_estimate, counted_text, estimate_input_tokens
+from gatewayd.billing.estimate import PER_MESSAGE_TOKENS, counted_estimate, estimate_input_tokens
+from gatewayd.billing.foreign_text import ForeignText, counted_text
 from tests.inproc import Gateway
 
 # (first, last) code point of the scripts attack N9 used, and others o200k counts densely

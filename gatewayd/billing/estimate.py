@@ -25,7 +25,7 @@ token of every byte of some scripts (CJK Extension B, Yi, Braille, unassigned co
 ``bench/unicode_tokens.py``, the table in docs/billing.md), three times a bytes/3 estimate
 (attack N9). No tokenizer makes more than a token a byte, so each non-ASCII string and JSON
 part is held at that worst case, unless its tokens were counted exactly: the estimates record
-the non-ASCII parts they read (:class:`ForeignText`), and when their worst case would weigh
+the non-ASCII parts they read (:mod:`gatewayd.billing.foreign_text`), and when their worst case would weigh
 on the hold the relay counts them with the model family's tokenizer, off the event loop, and
 estimates again on the counts (``Relay._build_counted``). ASCII text pays nothing for this.
 """
@@ -33,15 +33,13 @@ estimates again on the counts (``Relay._build_counted``). ASCII text pays nothin
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from contextvars import ContextVar
 from fractions import Fraction
-from typing import Any, AnyStr, Iterator
+from typing import Any, AnyStr
 
 import attrs
 import orjson
 
-from gatewayd import tokens as tokenizer
+from gatewayd.billing.foreign_text import ASCII_BYTES, ForeignText, counted_text, current, non_ascii_bytes
 from gatewayd.catalogue import Model
 from gatewayd.errors import BodyError
 from gatewayd.formats.usage import Usage
@@ -152,70 +150,6 @@ def _density(value: AnyStr) -> int:
     return DENSE if dense else PLAIN
 
 
-_ASCII_BYTES = bytes(range(0x80))
-
-
-def _non_ascii_bytes(value: str, utf8_len: int) -> int:
-    """An upper bound of the UTF-8 bytes of ``value``'s non-ASCII characters, from its length
-    in characters and in bytes alone (no scan): each such character has at least 2 bytes, so
-    k of them, of m bytes, make ``utf8_len = len - k + m`` with ``k <= m / 2``."""
-    return min(utf8_len, 2 * (utf8_len - len(value)))
-
-
-class ForeignText:
-    """A request's non-ASCII parts (strings, and JSON values measured as their text): the
-    estimates made while it is current (:func:`counted_text`) hold each at its worst case and
-    record it; once :meth:`count` has run, at its exact tokens by the model family's tokenizer.
-    Parts are known by identity: a part a route's body does not share with the counted ones
-    (a translation rebuilt it) stays at its worst case."""
-
-    __slots__ = ("_counted", "_seen")
-
-    def __init__(self) -> None:
-        self._counted: dict[int, tuple[Any, int]] = {}
-        self._seen: dict[int, tuple[Any, str | bytes, int]] = {}  # id -> (part, its text, worst in thirds)
-
-    def counted(self, part: Any) -> int | None:
-        found = self._counted.get(id(part))
-        return found[1] if found is not None and found[0] is part else None
-
-    def saw(self, part: Any, text: str | bytes, worst3: int) -> None:
-        self._seen[id(part)] = (part, text, worst3)
-
-    def weighs(self, body_bytes: int) -> bool:
-        """Whether the parts seen are worth counting: their worst case above
-        :data:`COUNT_FOREIGN_ABOVE_TOKENS` and above :data:`COUNT_FOREIGN_ABOVE_SHARE` of the
-        body's bytes / 3 (below that, holding the worst case costs less than a count)."""
-        worst = -(-sum(w for _, _, w in self._seen.values()) // 3)
-        return worst > COUNT_FOREIGN_ABOVE_TOKENS and worst > body_bytes * COUNT_FOREIGN_ABOVE_SHARE / BYTES_PER_TOKEN
-
-    @property
-    def chars(self) -> int:
-        return sum(len(text) for _, text, _ in self._seen.values())
-
-    def count(self, family: str) -> None:
-        """Count every part seen with ``family``'s tokenizer (``gatewayd.tokens``: o200k,
-        scaled for Claude). CPU-bound: the relay runs it in a worker thread when large."""
-        for key, (part, text, _) in list(self._seen.items()):
-            text = text if isinstance(text, str) else text.decode("utf-8", "surrogatepass")
-            self._counted[key] = (part, tokenizer.count(text, family))
-        self._seen.clear()
-
-
-_FOREIGN: ContextVar[ForeignText | None] = ContextVar("gatewayd_foreign_text", default=None)
-
-
-@contextmanager
-def counted_text(foreign: ForeignText | None) -> Iterator[None]:
-    """Estimates made inside record their non-ASCII parts in ``foreign`` and read its counts.
-    The relay wraps the building of a request's routes in it (the builders make the estimates)."""
-    token = _FOREIGN.set(foreign)
-    try:
-        yield
-    finally:
-        _FOREIGN.reset(token)
-
-
 class _Tally:
     """Bytes of text seen (plain and dense), and tokens allowed flat (media, per-message overhead)."""
 
@@ -228,7 +162,7 @@ class _Tally:
         self.tokens = 0
         self.media = media or GENERIC_MEDIA
         self.extra3 = 0  # thirds of a token held for non-ASCII text beyond its bytes / 3
-        self.foreign = _FOREIGN.get()
+        self.foreign = current()
 
     def _foreign(self, part: Any, text: str | bytes, utf8_len: int, non_ascii: int) -> None:
         """A non-ASCII part of ``utf8_len`` bytes, already counted at a third of them: held at
@@ -261,7 +195,7 @@ class _Tally:
             else:
                 n = len(value.encode("utf-8", "surrogatepass"))
                 self.bytes += n
-                self._foreign(value, value, n, _non_ascii_bytes(value, n))
+                self._foreign(value, value, n, non_ascii_bytes(value, n))
         elif value is not None:
             self.json(value)
 
@@ -291,7 +225,7 @@ class _Tally:
         else:
             self.bytes += len(text)
         if not text.isascii():
-            self._foreign(value, text, len(text), len(text.translate(None, _ASCII_BYTES)))
+            self._foreign(value, text, len(text), len(text.translate(None, ASCII_BYTES)))
 
     def image(self, part: Any = None) -> None:
         self.tokens += self.media.image
@@ -603,12 +537,6 @@ def prompt_transcript(body: dict[str, Any], fmt: str) -> tuple[str, int]:
     transcript = _Transcript()
     _READERS[fmt](body, transcript)
     return "\n".join(transcript.parts), transcript.tokens
-
-
-# the non-ASCII parts of a body are counted exactly when their worst case is above this many
-# tokens and above this share of the body's bytes / 3 (ForeignText.weighs)
-COUNT_FOREIGN_ABOVE_TOKENS = 256
-COUNT_FOREIGN_ABOVE_SHARE = Fraction(1, 32)
 
 
 def counted_estimate(body: dict[str, Any], fmt: str, family: str, body_bytes: int = 0,

@@ -19,7 +19,10 @@ reads those asks from the body the provider will receive, per protocol:
 A cap field the protocol does not have (``max_completion_tokens`` on /v1/messages) is the
 client's 400 (:func:`check_cap_fields`): the provider would ignore it, or read it where we
 did not. Anything billable the model has no price for is refused before the provider with
-400 ``unpriced_feature`` naming it (:func:`require_prices`). Pure: no I/O.
+400 ``unpriced_feature`` naming it (:func:`require_prices`), and so is what no price can bound
+(``Asks.unpriceable``: a Gemini ``cachedContent``, ``fileData`` naming a stored or remote file,
+a Gemini ``serviceTier``, Anthropic's ``mcp_servers`` and ``inference_geo``). Wrong types in
+the fields read here are the client's 400, never a 500. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -496,13 +499,20 @@ def _gemini_references(body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     contents = body.get("contents")
     if isinstance(contents, list):
         places += [(f"contents[{i}]", content) for i, content in enumerate(contents)]
-    for at, content in places:
+    i = 0
+    while i < len(places):
+        at, content = places[i]
+        i += 1
         parts = content.get("parts") if isinstance(content, dict) else None
         for j, part in enumerate(parts if isinstance(parts, list) else ()):
-            if isinstance(part, dict) and part.get("fileData") is not None:
+            if not isinstance(part, dict):
+                continue
+            if part.get("fileData") is not None:
                 why = _file_uri_refusal(part["fileData"])
                 if why is not None:
                     found.append((why, f"{at}.parts[{j}].fileData.fileUri"))
+            if isinstance(part.get("functionResponse"), dict):  # a multimodal tool result has parts too
+                places.append((f"{at}.parts[{j}].functionResponse", part["functionResponse"]))
     return tuple(found)
 
 
