@@ -217,6 +217,9 @@ async def test_gemini_bodies_that_say_a_field_twice_or_wrongly_are_400_not_500(g
     ({"contents": [{"role": "user", "parts": [{"fileData": {"fileUri": "https://example.com/a.mp3",
                                                             "mimeType": "audio/mpeg"}}]}]},
      "contents[0].parts[0].fileData.fileUri"),
+    ({"contents": [{"role": "user", "parts": [{"function_response": {"name": "f", "response": {}, "parts": [
+        {"file_data": {"file_uri": "gs://b/x.pdf", "mime_type": "application/pdf"}}]}}]}]},
+     "contents[0].parts[0].functionResponse.parts[0].fileData.fileUri"),
 ])
 async def test_gemini_caches_and_files_are_refused_as_unpriced(gw, body, field):
     error = await refused(gw, GENERATE, orjson.dumps({"contents": CONTENTS, **body}))
