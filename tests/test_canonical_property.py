@@ -286,7 +286,7 @@ def check(asks, reads: dict[str, Any]) -> None:
         assert reads["calls"] == asks.max_tool_calls
 
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
