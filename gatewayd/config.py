@@ -24,6 +24,8 @@ from gatewayd.alerts import AlertSettings
 from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
+from gatewayd.mcp import access as mcp_access
+from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
@@ -63,6 +65,7 @@ class Group:
     name: str
     price_ratio: Fraction
     retired: bool
+    mcp: tuple[str, ...] | None = None  # MCP servers / server:tool patterns its accounts may use; None: all
 
 
 @attrs.frozen
@@ -112,6 +115,7 @@ class Config:
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
+    mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -457,7 +461,7 @@ def _groups(raw: Any) -> dict[str, Group]:
     groups: dict[str, Group] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"groups[{i}]")
-        s.unknown({"name", "price_ratio", "retired"})
+        s.unknown({"name", "price_ratio", "retired", "mcp"})
         name = s.str("name")
         if name in groups:
             raise ConfigError(f"groups[{i}].name: duplicate group {name!r}")
@@ -465,7 +469,13 @@ def _groups(raw: Any) -> dict[str, Group]:
             price_ratio = ratio(s.number("price_ratio", 1.0))
         except MoneyError as e:
             raise ConfigError(f"groups[{i}].price_ratio: {e}") from None
-        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False))
+        mcp = None
+        if "mcp" in s.table:
+            try:
+                mcp = mcp_access.parse_list(s.table["mcp"])
+            except mcp_access.AccessListError as e:
+                raise ConfigError(f"groups[{i}].mcp: {e}") from None
+        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False), mcp=mcp)
     if "default" not in groups:
         groups["default"] = Group(name="default", price_ratio=Fraction(1), retired=False)
     return groups
@@ -506,7 +516,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments"}
+               "payments", "mcp_servers"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -536,6 +546,12 @@ def load_config(
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
+    mcp_servers = read_mcp_servers(raw.get("mcp_servers"), env)
+    for group in groups.values():
+        unknown = [e for e in group.mcp or () if e.partition(":")[0] not in mcp_servers]
+        if unknown:
+            raise ConfigError(f"groups: group {group.name!r} names MCP server {unknown[0].partition(':')[0]!r}, "
+                              "which is not in [[mcp_servers]]")
     return Config(
         server=server,
         database_url=database_url,
@@ -550,4 +566,5 @@ def load_config(
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
         alerts=alerts.read_settings(raw.get("alerts"), env),
         stripe=read_payments(raw.get("payments"), env),
+        mcp_servers=mcp_servers,
     )
