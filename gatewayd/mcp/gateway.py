@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import httpx
 import trio
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter
 
 from gatewayd.access import caller_group
 from gatewayd.config import Config
@@ -92,7 +92,8 @@ class McpGateway:
     """The MCP endpoints of one instance; ``config`` follows reloads (``gatewayd.reload``)."""
 
     def __init__(self, routes: "ApiRoutes", secret: bytes, *, http: httpx.AsyncClient | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, registry: CollectorRegistry | None = None) -> None:
+        """``registry``: where the call counter goes (default: the relay's metrics, /metrics)."""
         self.routes = routes
         relay = routes.relay
         self.relay = relay
@@ -100,7 +101,7 @@ class McpGateway:
         self._clock = clock
         self.http = http or httpx.AsyncClient(limits=httpx.Limits(max_connections=1000), follow_redirects=False)
         self.calls = Counter("gateway_mcp_calls", "MCP tool calls, by server and outcome.", ["server", "outcome"],
-                             registry=relay.metrics.registry)
+                             registry=registry or relay.metrics.registry)
         self.tools = Tools(relay.config, relay.ledger, relay.in_flight, http=self.http,
                            on_call=lambda server, outcome: self.calls.labels(server, outcome).inc())
         self.ended: OrderedDict[str, None] = OrderedDict()
