@@ -260,14 +260,14 @@ class McpGateway:
 
             raise refused(e, request.id) from None
         try:
-            tools = await self.tools.list(caller, group, session_id, where, request.id)
+            tools = await self.tools.list_tools(caller, group, session_id, where, request.id)
         finally:
             ticket.leave()
         return p.result_doc(request.id, {"tools": tools})
 
     async def _call(self, ctx: Ctx, caller: Any, group: Any, session_id: str, where: str, request: p.Request,
                     on_note: Any) -> dict[str, Any]:
-        return await self._answer(request, self.tools.call(caller, group, session_id, where, request,
+        return await self._answer(request, self.tools.call_tool(caller, group, session_id, where, request,
                                                            ctx.request_id, on_note))
 
     async def _answer(self, request: p.Request, answering: Awaitable[dict[str, Any]]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Listing and calling tools for one caller: access, links, concurrency and money.
 
-The order of a ``tools/call``, in one place (:meth:`Tools.call`):
+The order of a ``tools/call``, in one place (:meth:`Tools.call_tool`):
 
     resolve the name -> access (server list, key list, group list: a tool outside is the
     same -32602 as a tool that does not exist, and nothing is sent upstream) -> requests in
@@ -154,7 +154,7 @@ class Tools:
 
     # -- tools/list ------------------------------------------------------------------------
 
-    async def list(self, caller: Caller, group: Group, session_id: str, scope: str, request_id: Any) -> list[Any]:
+    async def list_tools(self, caller: Caller, group: Group, session_id: str, scope: str, request_id: Any) -> list[Any]:
         """Every tool the caller may use at ``scope`` (a server, or ``*``: all, named server__tool).
         On the aggregate endpoint a server that fails is left out (and logged), so one broken
         server does not hide the others' tools; on a server's own endpoint it is the error."""
@@ -219,7 +219,7 @@ class Tools:
             raise p.unknown_tool(name, request_id)
         return server, tool
 
-    async def call(self, caller: Caller, group: Group, session_id: str, scope: str, request: p.Request,
+    async def call_tool(self, caller: Caller, group: Group, session_id: str, scope: str, request: p.Request,
                    request_id: str, on_notification: OnNotification | None) -> dict[str, Any]:
         """One ``tools/call``, in the module doc's order; the JSON-RPC response to send."""
         name, arguments = p.tool_call_target(request.params, request.id)
