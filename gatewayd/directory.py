@@ -355,7 +355,7 @@ class Directory:
         try:
             checked = mcp_access.parse_list(entries)
         except mcp_access.AccessListError as e:
-            raise DirectoryError(str(e)) from None
+            raise DirectoryError(str(e) if str(e).startswith("mcp") else f"mcp: {e}") from None
         unknown = [e for e in checked if e.partition(":")[0] not in self.config.mcp_servers]
         if unknown:
             raise DirectoryError(f"no MCP server {unknown[0].partition(':')[0]!r} in the configuration")

@@ -154,3 +154,17 @@ def test_bad_mcp_server_settings_name_the_key(table, message):
 def test_duplicate_servers_are_refused():
     with pytest.raises(ConfigError, match="duplicate"):
         read_servers([{"name": "a", "url": "https://x"}, {"name": "a", "url": "https://y"}], {})
+
+
+def test_the_console_key_form_sends_the_mcp_list_only_when_it_shows_the_field():
+    from gatewayd.console.forms import KeyForm, field_of
+
+    class Form(dict):
+        def getlist(self, name):
+            return []
+
+    shown = KeyForm.from_form(Form(name="k", mcp="calc\nfiles:read_*, calc:add\n"))
+    assert shown.fields()["mcp"] == ["calc", "files:read_*", "calc:add"]
+    assert KeyForm.from_form(Form(name="k", mcp="  \n")).fields()["mcp"] is None  # empty: every server
+    assert "mcp" not in KeyForm.from_form(Form(name="k")).fields()  # no MCP servers, no field: the list stays
+    assert field_of("no MCP server 'x' in the configuration") == "mcp" and field_of("mcp: 'a b': bad") == "mcp"
