@@ -48,7 +48,7 @@ def funded_key(daemon):
     return account, daemon.admin.key(account["id"], mcp=["local:add", "local:echo"])["secret"]
 
 
-def test_claude_code_lists_and_calls_a_tool_through_the_gateway(daemon, funded_key, tmp_path):
+def test_claude_code_lists_and_calls_a_tool_through_the_gateway(daemon, sim, funded_key, tmp_path):
     claude = pinned_cli("@anthropic-ai/claude-code", CLAUDE_VERSION, "claude")
     account, secret = funded_key
     home, work = tmp_path / "home", tmp_path / "work"
@@ -81,7 +81,10 @@ def test_claude_code_lists_and_calls_a_tool_through_the_gateway(daemon, funded_k
     rows = daemon.admin.usage(account["id"])
     mcp_rows = [(r["model"], r["provider"], r["status"], r["cost_nano"]) for r in rows if r["endpoint"] == "mcp"]
     assert mcp_rows == [("local:add", "local", "ok", 10_000_000)]
-    # Claude Code saw only the key's tools: add and echo, not shout or progress (the model's request lists them)
+    # Claude Code offered the model only the key's tools: add and echo, not shout or progress
+    first = sim.requests(marker)[0]
+    offered = sorted(t["name"] for t in first["json"]["tools"] if t["name"].startswith("mcp__"))
+    assert offered == ["mcp__gw__local__add", "mcp__gw__local__echo"]
     assert daemon.admin.audit()["ok"] is True
 
 
