@@ -168,3 +168,27 @@ def test_the_console_key_form_sends_the_mcp_list_only_when_it_shows_the_field():
     assert KeyForm.from_form(Form(name="k", mcp="  \n")).fields()["mcp"] is None  # empty: every server
     assert "mcp" not in KeyForm.from_form(Form(name="k")).fields()  # no MCP servers, no field: the list stays
     assert field_of("no MCP server 'x' in the configuration") == "mcp" and field_of("mcp: 'a b': bad") == "mcp"
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False) | st.text(),
+                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                            max_leaves=20)
+_messages = st.fixed_dictionaries({}, optional={"jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
+                                                "id": _json_values, "method": _json_values,
+                                                "params": _json_values, "result": _json_values,
+                                                "error": _json_values})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), _messages.map(lambda d: __import__("orjson").dumps(d)),
+                 _json_values.map(lambda d: __import__("orjson").dumps(d))))
+def test_any_bytes_are_a_message_or_a_json_rpc_error(raw):
+    try:
+        message = p.parse_message(raw)
+    except p.RpcError as e:
+        assert e.code in (p.PARSE_ERROR, p.INVALID_REQUEST, p.INVALID_PARAMS)
+        assert e.id is None or isinstance(e.id, (str, int))
+    else:
+        assert isinstance(message, (p.Request, p.Notification, p.Reply))

@@ -135,10 +135,23 @@ class McpGateway:
     async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
                        send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         ctx = self.routes.mcp_context(scope)
+        started = False
+
+        async def tracked_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
         try:
-            await self._serve(ctx, scope, receive, send)
+            await self._serve(ctx, scope, receive, tracked_send)
         except HttpAnswer as answer:
             await _send_json(send, answer.status, answer.error.doc(), answer.headers)
+        except Exception as e:  # a bug of ours: logged with its traceback, a 500 in the protocol's shape
+            log.error("internal error while serving MCP: %s", type(e).__name__, exc_info=e,
+                      extra={"fields": {"request_id": ctx.request_id}})
+            if not started:
+                await _send_json(send, 500, p.error_doc(None, p.INTERNAL_ERROR, "internal error in the gateway; "
+                                                        f"this is a gateway bug (request id: {ctx.request_id})"), {})
 
     async def _serve(self, ctx: Ctx, scope: dict[str, Any], receive: Any, send: Any) -> None:
         where = scope_of(ctx.path)

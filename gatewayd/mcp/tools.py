@@ -227,6 +227,7 @@ class Tools:
         t = trace.get()
         if t is not None:
             t.model = f"{server.name}:{tool}"
+            t.provider = server.name
         settings = self.config.server
         try:
             ticket = self.in_flight.enter(caller.account, caller.key, account_default=settings.max_concurrent_per_account,
