@@ -383,3 +383,65 @@ def test_the_key_record_carries_its_mcp_list():
               spend_limit_nano=None, spent_nano=0, expires_on=None, models=None, allow_ips=None, group=None,
               created_at="t", last_used_at=None, mcp=("calc",))
     assert key.public(0)["mcp"] == ["calc"] and attrs.evolve(key, mcp=None).public(0)["mcp"] is None
+
+
+class Guarded(httpx.AsyncBaseTransport):
+    """In front of the harness's upstreams: an OAuth token endpoint (``/token`` on port 9100) and a
+    check of every MCP request's credentials against what the server accepts now."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.issued = 0
+        self.accepted_token = "tok-2"  # the first token issued is already revoked: the gateway must renew once
+        self.forms: list[dict] = []
+        self.seen: list[tuple[int, str | None]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.port == 9100:
+            self.issued += 1
+            self.forms.append(dict(httpx.QueryParams((await request.aread()).decode())))
+            return httpx.Response(200, json={"access_token": f"tok-{self.issued}", "expires_in": 3600,
+                                             "token_type": "Bearer"})
+        auth = request.headers.get("authorization")
+        self.seen.append((request.url.port or 80, auth))
+        wanted = {9001: f"Bearer {self.accepted_token}", 9002: "Token files-secret"}[request.url.port or 80]
+        if auth != wanted:
+            return httpx.Response(401, json={"error": "invalid_token"})
+        return await self.inner.handle_async_request(request)
+
+
+async def test_upstream_credentials_from_the_environment_and_oauth_client_credentials(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALC_CLIENT_SECRET", "s3cret")
+    monkeypatch.setenv("FILES_TOKEN", "files-secret")
+    toml = """
+[[mcp_servers]]
+name = "calc"
+url = "http://127.0.0.1:9001/mcp"
+[mcp_servers.auth]
+type = "oauth_client_credentials"
+token_url = "http://127.0.0.1:9100/token"
+client_id = "gatewayd"
+client_secret_env = "CALC_CLIENT_SECRET"
+scope = "tools"
+
+[[mcp_servers]]
+name = "files"
+url = "http://127.0.0.1:9002/mcp"
+auth = { type = "header", header = "Authorization", scheme = "Token", value_env = "FILES_TOKEN" }
+"""
+    h = McpHarness(tmp_path, toml=toml)
+    guard = Guarded(h.transport)
+    h.mcp.http = h.mcp.tools.http = httpx.AsyncClient(transport=guard)
+    async with h.running():
+        _, secret = await h.gateway.funded_key(10)
+        async with sdk(h, secret) as session:
+            assert (await session.call_tool("calc__add", {"a": 1, "b": 1})).structuredContent == {"result": 2}
+            assert (await session.call_tool("files__read_file", {"path": "p"})).content[0].text == "contents of p"
+            assert (await session.call_tool("calc__add", {"a": 2, "b": 2})).structuredContent == {"result": 4}
+        # one token refused (401), renewed once, then kept: two tokens fetched in all
+        assert guard.issued == 2
+        assert guard.forms[0] == {"grant_type": "client_credentials", "client_id": "gatewayd",
+                                  "client_secret": "s3cret", "scope": "tools"}
+        assert (9001, "Bearer tok-1") in guard.seen and guard.seen[-1] in ((9001, "Bearer tok-2"),
+                                                                           (9002, "Token files-secret"))
+        assert {auth for port, auth in guard.seen if port == 9002} == {"Token files-secret"}
