@@ -28,6 +28,7 @@ from mcp.shared.exceptions import McpError
 from gatewayd.config import load_config
 from gatewayd.mcp import protocol as p
 from gatewayd.mcp.gateway import McpGateway
+from gatewayd.reload import Reloader
 from tests.mcp.harness import SECRET, McpHarness, servers_toml
 from tests.mcp.servers import make_server
 
@@ -233,8 +234,9 @@ async def test_a_reload_adds_and_removes_servers_and_keeps_the_other_sessions(tm
             # files leaves, a third server comes
             (tmp_path / "gatewayd.toml").write_text((tmp_path / "gatewayd.toml").read_text().replace(
                 'name = "files"\nurl = "http://127.0.0.1:9002/mcp"', 'name = "more"\nurl = "http://127.0.0.1:9002/mcp"'))
-            config = load_config(tmp_path / "gatewayd.toml")
-            h.gateway.relay.config = h.gateway.directory.config = h.mcp.config = config
+            reloader = Reloader(lambda: load_config(tmp_path / "gatewayd.toml"), lambda c: c,
+                                [h.gateway.relay, h.gateway.directory, h.mcp])  # as the daemon's SIGHUP does
+            assert reloader.reload("test")["ok"] is True
             assert sorted(t.name for t in (await session.list_tools()).tools) == [
                 "calc__add", "calc__echo", "calc__progress", "calc__shout", "more__add", "more__progress",
                 "more__read_file"]
