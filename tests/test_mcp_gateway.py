@@ -274,10 +274,16 @@ async def test_hostile_input_gets_the_protocols_errors_never_a_500(tmp_path, cap
                 (await http.post("/mcp", content=orjson.dumps(p.request_doc(1, "initialize", INIT)),
                                  headers={**HEADERS, "authorization": "Bearer sk-wrong"}), 401, p.REFUSED),
                 (await rpc(http, "/mcp", p.request_doc(1, "initialize", {}), None), 400, p.INVALID_PARAMS),
+                # a browser page of another origin (DNS rebinding): the transport's 403
+                (await rpc(http, "/mcp", p.request_doc(1, "initialize", INIT), None, origin="http://evil.example"),
+                 403, p.INVALID_REQUEST),
             ]
             for answer, status, code in cases:
                 assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.text
             assert cases[12][0].headers["www-authenticate"].startswith("Bearer")
+            same_origin = await rpc(http, "/mcp", p.request_doc(1, "initialize", INIT), None,
+                                    origin="http://gateway.test")
+            assert same_origin.status_code == 200
             # an oversized message: refused from its declared length, before it is read
             big = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"' + b"x" * (17 << 20) + b'"}}'
             assert (await rpc(http, "/mcp", big, session)).status_code == 413

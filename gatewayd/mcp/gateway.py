@@ -75,6 +75,12 @@ def is_mcp_path(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
+def _same_host(origin: str, host: str | None) -> bool:
+    """``Origin: https://gw.example.com`` against ``Host: gw.example.com`` (ports included when sent)."""
+    authority = origin.partition("://")[2].rstrip("/") if "://" in origin else ""
+    return bool(authority) and host is not None and authority.lower() == host.strip().lower()
+
+
 def _accepts_sse(accept: str | None) -> bool:
     return accept is not None and "text/event-stream" in accept.lower()
 
@@ -162,6 +168,12 @@ class McpGateway:
             raise HttpAnswer(405, p.RpcError(p.INVALID_REQUEST, f"{method} is not served on {ctx.path}: POST "
                                                                 "messages, DELETE to end a session"),
                              {"Allow": "POST, DELETE"})
+        origin = ctx.headers.get("origin")
+        if origin is not None and not _same_host(origin, ctx.headers.get("host")):
+            # the transport's rule against DNS rebinding (a browser page reaching a server by a name
+            # it does not own); cross-origin browser clients are not served (no CORS either)
+            raise HttpAnswer(403, p.RpcError(p.INVALID_REQUEST, f"Forbidden: Origin {origin[:100]} is not this "
+                                                                "server's"))
         try:
             caller = self.relay.admit(ctx)  # key, then IP: the model endpoints' checks
             group = caller_group(self.config, caller)

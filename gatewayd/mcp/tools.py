@@ -31,6 +31,7 @@ import trio
 from gatewayd import trace
 from gatewayd.access import Caller
 from gatewayd.billing.ledger import Ledger
+from gatewayd.billing.pricing import Bill
 from gatewayd.billing.tab import Outcome, store_failed_while_settling
 from gatewayd.catalogue import Model
 from gatewayd.concurrency import InFlight
@@ -66,6 +67,14 @@ def refused(error: GatewayError, request_id: Any) -> p.RpcError:
     if "Retry-After" in error.headers or "retry-after" in error.headers:
         data["retry_after"] = error.headers.get("Retry-After") or error.headers.get("retry-after")
     return p.RpcError(p.REFUSED, error.message, id=request_id, data=data)
+
+
+def _settled(usage: Usage, outcome: Outcome, bill: Bill, store_s: float) -> None:
+    """The request's log line says how the call ended and what it was charged."""
+    t = trace.get()
+    if t is not None:
+        t.usage_status = outcome.value
+        t.cost_nano = bill.total_nano
 
 
 class Tools:
@@ -240,7 +249,8 @@ class Tools:
             try:
                 tab_opening = self.ledger.open_tab(
                     caller.account, caller.key, apply_ratio(price, group.price_ratio), request_id=request_id,
-                    model=entry, endpoint="mcp", stream=False, price_ratio=group.price_ratio, input_estimate=0)
+                    model=entry, endpoint="mcp", stream=False, price_ratio=group.price_ratio, input_estimate=0,
+                    on_settled=_settled)
                 return await self._run(tab_opening, server, tool, session_id, request, arguments, on_notification)
             except GatewayError as e:  # the hold refused (403 balance or key limit, 503 store, 400 too much)
                 raise refused(e, request.id) from None
