@@ -166,7 +166,7 @@ async def test_a_keys_mcp_list_and_its_groups_list_decide_what_is_listed_and_cal
             await h.gateway.directory.update_key(key, {"mcp": ["nope"]})
 
 
-async def test_no_balance_or_a_spent_key_refuses_a_priced_call_before_it_is_sent(tmp_path):
+async def test_no_balance_a_spent_key_or_budget_refuses_a_priced_call_before_it_is_sent(tmp_path):
     h = McpHarness(tmp_path)
     async with h.running():
         account_id = (await h.gateway.directory.create_account("poor@example.com")).id
@@ -186,9 +186,18 @@ async def test_no_balance_or_a_spent_key_refuses_a_priced_call_before_it_is_sent
             with pytest.raises(McpError) as refused:
                 await session.call_tool("calc__add", {"a": 1, "b": 1})
             assert refused.value.error.data["code"] == "pre_consume_token_quota_failed"
-        assert [c[0] for c in h.upstreams["calc"].calls] == ["echo", "add"]
+        # a periodic budget is held against as a model request's is
+        _, budgeted = await h.gateway.directory.create_key(account, name="budget", budget_nano=3_000_000,
+                                                           budget_period="day")
+        async with sdk(h, budgeted) as session:
+            await session.call_tool("calc__add", {"a": 2, "b": 2})
+            with pytest.raises(McpError) as refused:
+                await session.call_tool("calc__add", {"a": 2, "b": 2})
+            assert refused.value.error.data["code"] == "pre_consume_token_quota_failed"
+        assert [c[0] for c in h.upstreams["calc"].calls] == ["echo", "add", "add"]
         rows = await h.gateway.usage(account_id)
-        assert [(r["model"], r["cost_nano"]) for r in rows] == [("calc:echo", 0), ("calc:add", 2_000_000)]
+        assert [(r["model"], r["cost_nano"]) for r in rows] == [("calc:echo", 0), ("calc:add", 2_000_000),
+                                                                 ("calc:add", 2_000_000)]
         assert key.spent_nano == 2_000_000
         assert (await audit(h))["ok"] is True
 
