@@ -114,3 +114,26 @@ def test_the_typescript_sdk_connects_lists_and_calls(daemon, funded_key):
     assert report["refused"]["code"] == -32602 and "Unknown tool: local__shout" in report["refused"]["message"]
     rows = [(r["model"], r["cost_nano"]) for r in daemon.admin.usage(account["id"])]
     assert rows == [("local:add", 10_000_000)]
+
+
+def test_the_console_key_form_sets_and_checks_the_mcp_list(daemon):
+    from tests.console_helpers import ConsoleClient, account_with_password
+
+    email = unique_email("mcp-console")
+    account = account_with_password(daemon.admin, email)
+    console = ConsoleClient(daemon.url)
+    try:
+        assert console.sign_in(email).status_code == 302
+        page = console.get("/console/keys/new").text
+        assert 'name="mcp"' in page and "<code>local</code>" in page  # the field, and the servers it may name
+        made = console.post("/console/keys/new", {"name": "agent", "mcp": "local:add\nlocal:e*"},
+                            token_from="/console/keys/new")
+        assert made.status_code == 302, made.text[-500:]
+        [key] = daemon.admin.call("GET", f"/accounts/{account['id']}/keys")["data"]
+        assert key["mcp"] == ["local:add", "local:e*"]
+        refused = console.post("/console/keys/new", {"name": "bad", "mcp": "nosuch"}, token_from="/console/keys/new")
+        assert refused.status_code == 400 and "no MCP server" in refused.text and "has-error" in refused.text
+        edit = console.get(f"/console/keys/{key['id']}").text
+        assert "local:add\nlocal:e*" in edit  # the form shows the list as stored
+    finally:
+        console.close()
