@@ -112,6 +112,8 @@ async def test_the_sdk_lists_and_calls_tools_and_each_priced_call_is_held_and_se
         assert h.gateway.directory.accounts[account].balance_nano == before - 6_000_000
         assert h.gateway.ledger.open_holds == 0
         assert h.mcp.calls.labels("calc", "ok")._value.get() == 4  # gateway_mcp_calls_total on /metrics
+        # the client's key never travels upstream: the servers see the gateway, with its own credentials
+        assert h.transport.requests and not any(secret[3:] in str(r.headers) for r in h.transport.requests)
         report = await audit(h)
         assert report["ok"] is True, report
 
