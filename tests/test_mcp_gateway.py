@@ -465,3 +465,45 @@ auth = { type = "header", header = "Authorization", scheme = "Token", value_env 
         assert (9001, "Bearer tok-1") in guard.seen and guard.seen[-1] in ((9001, "Bearer tok-2"),
                                                                            (9002, "Token files-secret"))
         assert {auth for port, auth in guard.seen if port == 9002} == {"Token files-secret"}
+
+
+async def test_a_call_the_client_cancels_ends_unanswered_and_the_server_is_told(tmp_path):
+    h = McpHarness(tmp_path)
+    started, cancelled = trio.Event(), trio.Event()
+
+    @h.upstreams["calc"].tool()
+    async def wait() -> str:
+        """Wait until cancelled."""
+        started.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    async with h.running():
+        account_id, secret = await h.gateway.funded_key(10)
+        async with h.client(secret) as http:
+            session = await initialize(http)
+            answers: list[httpx.Response] = []
+
+            async def call(accept: str) -> None:
+                answers.append(await rpc(http, "/mcp", p.request_doc(f"c-{accept}", "tools/call", {"name": "calc__wait"}),
+                                         session, accept=accept))
+
+            for accept in ("application/json, text/event-stream", "application/json"):
+                started = trio.Event()
+                cancelled = trio.Event()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(call, accept)
+                    with trio.fail_after(10):
+                        await started.wait()
+                    note = p.notification_doc("notifications/cancelled", {"requestId": f"c-{accept}"})
+                    assert (await rpc(http, "/mcp", note, session)).status_code == 202
+                with trio.fail_after(10):
+                    await cancelled.wait()  # the server was told, and stopped the tool
+            streamed, plain = answers
+            assert streamed.status_code == 200 and sse_messages(streamed.text) == []  # no answer: the stream ends
+            assert plain.json()["error"]["code"] == p.REQUEST_CANCELLED
+        rows = await h.gateway.usage(account_id)
+        assert [(r["model"], r["status"], r["cost_nano"]) for r in rows] == [
+            ("calc:wait", "client_disconnected", 2_000_000)] * 2  # it reached the server: charged, as a call left

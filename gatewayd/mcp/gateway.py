@@ -111,6 +111,8 @@ class McpGateway:
         self.tools = Tools(relay.config, relay.ledger, relay.in_flight, http=self.http,
                            on_call=lambda server, outcome: self.calls.labels(server, outcome).inc())
         self.ended: OrderedDict[str, None] = OrderedDict()
+        # requests running on this instance, by (session, request id): what notifications/cancelled stops
+        self.cancellable: dict[tuple[str, bytes], trio.CancelScope] = {}
 
     @property
     def config(self) -> Config:
@@ -217,6 +219,8 @@ class McpGateway:
         except p.RpcError as e:
             raise HttpAnswer(400, e) from None
         if not isinstance(message, p.Request):  # a notification or a response: accepted, nothing to answer
+            if isinstance(message, p.Notification) and message.method == "notifications/cancelled":
+                self._cancel(session_id, message)
             await _send_json(send, 202, None, {})
             return
         async with trio.open_nursery() as nursery:
@@ -260,6 +264,34 @@ class McpGateway:
 
     async def _request(self, send: Any, ctx: Ctx, caller: Any, group: Any, session_id: str, where: str,
                        request: p.Request) -> None:
+        """Answer one request; one the client cancels (``notifications/cancelled``, on this
+        instance) gets no answer, as the protocol asks: its stream just ends (a JSON answer,
+        which the transport cannot leave out, is the error -32800)."""
+        key = (session_id, p.encode(request.id))
+        answer = _Tracked(send)
+        with trio.CancelScope() as scope:
+            self.cancellable[key] = scope
+            try:
+                await self._dispatch(answer.send, ctx, caller, group, session_id, where, request)
+            finally:
+                if self.cancellable.get(key) is scope:
+                    del self.cancellable[key]
+        if scope.cancelled_caught:
+            if not answer.started:
+                await _send_json(send, 200, p.error_doc(request.id, p.REQUEST_CANCELLED, "Request cancelled"), {})
+            elif not answer.ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _cancel(self, session_id: str, notification: p.Notification) -> None:
+        """``notifications/cancelled``: stop the session's request it names, if it runs here."""
+        request_id = notification.params.get("requestId")
+        if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
+            scope = self.cancellable.get((session_id, p.encode(request_id)))
+            if scope is not None:
+                scope.cancel()
+
+    async def _dispatch(self, send: Any, ctx: Ctx, caller: Any, group: Any, session_id: str, where: str,
+                        request: p.Request) -> None:
         if request.method == "tools/call" and _accepts_sse(ctx.headers.get("accept")):
             await self._stream(send, lambda on_note: self._call(ctx, caller, group, session_id, where, request,
                                                                 on_note))
@@ -325,6 +357,22 @@ class McpGateway:
             finally:
                 notes_in.close()
         await send({"type": "http.response.body", "body": p.sse_event(final), "more_body": False})
+
+
+class _Tracked:
+    """An ASGI ``send`` that remembers whether the answer was begun and ended."""
+
+    def __init__(self, send: Any) -> None:
+        self._send = send
+        self.started = False
+        self.ended = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        elif not message.get("more_body", False):
+            self.ended = True
+        await self._send(message)
 
 
 async def _read_message(receive: Any) -> bytes | None:

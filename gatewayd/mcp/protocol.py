@@ -39,6 +39,7 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+REQUEST_CANCELLED = -32800  # as LSP names it: the client cancelled the request (notifications/cancelled)
 # the gateway's own, in JSON-RPC's range for implementation-defined server errors
 REFUSED = -32001  # balance, key spend limit or budget, concurrency: ``data`` carries the gateway's code
 UPSTREAM_FAILED = -32002  # the MCP server could not be reached or broke off; nothing was charged

@@ -228,9 +228,28 @@ class HttpLink:
     async def _exchange(self, method: str, params: dict[str, Any], on_notification: OnNotification | None,
                         on_sent: Callable[[], None] | None) -> Any:
         params, own_token = self._progress.replace(params, on_notification)
+        request_id = next(self._ids)
+        sent = False
+
+        def handed() -> None:
+            nonlocal sent
+            sent = True
+            if on_sent is not None:
+                on_sent()
+
         try:
-            return await self._post(p.request_doc(next(self._ids), method, params), on_notification=on_notification,
-                                    on_sent=on_sent)
+            return await self._post(p.request_doc(request_id, method, params), on_notification=on_notification,
+                                    on_sent=handed)
+        except trio.Cancelled:
+            # the caller left or cancelled: over HTTP a closed stream is no cancellation, so say it
+            if sent:
+                with trio.CancelScope(shield=True), trio.move_on_after(self.server.connect_timeout_s):
+                    try:
+                        await self._post(p.notification_doc("notifications/cancelled", {
+                            "requestId": request_id, "reason": "the gateway's client cancelled the request"}))
+                    except (UpstreamFailure, UpstreamRpcError, _SessionLost):
+                        pass
+            raise
         finally:
             if own_token is not None:
                 self._progress.callers.pop(own_token, None)
