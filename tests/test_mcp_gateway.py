@@ -507,3 +507,26 @@ async def test_a_call_the_client_cancels_ends_unanswered_and_the_server_is_told(
         rows = await h.gateway.usage(account_id)
         assert [(r["model"], r["status"], r["cost_nano"]) for r in rows] == [
             ("calc:wait", "client_disconnected", 2_000_000)] * 2  # it reached the server: charged, as a call left
+
+
+async def test_a_server_slower_than_its_timeout_is_the_gateways_error_and_charges_nothing(tmp_path):
+    h = McpHarness(tmp_path, toml=servers_toml().replace('tool_prices = { echo = 0 }',
+                                                         'tool_prices = { echo = 0 }\ntimeout_s = 0.3'))
+
+    @h.upstreams["calc"].tool()
+    async def wait() -> str:
+        """Never answers in time."""
+        await trio.sleep_forever()
+        return "never"
+
+    async with h.running():
+        account_id, secret = await h.gateway.funded_key(10)
+        async with sdk(h, secret) as session:
+            with pytest.raises(McpError) as failed:
+                await session.call_tool("calc__wait", {})
+            assert failed.value.error.code == p.UPSTREAM_FAILED and "within 0.3 s" in failed.value.error.message
+            # the server answers its other tools as before
+            assert (await session.call_tool("calc__add", {"a": 1, "b": 1})).structuredContent == {"result": 2}
+        rows = await h.gateway.usage(account_id)
+        assert [(r["model"], r["status"], r["cost_nano"]) for r in rows] == [
+            ("calc:wait", "upstream_broken", 0), ("calc:add", "ok", 2_000_000)]
