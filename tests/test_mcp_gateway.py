@@ -204,7 +204,7 @@ async def test_no_balance_a_spent_key_or_budget_refuses_a_priced_call_before_it_
         assert (await audit(h))["ok"] is True
 
 
-async def test_a_session_is_valid_on_another_instance_and_a_lost_upstream_session_is_made_again(tmp_path):
+async def test_a_session_is_valid_on_another_instance_until_it_ends_and_a_lost_upstream_session_is_made_again(tmp_path):
     h = McpHarness(tmp_path)
     async with h.running():
         _, secret = await h.gateway.funded_key(10)
@@ -231,8 +231,16 @@ async def test_a_session_is_valid_on_another_instance_and_a_lost_upstream_sessio
                 again = await rpc(http, "/mcp", p.request_doc(4, "tools/call", {"name": "calc__add",
                                                                                  "arguments": {"a": 2, "b": 2}}), session)
                 assert sse_messages(again.text)[-1]["result"]["structuredContent"] == {"result": 4}
-            link = h.mcp.tools.http_links[(session, "calc")]
-            assert link.initializations == 2 and calc.calls == [("add", {"a": 2, "b": 2})]
+                link = h.mcp.tools.http_links[(session, "calc")]
+                assert link.initializations == 2 and calc.calls == [("add", {"a": 2, "b": 2})]
+                # ended (DELETE) here: over on every instance, through the store's list of ended sessions
+                assert (await http.delete("/mcp", headers={"mcp-session-id": session})).status_code == 200
+            third = McpGateway(h.api, SECRET, http=httpx.AsyncClient(transport=h.transport),
+                               registry=CollectorRegistry())
+            h.api.mcp = third
+            gone = await rpc(http, "/mcp", p.request_doc(5, "ping"), session)
+            assert gone.status_code == 404
+            h.api.mcp = h.mcp
 
 
 async def test_a_reload_adds_and_removes_servers_and_keeps_the_other_sessions(tmp_path):

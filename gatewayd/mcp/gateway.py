@@ -17,8 +17,9 @@ cap and deadline (``gatewayd.api_routes``' reader, ``gatewayd.bodies``); the mes
 Sessions: ``initialize`` issues a signed session id (``protocol.issue_session``) bound to the
 key and the endpoint; any instance sharing the store's secret accepts it, so a client whose
 requests land on several instances keeps its session, and each instance opens its own
-upstream sessions as it needs them. A session ended with DELETE is forgotten on the instance
-that took the DELETE (docs/mcp.md says so).
+upstream sessions as it needs them. A session ended with DELETE is written to the store's
+list of ended sessions (the console's), which every instance reads (at most once a second
+per session); a session is over after ``MAX_SESSION_AGE_S`` in any case.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from gatewayd.endpoints import Ctx
 from gatewayd.errors import GatewayError
 from gatewayd.mcp import protocol as p
 from gatewayd.mcp.tools import Tools
+from gatewayd.store.base import StoreUnavailable
 
 if TYPE_CHECKING:
     from gatewayd.api_routes import ApiRoutes
@@ -47,7 +49,9 @@ log = logging.getLogger("gatewayd.mcp")
 
 PREFIX = "/mcp"
 MAX_MESSAGE_BYTES = 16 << 20  # one JSON-RPC message: far above any tool call's arguments
-MAX_ENDED = 100_000  # sessions ended with DELETE remembered on this instance
+MAX_ENDED = 100_000  # sessions ended (and sessions found live) remembered on this instance
+MAX_SESSION_AGE_S = 30 * 86400  # a session older than this is over (404: the client starts a new one)
+ENDED_CHECK_S = 1.0  # how stale this instance's "not ended elsewhere" may be
 SERVER_INFO = {"name": "gatewayd", "version": "0.1.0"}
 JSON = (b"content-type", b"application/json")
 SSE = (b"content-type", b"text/event-stream")
@@ -111,6 +115,8 @@ class McpGateway:
         self.tools = Tools(relay.config, relay.ledger, relay.in_flight, http=self.http,
                            on_call=lambda server, outcome: self.calls.labels(server, outcome).inc())
         self.ended: OrderedDict[str, None] = OrderedDict()
+        self._live: OrderedDict[str, float] = OrderedDict()  # session -> when the store last said not ended
+        self._store = relay.ledger.store
         # requests running on this instance, by (session, request id): what notifications/cancelled stops
         self.cancellable: dict[tuple[str, bytes], trio.CancelScope] = {}
 
@@ -188,8 +194,8 @@ class McpGateway:
                 raise HttpAnswer(403, p.RpcError(p.REFUSED, f"this key may not use the MCP server {where}",
                                                  data={"status": 403, "code": ""}))
         if method == "DELETE":
-            session_id = self._session(ctx, caller.key.id, where)
-            self._end(session_id)
+            session_id, session = await self._session(ctx, caller.key.id, where)
+            await self._end(session_id, session)
             await _send_json(send, 200, None, {})
             return
         declared = scope.get("gateway.content_length")
@@ -213,7 +219,7 @@ class McpGateway:
         if isinstance(message, p.Request) and message.method == "initialize":
             await self._initialize(send, caller.key.id, where, message)
             return
-        session_id = self._session(ctx, caller.key.id, where)
+        session_id, _ = await self._session(ctx, caller.key.id, where)
         try:
             p.header_version(ctx.headers.get("mcp-protocol-version"))
         except p.RpcError as e:
@@ -228,23 +234,59 @@ class McpGateway:
             await self._request(send, ctx, caller, group, session_id, where, message)
             nursery.cancel_scope.cancel()
 
-    def _session(self, ctx: Ctx, key_id: str, where: str) -> str:
-        """The request's session id, if this key opened it at this endpoint; else the
-        transport's 400 (none sent) or 404 (unknown, ended, or another key's)."""
+    async def _session(self, ctx: Ctx, key_id: str, where: str) -> tuple[str, p.Session]:
+        """The request's session, if this key opened it at this endpoint and it has not ended
+        (on any instance) or aged out; else the transport's 400 (no id sent) or 404 (unknown,
+        ended, too old, or another key's: the client starts a new session)."""
         session_id = ctx.headers.get("mcp-session-id")
         if not session_id:
             raise HttpAnswer(400, p.RpcError(p.INVALID_REQUEST, "Bad Request: no Mcp-Session-Id header; "
                                                                 "send initialize first"))
         session = p.open_session(self._session_key, session_id)
-        if session is None or session.key_id != key_id or session.scope != where or session_id in self.ended:
+        now = self._clock()
+        if (session is None or session.key_id != key_id or session.scope != where or session_id in self.ended
+                or now - session.issued_at > MAX_SESSION_AGE_S or await self._ended_elsewhere(session_id, session, now)):
             raise HttpAnswer(404, p.RpcError(p.INVALID_REQUEST, "Session not found: initialize a new session"))
-        return session_id
+        return session_id, session
 
-    def _end(self, session_id: str) -> None:
+    async def _ended_elsewhere(self, session_id: str, session: p.Session, now: float) -> bool:
+        """Whether another instance ended the session (DELETE): the store's list of ended
+        sessions, asked at most once every ``ENDED_CHECK_S`` per session. A store that cannot
+        answer lets the session on: it is bound to its key, which was just checked."""
+        checked = self._live.get(session_id)
+        if checked is not None and now - checked < ENDED_CHECK_S:
+            return False
+        try:
+            ended = await self._store.session_ended(f"mcp:{session.nonce}", now)
+        except StoreUnavailable:
+            return False
+        if ended:
+            self._remember_ended(session_id)
+            return True
+        self._live[session_id] = now
+        self._live.move_to_end(session_id)
+        while len(self._live) > MAX_ENDED:
+            self._live.popitem(last=False)
+        return False
+
+    def _remember_ended(self, session_id: str) -> None:
+        self._live.pop(session_id, None)
         self.ended[session_id] = None
         while len(self.ended) > MAX_ENDED:
             self.ended.popitem(last=False)
+
+    async def _end(self, session_id: str, session: p.Session) -> None:
+        """DELETE: the session ends here at once, everywhere through the store."""
+        self._remember_ended(session_id)
         self.tools.end_session(session_id)
+        try:
+            await self._store.end_session(f"mcp:{session.nonce}", session.issued_at + MAX_SESSION_AGE_S,
+                                          self._clock())
+        except StoreUnavailable:
+            raise HttpAnswer(503, p.RpcError(p.REFUSED, "the session ended here, but the gateway's database is "
+                                                        "unavailable to end it on every instance; retry shortly",
+                                             data={"status": 503, "code": "store_unavailable"}),
+                             {"Retry-After": "2"}) from None
 
     async def _initialize(self, send: Any, key_id: str, where: str, request: p.Request) -> None:
         requested = request.params.get("protocolVersion")

@@ -77,6 +77,16 @@ def _settled(usage: Usage, outcome: Outcome, bill: Bill, store_s: float) -> None
         t.cost_nano = bill.total_nano
 
 
+async def _close_quietly(link: Link) -> None:
+    """Close a link in the background: whatever goes wrong is logged, never taken to the
+    nursery that every stdio server of the gateway runs in."""
+    try:
+        await link.aclose()
+    except Exception as e:  # noqa: BLE001 - a goodbye that failed; the link is dropped all the same
+        log.warning("closing the link to MCP server %s failed: %s", link.server.name, type(e).__name__,
+                    exc_info=e, extra={"fields": {"mcp_server": link.server.name}})
+
+
 class Tools:
     """The upstream links of this instance and what a caller may do with them."""
 
@@ -133,7 +143,7 @@ class Tools:
 
     def _close_later(self, link: Link) -> None:
         if self.nursery is not None:
-            self.nursery.start_soon(link.aclose)
+            self.nursery.start_soon(_close_quietly, link)
 
     def end_session(self, session_id: str) -> None:
         """The client ended its session (DELETE): its upstream sessions end too."""
