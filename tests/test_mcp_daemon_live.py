@@ -90,7 +90,7 @@ async def test_a_session_made_on_one_instance_calls_tools_on_the_other(pair):
                    == p.INVALID_PARAMS, "the narrowed list applies on the other instance")
         # a DELETE on B ends the session on A too (the store's list of ended sessions)
         headers = {"authorization": f"Bearer {secret}", "mcp-session-id": sid}
-        assert httpx.delete(b.url + "/mcp", headers=headers, timeout=30).status_code == 200
+        assert (await http.delete(b.url + "/mcp", headers={"mcp-session-id": sid})).status_code == 200
         eventually(lambda: httpx.post(a.url + "/mcp", content=orjson.dumps(p.request_doc(1, "ping")), timeout=30,
                                       headers={**headers, "content-type": "application/json"}).status_code == 404,
                    "the session ended on B is over on A")
