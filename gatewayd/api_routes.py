@@ -99,7 +99,7 @@ class ApiRoutes:
         return None
 
     # what the MCP endpoints (gatewayd.mcp.gateway, handed this object) share with the API routes:
-    # the request's context, the body counted against the key, the disconnect watch
+    # the request's context, the body counted against the key and read, the disconnect watch
     def mcp_context(self, scope: dict) -> Ctx:
         return self._context(scope, Headers(scope["headers"]), "mcp")
 
@@ -110,6 +110,10 @@ class ApiRoutes:
     @staticmethod
     async def watch_disconnect(receive, scope: trio.CancelScope) -> None:
         await _cancel_on_disconnect(receive, scope)
+
+    @staticmethod
+    async def read_body(receive) -> bytes | None:
+        return await _read_body(receive)
 
     def context(self, scope: dict, endpoint: Endpoint) -> Ctx:
         """The context of one request to ``endpoint``; a Responses WebSocket message

@@ -307,6 +307,13 @@ async def test_hostile_input_gets_the_protocols_errors_never_a_500(tmp_path, cap
             # an oversized message: refused from its declared length, before it is read
             big = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"' + b"x" * (17 << 20) + b'"}}'
             assert (await rpc(http, "/mcp", big, session)).status_code == 413
+
+            async def chunked():  # no Content-Length: read through the API routes' reader, then refused
+                for i in range(0, len(big), 1 << 20):
+                    yield big[i:i + (1 << 20)]
+
+            unsized = await http.post("/mcp", content=chunked(), headers={**HEADERS, "mcp-session-id": session})
+            assert unsized.status_code == 413 and unsized.json()["error"]["code"] == p.INVALID_REQUEST
             # well-formed but unknown: JSON-RPC's -32601 (not the SDK server's -32602), with the request's id
             unknown = await rpc(http, "/mcp", p.request_doc("u", "resources/list"), session)
             assert unknown.status_code == 200

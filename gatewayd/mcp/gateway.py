@@ -209,9 +209,12 @@ class McpGateway:
             self.routes.count_body(scope, caller)
         except GatewayError as e:
             raise _refusal(e) from None
-        raw = await _read_message(receive)
+        raw = await self.routes.read_body(receive)  # the API routes' reader: the listener's cap, deadline, budget
         if raw is None:
             return  # the client left, or the listener refuses the body (too large, too slow, over budget)
+        if len(raw) > MAX_MESSAGE_BYTES:  # sent without a Content-Length
+            raise HttpAnswer(413, p.RpcError(p.INVALID_REQUEST, f"an MCP message is at most {MAX_MESSAGE_BYTES} "
+                                                                "bytes"))
         try:
             message = p.parse_message(raw)
         except p.RpcError as e:
@@ -415,25 +418,6 @@ class _Tracked:
         elif not message.get("more_body", False):
             self.ended = True
         await self._send(message)
-
-
-async def _read_message(receive: Any) -> bytes | None:
-    """The body, through the listener's cap, deadline and budget (``api_routes``' reader), and
-    at most ``MAX_MESSAGE_BYTES`` of it (a body without Content-Length is stopped there)."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_MESSAGE_BYTES:
-            raise HttpAnswer(413, p.RpcError(p.INVALID_REQUEST, f"an MCP message is at most {MAX_MESSAGE_BYTES} "
-                                                                "bytes"), {"Connection": "close"})
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(parts)
 
 
 async def _send_json(send: Any, status: int, doc: Any, headers: dict[str, str]) -> None:
