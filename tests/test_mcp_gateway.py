@@ -545,3 +545,15 @@ async def test_a_server_slower_than_its_timeout_is_the_gateways_error_and_charge
         rows = await h.gateway.usage(account_id)
         assert [(r["model"], r["status"], r["cost_nano"]) for r in rows] == [
             ("calc:wait", "upstream_broken", 0), ("calc:add", "ok", 2_000_000)]
+
+
+async def test_a_stateless_upstream_server_answering_json_is_served_the_same(tmp_path):
+    h = McpHarness(tmp_path, json_response=True, stateless=True)
+    async with h.running():
+        _, secret = await h.gateway.funded_key(10)
+        async with sdk(h, secret, "/mcp/calc") as session:
+            assert len((await session.list_tools()).tools) == 4
+            assert (await session.call_tool("add", {"a": 3, "b": 4})).structuredContent == {"result": 7}
+            [link] = [link for (sid, name), link in h.mcp.tools.http_links.items() if name == "calc"]
+            assert link.session_id is None and link.initializations == 1  # no upstream session id to keep
+        assert not h.mcp.tools.http_links  # the client's DELETE ended its upstream sessions too

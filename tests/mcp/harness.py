@@ -54,8 +54,9 @@ tools = ["read_file", "add", "progress"]
 
 
 class McpHarness:
-    def __init__(self, tmp: Path, *, toml: str | None = None, json_response: bool = False) -> None:
-        self.upstreams = {"calc": make_server("calc", json_response=json_response),
+    def __init__(self, tmp: Path, *, toml: str | None = None, json_response: bool = False,
+                 stateless: bool = False) -> None:
+        self.upstreams = {"calc": make_server("calc", json_response=json_response, stateless=stateless),
                           "files": make_server("files", json_response=True)}
         self.transport = ByPort({9001: self.upstreams["calc"].streamable_http_app(),
                                  9002: self.upstreams["files"].streamable_http_app()})
