@@ -29,6 +29,7 @@ from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
+from gatewayd.self_service import ConsoleSettings, read_settings as read_console_settings
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
     "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
@@ -115,6 +116,7 @@ class Config:
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
+    console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
     mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
 
     def with_simulator(self, sim_url: str) -> "Config":
@@ -516,7 +518,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "mcp_servers"}
+               "payments", "console", "mcp_servers"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -546,6 +548,7 @@ def load_config(
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
+    alert_settings = alerts.read_settings(raw.get("alerts"), env)
     mcp_servers = read_mcp_servers(raw.get("mcp_servers"), env)
     for group in groups.values():
         unknown = [e for e in group.mcp or () if e.partition(":")[0] not in mcp_servers]
@@ -564,7 +567,9 @@ def load_config(
         log=_log(raw.get("log"), env, overrides),
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
-        alerts=alerts.read_settings(raw.get("alerts"), env),
+        alerts=alert_settings,
         stripe=read_payments(raw.get("payments"), env),
+        console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
+                                      and alert_settings.smtp is not None, env=env),
         mcp_servers=mcp_servers,
     )

@@ -8,6 +8,8 @@ names the provider that served it and the number of attempts.
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import httpx
 import pytest
@@ -456,10 +458,13 @@ async def test_route_latency_is_the_time_to_the_status_line_for_a_non_streaming_
     w = await world()
     w.providers.mode["a"] = "slow_body"
     w.providers.body_delay_s = 0.5
+    started = time.monotonic()
     status, _, _ = await w.chat()
+    whole_ms = (time.monotonic() - started) * 1000
     assert status == 200
     report = {r["provider"]: r for r in w.relay.router.report(w.relay.config.models)}
-    assert report["a"]["latency_ms"] < 250
+    # the body's 0.5 s came after the status line, however busy the machine: not in the latency
+    assert report["a"]["latency_ms"] <= whole_ms - 500, (report["a"]["latency_ms"], whole_ms)
 
 
 async def test_the_hold_covers_every_route_of_the_plan_not_only_the_first(world):
