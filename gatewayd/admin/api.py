@@ -29,7 +29,7 @@ from gatewayd.store.usage_queries import UsageFilter
 JSON = "application/json"
 log = logging.getLogger("gatewayd.admin")
 KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
-              "budget_nano", "budget_period")
+              "budget_nano", "budget_period", "mcp")
 
 
 # The stored times' range: a bound outside it (the end of 9999-12-31, the start of 0001-01-01
