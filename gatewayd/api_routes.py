@@ -11,8 +11,8 @@ Gemini API's ``GET /v1beta/models[/{model}]``); everything else (the console,
 the operator's endpoints, the not-offered APIs, 404s and 405s) still goes to the Quart app.
 
 The key (and the key's IP allowlist) is checked from the headers before any byte of the
-body is read, and the body is counted against that key's share of the process's budget
-(``gatewayd.bodies``): a refused request is answered at once and its connection closed
+body is read, and the body is counted, as it arrives, against the key's account's share of
+the API's body budget (``gatewayd.bodies``): a refused request is answered at once and its connection closed
 with the body unread (``gatewayd.app.Listener``), so a caller without a valid key can
 make the gateway hold nothing. The ``/v1/models`` routes never read a body.
 
@@ -31,6 +31,7 @@ import trio
 
 from gatewayd import endpoints, trace
 from gatewayd.access import Caller, client_address
+from gatewayd.bodies import account_owner
 from gatewayd.endpoints import ENDPOINTS, LARGE_BODY_BYTES, Ctx, Endpoint
 from gatewayd.errors import GatewayError, error_body, our_fault
 from gatewayd.relay import Relay
@@ -191,17 +192,11 @@ async def _answer(send, ctx: Ctx, answering: Awaitable[tuple[int, dict, Any]]) -
 
 
 def _count_body_against(scope: dict, caller: Caller) -> None:
-    """From here on the body's bytes are the caller's key's; a declared length is reserved
-    whole now, so a body that would go over the budget is refused before it is read."""
+    """From here on the body's bytes count against the caller's account (``gatewayd.bodies``),
+    as they arrive: a declared length reserves nothing."""
     lease = scope.get("gateway.body_lease")
-    if lease is None:
-        return
-    lease.assign(f"key:{caller.key.id}")
-    declared = scope.get("gateway.content_length")
-    if declared:
-        refused = lease.reserve(declared)
-        if refused is not None:
-            raise refused
+    if lease is not None:
+        lease.assign(account_owner(caller.account.id))
 
 
 async def _read_body(receive) -> bytes | None:
