@@ -31,6 +31,7 @@ from gatewayd.access import client_address
 from gatewayd.bodies import BodyPools
 from gatewayd.errors import GatewayError, error_body, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
+from gatewayd.socket_limits import SocketCounts
 from gatewayd.trace import Trace, new_request_id
 from gatewayd.upgrades import refuse_websocket, websocket_refusal
 
@@ -81,6 +82,7 @@ class Listener:
         self.api = api  # the /v1 API routes, served without Quart (gatewayd.api_routes)
         self.bodies = bodies  # None: bodies are not counted (the ops listener's GETs)
         self.body_timeout_s = body_timeout_s  # None: no deadline
+        self.sockets = SocketCounts()  # Responses WebSockets open, by key and account (gatewayd.socket_limits)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -95,8 +97,9 @@ class Listener:
             if scope["type"] == "websocket":
                 path = t.path
                 if path == responses_ws.PATH and self.api is not None:  # Responses over WebSocket
-                    socket = responses_ws.ResponsesSocket(self.api, scope, receive, send, self._finished,
-                                                          new_request_id)
+                    socket = responses_ws.ResponsesSocket(
+                        self.api, scope, receive, send, self._finished, new_request_id, sockets=self.sockets,
+                        pool=self.bodies.api if self.bodies is not None else None)
                     return await socket.serve(t)
                 # every other path refuses the upgrade (gatewayd.upgrades)
                 error = websocket_refusal(path, endpoint_of(path) != "other", not_offered(path))

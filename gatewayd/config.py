@@ -89,6 +89,8 @@ class ServerSettings:
     h2c: bool = False  # HTTP/2 without TLS (prior knowledge or Upgrade); HTTP/2 over TLS (ALPN) is always on
     max_concurrent_per_account: int = 256  # requests in flight per account and instance; 0 = no cap
     max_concurrent_per_key: int = 0  # the same per key; 0 = no cap (gatewayd/concurrency.py)
+    max_sockets_per_key: int = 16  # Responses WebSockets open per key and instance; 0 = no cap (socket_limits)
+    max_sockets_per_account: int = 64  # the same per account
 
 
 @attrs.frozen
@@ -178,7 +180,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
         "body_timeout_s", "max_buffered_bytes", "max_buffered_bytes_per_account", "console_buffered_bytes",
         "webhook_buffered_bytes", "h2c",
-        "max_concurrent_per_account", "max_concurrent_per_key",
+        "max_concurrent_per_account", "max_concurrent_per_key", "max_sockets_per_key", "max_sockets_per_account",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -224,6 +226,8 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         h2c=s.bool("h2c", False),
         max_concurrent_per_account=s.number("max_concurrent_per_account", 256, integer=True),
         max_concurrent_per_key=s.number("max_concurrent_per_key", 0, integer=True),
+        max_sockets_per_key=s.number("max_sockets_per_key", 16, integer=True),
+        max_sockets_per_account=s.number("max_sockets_per_account", 64, integer=True),
     )
 
 

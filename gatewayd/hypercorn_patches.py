@@ -1,6 +1,6 @@
 """Every change gatewayd makes to hypercorn, in one place, checked before the daemon starts.
 
-Hypercorn has no hooks for three things the gateway needs, so gatewayd replaces a few of
+Hypercorn has no hooks for four things the gateway needs, so gatewayd replaces a few of
 its private methods (each fix is written up for upstream in ``docs/hypercorn-upstream.md``):
 
 ``hangups``
@@ -30,6 +30,15 @@ its private methods (each fix is written up for upstream in ``docs/hypercorn-ups
     ``Upgrade: h2c`` is ignored (answered in HTTP/1.1, which RFC 9110 section 7.8 allows).
     A Config without the attribute (the simulator's, a test's) keeps hypercorn's behaviour.
 
+``websocket_deflate``
+    Hypercorn accepts permessage-deflate on every WebSocket a client offers it on, and
+    wsproto inflates each frame whole, before hypercorn's ``websocket_max_message_size``
+    is checked: about 1 MiB sent became about 1 GiB held (issue 31, N2). gatewayd has one
+    WebSocket path (``gatewayd.responses_ws``) whose messages are request bodies counted
+    in the body budget, so the patch declines the extension: the handshake is answered
+    as if the client had offered none (RFC 7692 lets a server decline), and every message
+    is as large in memory as on the wire. Clients send uncompressed.
+
 Every private name a patch reads, replaces or relies on being called is listed in its
 ``needs`` and checked by :func:`refusal` (``gatewayd serve`` calls it before anything else)
 and by :func:`install_all`. Whether the daemon may start without a patch is decided per
@@ -40,6 +49,8 @@ patch (``required``):
   slowly, worse than refusing to start.
 - ``cleartext_h2``: required. Without it ``h2c = false`` would be silently ignored,
   opening the multiplexed attack surface the operator closed.
+- ``websocket_deflate``: required. Without it one socket's message could hold a thousand
+  times its size before anything counted it.
 - ``protocol_errors``: optional. Without it the same statuses are answered, only with
   hypercorn's empty bodies; the request never reached the app, so no money or row is at
   stake. The daemon starts and logs an error naming what is missing.
@@ -62,6 +73,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.ws_stream import Handshake, WSStream
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask
 
@@ -288,7 +300,35 @@ CLEARTEXT_H2 = Patch(
     without="HTTP/2 without TLS would be served although [server] h2c is false",
 )
 
-PATCHES = (HANGUPS, PROTOCOL_ERRORS, CLEARTEXT_H2)
+# -- websocket_deflate ---------------------------------------------------------------------------
+
+
+def _apply_websocket_deflate() -> None:
+    accept = original(WSStream, "_accept")
+
+    async def _accept(self, message) -> None:
+        self.handshake.extensions = None  # the client's offer of permessage-deflate, declined
+        await accept(self, message)
+
+    _replace(WSStream, "_accept", _accept)
+
+
+WEBSOCKET_DEFLATE = Patch(
+    name="websocket_deflate",
+    required=True,
+    needs=(
+        Needs(WSStream, "_accept"),
+        Needs(WSStream, "handshake", "called_by", by="_accept"),
+        Needs(Handshake, "accept"),
+        Needs(Handshake, "extensions", "set_in_init"),
+        Needs(Handshake, "extensions", "called_by", by="accept"),
+    ),
+    replaces=((WSStream, "_accept"),),
+    apply=_apply_websocket_deflate,
+    without="a compressed WebSocket message would be inflated whole before any cap applies",
+)
+
+PATCHES = (HANGUPS, PROTOCOL_ERRORS, CLEARTEXT_H2, WEBSOCKET_DEFLATE)
 
 
 # -- start-up -----------------------------------------------------------------------------------

@@ -17,12 +17,15 @@ from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from typer.testing import CliRunner
 
 from gatewayd import cli, hypercorn_patches
-from gatewayd.hypercorn_patches import CLEARTEXT_H2, HANGUPS, MARK, PATCHES, PROTOCOL_ERRORS, PatchRefused, original
+from gatewayd.hypercorn_patches import (
+    CLEARTEXT_H2, HANGUPS, MARK, PATCHES, PROTOCOL_ERRORS, WEBSOCKET_DEFLATE, PatchRefused, original,
+)
 
 # a DeprecationWarning from hypercorn on the paths we patch is an early notice of the next break
 pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning:hypercorn.*")
@@ -69,10 +72,10 @@ def hypercorn_config(**settings) -> Config:
     return config
 
 
-async def open_connection(nursery, config: Config, server_class=TCPServer):
+async def open_connection(nursery, config: Config, server_class=TCPServer, app=ok_app):
     """One hypercorn connection on a socketpair: (the client's stream, set when the server is done)."""
     server_socket, client_socket = trio.socket.socketpair()
-    server = server_class(ASGIWrapper(ok_app), config, WorkerContext(None), {}, trio.SocketStream(server_socket))
+    server = server_class(ASGIWrapper(app), config, WorkerContext(None), {}, trio.SocketStream(server_socket))
     done = trio.Event()
 
     async def run():
@@ -229,11 +232,49 @@ async def test_without_cleartext_h2_hypercorn_switches_to_http2(pristine):
         nursery.cancel_scope.cancel()
 
 
+# -- websocket_deflate ---------------------------------------------------------------------------
+
+
+async def accepting_app(scope, receive, send):
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        await receive()
+
+
+async def extensions_agreed() -> str | None:
+    """The handshake's answer to a client offering permessage-deflate: the extensions agreed."""
+    headers = [("host", "gateway.test"), ("connection", "Upgrade"), ("upgrade", "websocket"),
+               ("sec-websocket-version", "13"), ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+               ("sec-websocket-extensions", "permessage-deflate; client_max_window_bits")]
+    async with trio.open_nursery() as nursery:
+        stream, _ = await open_connection(nursery, hypercorn_config(), app=accepting_app)
+        client = h11.Connection(h11.CLIENT)
+        await stream.send_all(client.send(h11.Request(method="GET", target="/v1/responses", headers=headers)))
+        head, _ = await read_response(stream, client)
+        nursery.cancel_scope.cancel()
+    assert head.status_code == 101
+    return dict(head.headers).get(b"sec-websocket-extensions", b"").decode() or None
+
+
+async def test_websocket_deflate_declines_permessage_deflate(patched):
+    """Issue 31, N2: with permessage-deflate agreed, about 1 MiB sent became about 1 GiB held
+    (wsproto inflates a frame whole before any size cap). The patch answers the offer with no
+    extension: messages arrive uncompressed, as large in memory as on the wire."""
+    assert await extensions_agreed() is None
+
+
+async def test_without_websocket_deflate_hypercorn_agrees_to_it(pristine):
+    hypercorn_patches.install_all([HANGUPS, PROTOCOL_ERRORS, CLEARTEXT_H2])
+    assert (await extensions_agreed() or "").startswith("permessage-deflate")
+    assert not WEBSOCKET_DEFLATE.applied()
+
+
 # -- the start-up check --------------------------------------------------------------------------
 
 
 def test_the_installed_hypercorn_fits_every_patch():
-    assert [patch.problems() for patch in PATCHES] == [[], [], []]
+    assert [patch.problems() for patch in PATCHES] == [[], [], [], []]
     assert hypercorn_patches.refusal() is None
 
 
@@ -278,7 +319,7 @@ def test_install_all_is_idempotent(patched):
     methods = [getattr(owner, name) for patch in PATCHES for owner, name in patch.replaces]
     assert hypercorn_patches.install_all() == []
     assert methods == [getattr(owner, name) for patch in PATCHES for owner, name in patch.replaces]
-    assert ProtocolWrapper.handle is methods[-1]
+    assert ProtocolWrapper.handle is methods[-2] and WSStream._accept is methods[-1]
 
 
 def test_serve_refuses_to_start_with_one_line_and_exit_2(pristine, monkeypatch, tmp_path):
