@@ -124,13 +124,16 @@ class ApiRoutes:
     def _relayed(self, endpoint: Endpoint) -> Callable:
         async def serve(scope, receive, send) -> None:
             ctx = self.context(scope, endpoint)
+            free_cap = self.relay.config.server.max_free_body_bytes if endpoint.answer_here is not None else None
             try:
                 caller = self.relay.admit(ctx, endpoint=endpoint)
                 _count_body_against(scope, caller)
+                if free_cap is not None:  # an answer the gateway makes itself: a smaller body (gatewayd.relay)
+                    self.relay.refuse_large_free_body(ctx, scope.get("gateway.content_length") or 0)
+                raw = await _read_body(receive, free_cap)
             except GatewayError as error:
                 await _send_error(send, error, ctx)  # body unread: the listener closes the connection
                 return
-            raw = await _read_body(receive)
             if raw is None:
                 return  # the client went away, or the listener refuses the body (too large, too slow, over budget)
             async with trio.open_nursery() as nursery:
@@ -199,14 +202,19 @@ def _count_body_against(scope: dict, caller: Caller) -> None:
         lease.assign(account_owner(caller.account.id))
 
 
-async def _read_body(receive) -> bytes | None:
-    """The whole request body, or None when the client disconnected first."""
+async def _read_body(receive, cap: int | None = None) -> bytes | None:
+    """The whole request body, or None when the client disconnected first; over ``cap``
+    bytes (a body sent without its length), the 413 of ``Relay.refuse_large_free_body``."""
     parts = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             return None
         parts.append(message.get("body", b""))
+        size += len(parts[-1])
+        if cap is not None and size > cap:
+            raise endpoints.free_body_too_large(cap)
         if not message.get("more_body", False):
             break
     if len(parts) == 1:

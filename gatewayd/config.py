@@ -91,6 +91,8 @@ class ServerSettings:
     max_concurrent_per_key: int = 0  # the same per key; 0 = no cap (gatewayd/concurrency.py)
     max_sockets_per_key: int = 16  # Responses WebSockets open per key and instance; 0 = no cap (socket_limits)
     max_sockets_per_account: int = 64  # the same per account
+    max_free_body_bytes: int = 1 << 20  # bodies of requests the gateway answers itself (countTokens, warm-ups)
+    free_answer_threads: int = 1  # threads those answers' tokenizer may use (gatewayd.relay)
 
 
 @attrs.frozen
@@ -181,6 +183,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "body_timeout_s", "max_buffered_bytes", "max_buffered_bytes_per_account", "console_buffered_bytes",
         "webhook_buffered_bytes", "h2c",
         "max_concurrent_per_account", "max_concurrent_per_key", "max_sockets_per_key", "max_sockets_per_account",
+        "max_free_body_bytes", "free_answer_threads",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -228,6 +231,8 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         max_concurrent_per_key=s.number("max_concurrent_per_key", 0, integer=True),
         max_sockets_per_key=s.number("max_sockets_per_key", 16, integer=True),
         max_sockets_per_account=s.number("max_sockets_per_account", 64, integer=True),
+        max_free_body_bytes=s.number("max_free_body_bytes", 1 << 20, minimum=1, integer=True),
+        free_answer_threads=s.number("free_answer_threads", 1, minimum=1, integer=True),
     )
 
 
