@@ -93,6 +93,7 @@ class ServerSettings:
     max_sockets_per_account: int = 64  # the same per account
     max_free_body_bytes: int = 1 << 20  # bodies of requests the gateway answers itself (countTokens, warm-ups)
     free_answer_threads: int = 1  # threads those answers' tokenizer may use (gatewayd.relay)
+    password_checks_per_s: float = 10.0  # console sign-in password checks a second, all callers (console.session)
 
 
 @attrs.frozen
@@ -183,7 +184,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "body_timeout_s", "max_buffered_bytes", "max_buffered_bytes_per_account", "console_buffered_bytes",
         "webhook_buffered_bytes", "h2c",
         "max_concurrent_per_account", "max_concurrent_per_key", "max_sockets_per_key", "max_sockets_per_account",
-        "max_free_body_bytes", "free_answer_threads",
+        "max_free_body_bytes", "free_answer_threads", "password_checks_per_s",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -233,6 +234,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         max_sockets_per_account=s.number("max_sockets_per_account", 64, integer=True),
         max_free_body_bytes=s.number("max_free_body_bytes", 1 << 20, minimum=1, integer=True),
         free_answer_threads=s.number("free_answer_threads", 1, minimum=1, integer=True),
+        password_checks_per_s=float(s.number("password_checks_per_s", 10, minimum=0.01)),
     )
 
 

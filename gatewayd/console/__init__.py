@@ -17,13 +17,13 @@ from gatewayd.directory import Directory
 async def mount_console(app: Quart, directory: Directory, store, config: Config):
     """Register the console blueprint on the public app; returns the ``Console`` (a config
     reload replaces its ``config``). The session secret comes from the store."""
-    from gatewayd.console.session import Sessions, SignInThrottle, load_secret
+    from gatewayd.console.session import CheckCeiling, Sessions, SignInThrottle, load_secret
     from gatewayd.console.views import create_blueprint
     from gatewayd.console.web import Console
 
     console = Console(
         directory=directory, store=store, config=config, sessions=Sessions(await load_secret(config, store), store),
-        throttle=SignInThrottle(store),
+        throttle=SignInThrottle(store), ceiling=CheckCeiling(lambda: console.config.server.password_checks_per_s),
     )
     app.register_blueprint(create_blueprint(console))
     return console

@@ -19,7 +19,9 @@ from werkzeug.wrappers.response import Response as WerkzeugResponse  # what redi
 from gatewayd.access import client_address
 from gatewayd.config import Config
 from gatewayd.console.formatting import zone_label
-from gatewayd.console.session import COOKIE, MAX_AGE_S, Session, Sessions, SignInThrottle, password_fingerprint
+from gatewayd.console.session import (
+    COOKIE, MAX_AGE_S, CheckCeiling, Session, Sessions, SignInThrottle, password_fingerprint,
+)
 from gatewayd.directory import Directory
 from gatewayd.records import Account
 
@@ -38,6 +40,7 @@ class Console:
     config: Config
     sessions: Sessions
     throttle: SignInThrottle
+    ceiling: CheckCeiling  # password checks a second, whoever asks ([server] password_checks_per_s)
 
 
 class ConsoleError(Exception):
