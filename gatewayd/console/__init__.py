@@ -25,6 +25,10 @@ async def mount_console(app: Quart, directory: Directory, store, config: Config)
         directory=directory, store=store, config=config, sessions=Sessions(await load_secret(config, store), store),
         throttle=SignInThrottle(store), ceiling=CheckCeiling(lambda: console.config.server.password_checks_per_s),
     )
+    from gatewayd.ratelimit import MemoryWindows, StoreWindows
+
+    # SQLite: one process serves the file, its memory is exact; PostgreSQL: the database's log
+    console.checkouts = StoreWindows(store) if getattr(store, "kind", "") == "postgres" else MemoryWindows()
     app.register_blueprint(create_blueprint(console))
     return console
 

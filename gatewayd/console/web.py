@@ -41,6 +41,7 @@ class Console:
     sessions: Sessions
     throttle: SignInThrottle
     ceiling: CheckCeiling  # password checks a second, whoever asks ([server] password_checks_per_s)
+    checkouts: Any = None  # Checkout Sessions made per account (gatewayd.ratelimit windows; views_funds)
 
 
 class ConsoleError(Exception):
