@@ -106,7 +106,7 @@ class ResponsesSocket:
             t.status = error.status
             await refuse_websocket(self.scope, self.send, error, ctx.request_id)
             return
-        self.budget = SocketBudget(self.pool, caller, server.max_body_bytes)
+        self.budget = SocketBudget(self.pool, caller, server.max_body_bytes, self.scope)
         try:
             if (await self.receive())["type"] != "websocket.connect":
                 return

@@ -9,10 +9,13 @@ without end, and any number of sockets could be opened. So:
 - **Messages count against the account's share of the API body budget**
   (``gatewayd.bodies``, the pool ``POST /v1/responses`` uses), as they are: decompressed
   (permessage-deflate is not negotiated at all: ``gatewayd.hypercorn_patches``'
-  ``websocket_deflate``, so a message is never larger than its bytes on the wire). A
-  message over the account's share is answered with an ``error`` event (503
-  ``server_busy``) and dropped; one that fits is held until the response it asked for
-  has ended (or at once, for one refused).
+  ``websocket_limits``, so a message is never larger than its bytes on the wire). Under
+  hypercorn the same patch counts each frame as it is buffered (``SCOPE_LEASE``), so a
+  message is counted from its first byte and one that would go over is cut with 1009;
+  elsewhere (an ASGI server without the patch) a whole message is counted when it arrives,
+  and one over the share is answered with an ``error`` event (503 ``server_busy``) and
+  dropped. Either way a message is held until the response it asked for has ended (or at
+  once, for one refused).
 - **The remembered history is capped at ``max_body_bytes``** and counts against the same
   share while it is kept; a history over either bound is not kept, and a continuation
   naming it is answered with a 400 that says to send the whole input. It is dropped when
@@ -35,6 +38,7 @@ from gatewayd.access import Caller
 from gatewayd.bodies import BodyBudget, BodyLease, account_owner
 from gatewayd.errors import GatewayError
 from gatewayd.formats.responses_socket import LastResponse
+from gatewayd.hypercorn_patches import SCOPE_COUNTED, SCOPE_LEASE
 
 log = logging.getLogger("gatewayd.app")
 
@@ -79,15 +83,21 @@ class SocketBudget:
     remembered history. Without a pool (a listener that counts no bodies) only the
     history's ``max_body_bytes`` cap applies."""
 
-    def __init__(self, pool: BodyBudget | None, caller: Caller, max_body_bytes: int) -> None:
+    def __init__(self, pool: BodyBudget | None, caller: Caller, max_body_bytes: int, scope: dict) -> None:
         self.lease: BodyLease | None = pool.lease(account_owner(caller.account.id)) if pool is not None else None
         self.max_body_bytes = max_body_bytes
+        self.scope = scope
+        if self.lease is not None:
+            scope[SCOPE_LEASE] = self.lease  # hypercorn counts the frames as they come, when patched
         self.history_bytes = 0
         self.forgotten: str | None = None  # the id of a response whose history was too large to keep
 
     def message(self, size: int) -> GatewayError | None:
-        """Count a message of ``size`` as it is handled; the 503 when it would go over."""
-        return self.lease.receive(size) if self.lease is not None else None
+        """Count a message of ``size`` as it is handled; the 503 when it would go over. (Under
+        the patched hypercorn its frames were counted as they came: nothing more to take.)"""
+        if self.lease is None or self.scope.get(SCOPE_COUNTED):
+            return None
+        return self.lease.receive(size)
 
     def handled(self, size: int) -> None:
         """A message's request has ended: its bytes are given back."""

@@ -23,8 +23,9 @@ from hypercorn.trio.worker_context import WorkerContext
 from typer.testing import CliRunner
 
 from gatewayd import cli, hypercorn_patches
+from gatewayd.bodies import BodyBudget
 from gatewayd.hypercorn_patches import (
-    CLEARTEXT_H2, HANGUPS, MARK, PATCHES, PROTOCOL_ERRORS, WEBSOCKET_DEFLATE, PatchRefused, original,
+    CLEARTEXT_H2, HANGUPS, MARK, PATCHES, PROTOCOL_ERRORS, WEBSOCKET_LIMITS, PatchRefused, original,
 )
 
 # a DeprecationWarning from hypercorn on the paths we patch is an early notice of the next break
@@ -232,7 +233,7 @@ async def test_without_cleartext_h2_hypercorn_switches_to_http2(pristine):
         nursery.cancel_scope.cancel()
 
 
-# -- websocket_deflate ---------------------------------------------------------------------------
+# -- websocket_limits ---------------------------------------------------------------------------
 
 
 async def accepting_app(scope, receive, send):
@@ -257,17 +258,58 @@ async def extensions_agreed() -> str | None:
     return dict(head.headers).get(b"sec-websocket-extensions", b"").decode() or None
 
 
-async def test_websocket_deflate_declines_permessage_deflate(patched):
+async def test_websocket_limits_declines_permessage_deflate(patched):
     """Issue 31, N2: with permessage-deflate agreed, about 1 MiB sent became about 1 GiB held
     (wsproto inflates a frame whole before any size cap). The patch answers the offer with no
     extension: messages arrive uncompressed, as large in memory as on the wire."""
     assert await extensions_agreed() is None
 
 
-async def test_without_websocket_deflate_hypercorn_agrees_to_it(pristine):
+async def test_without_websocket_limits_hypercorn_agrees_to_it(pristine):
     hypercorn_patches.install_all([HANGUPS, PROTOCOL_ERRORS, CLEARTEXT_H2])
     assert (await extensions_agreed() or "").startswith("permessage-deflate")
-    assert not WEBSOCKET_DEFLATE.applied()
+    assert not WEBSOCKET_LIMITS.applied()
+
+
+async def test_websocket_limits_counts_a_message_from_its_first_frame_and_cuts_it_over_the_lease(patched):
+    """Issue 31, N2: hypercorn buffered a message until its last frame, counted by nothing. With
+    a lease in the scope each frame's data is counted as it is buffered, and the frame that
+    would take the lease's owner over its share closes the socket with 1009."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
+
+    budget = BodyBudget(100_000, owner_max=5_000)
+    lease = budget.lease("account:a")
+
+    async def app(scope, receive, send):
+        if scope["type"] != "websocket":
+            return
+        scope[hypercorn_patches.SCOPE_LEASE] = lease
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        assert scope[hypercorn_patches.SCOPE_COUNTED] is True
+        while (await receive())["type"] != "websocket.disconnect":
+            pass
+
+    async with trio.open_nursery() as nursery:
+        stream, _ = await open_connection(nursery, hypercorn_config(), app=app)
+        client = WSConnection(ConnectionType.CLIENT)
+        await stream.send_all(client.send(Request(host="gateway.test", target="/v1/responses")))
+        events: list = []
+        with trio.fail_after(5):
+            while not any(isinstance(e, AcceptConnection) for e in events):
+                client.receive_data(await stream.receive_some(65536))
+                events.extend(client.events())
+            await stream.send_all(client.send(TextMessage(data="x" * 3000, message_finished=False)))
+            while lease.held < 3000:  # counted while the message is still coming
+                await trio.sleep(0.01)
+            await stream.send_all(client.send(TextMessage(data="y" * 3000, message_finished=False)))
+            while not any(isinstance(e, CloseConnection) for e in events):
+                client.receive_data(await stream.receive_some(65536))
+                events.extend(client.events())
+        nursery.cancel_scope.cancel()
+    [closed] = [e for e in events if isinstance(e, CloseConnection)]
+    assert closed.code == 1009 and lease.held == 3000 and budget.held == 3000  # the refused frame took nothing
 
 
 # -- the start-up check --------------------------------------------------------------------------
