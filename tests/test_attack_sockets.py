@@ -157,3 +157,27 @@ async def test_sockets_per_key_and_per_account_are_capped(tmp_path):
         assert listener.sockets.by_key == {} and listener.sockets.by_account == {}
     finally:
         await gw.aclose()
+
+
+async def test_a_warm_up_is_a_free_answer_with_the_free_body_limit(tmp_path):
+    """A ``generate: false`` warm-up is answered by the gateway, free (issue 31, N3): its body is
+    at most ``max_free_body_bytes`` (2,000 here): over it, a 413 ``error`` event; under it,
+    answered; the provider is never asked."""
+    gw = Gateway(tmp_path, provider(trio.Event()), budgets=True, server="max_free_body_bytes = 2000\n")
+    try:
+        account_id, secret = await gw.funded_key()
+        socket = Socket(gw, secret)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(socket.run)
+            await socket.next()  # accepted
+            await socket.create(model="gpt-4.1-mini", input="w" * 3000, generate=False)
+            _, refused = await socket.event()
+            await socket.create(model="gpt-4.1-mini", input="w" * 100, generate=False)
+            answered = [(await socket.event())[1]["type"] for _ in range(2)]
+            await socket.to_app.send({"type": "websocket.disconnect", "code": 1000})
+        assert (refused["type"], refused["status"], refused["error"]["code"]) == ("error", 413, "request_too_large")
+        assert "max_free_body_bytes" in refused["error"]["message"]
+        assert answered == ["response.created", "response.completed"]
+        assert await gw.usage(account_id) == [] and gw.pools.api.held == 0
+    finally:
+        await gw.aclose()
