@@ -4,7 +4,8 @@ In process: the real listener with the public listener's body pools and deadline
 (``gatewayd.bodies``), the real relay, ledger, console, Stripe webhook and SQLite store;
 the ASGI app driven directly, so a test holds connections open mid-body at no bandwidth.
 The provider is an ``httpx.MockTransport``. Other tenants are asserted *served* while an
-attack holds its connections (no timing is asserted).
+attack holds its connections (no timing is asserted: the body deadline runs on trio's mock
+clock, moved by the test once the others were served).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import httpx
 import orjson
 import pytest
 import trio
+import trio.testing
 
 from gatewayd.bodies import account_owner
 from gatewayd.payments.stripe_webhook import MAX_BODY_BYTES as WEBHOOK_MAX_BODY_BYTES
@@ -109,14 +111,14 @@ async def holder(gw: Gateway, email: str) -> None:
     await gw.directory.pay(account, 10 * 10**9)
 
 
-async def test_keyless_connections_declaring_large_bodies_hold_nothing_and_time_out(gw_budgets):
+async def test_keyless_connections_declaring_large_bodies_hold_nothing_and_time_out(gw_budgets, mock_clock):
     """The issue's N6 attack: with no key at all, two idle connections that declared large
     bodies and sent nothing made every console form (sign-in included) and the signed Stripe
     webhook answer 503 (their declared lengths filled the quarter of the budget that every
     key-less request shared: here two forms declaring 500,000 bytes against a 4,000,000-byte
     budget, and a webhook delivery declaring the webhook's largest). Now they hold nothing
     while they wait, the console, the webhook and the API are served meanwhile, and each gets
-    408 at the body deadline (``body_timeout_s``, 1.5 s here)."""
+    408 at the body deadline (``body_timeout_s``, 1.5 s here, on the mock clock: it passes when the test says)."""
     gw = gw_budgets
     await holder(gw, "holder@example.com")
     _, secret = await gw.funded_key()
@@ -127,15 +129,15 @@ async def test_keyless_connections_declaring_large_bodies_hold_nothing_and_time_
     async with trio.open_nursery() as nursery:
         for connection in idle:
             nursery.start_soon(connection.run)
-        await trio.sleep(0.05)  # both are waiting for their bodies
+        await trio.testing.wait_all_tasks_blocked()  # each is waiting for its body
         assert gw.pools.console.held == 0 and gw.pools.webhook.held == 0 and gw.pools.api.held == 0
         signed_in = await sign_in(gw, "holder@example.com")
         delivered = await webhook(gw)
         answered = await chat(gw, secret)
         assert all(not c.done.is_set() for c in idle), "the idle connections are still waiting"
-        with trio.fail_after(10):
-            for connection in idle:
-                await connection.done.wait()
+        mock_clock.jump(1.6)  # the body deadline passes
+        for connection in idle:
+            await connection.done.wait()
         leave.set()
     assert signed_in.status_code == 302 and signed_in.headers["location"].endswith("/console/keys"), signed_in.text
     assert delivered.status_code == 200 and delivered.json()["received"] is True, delivered.text
@@ -146,7 +148,7 @@ async def test_keyless_connections_declaring_large_bodies_hold_nothing_and_time_
     assert gw.pools.console.held == 0 and gw.pools.webhook.held == 0 and gw.pools.api.held == 0
 
 
-async def test_an_account_with_four_keys_holds_one_accounts_share(gw_budgets):
+async def test_an_account_with_four_keys_holds_one_accounts_share(gw_budgets, mock_clock):
     """The issue's N6 attack with a key: one unpaid account with 4 keys declared large bodies
     on each (990,000 bytes declared here, under a 4,000,000-byte budget) and made every API
     request of every tenant 503 at zero bandwidth. Now a key's bytes count against its
@@ -164,9 +166,8 @@ async def test_an_account_with_four_keys_holds_one_accounts_share(gw_budgets):
     async with trio.open_nursery() as nursery:
         for connection in held:
             nursery.start_soon(connection.run)
-        with trio.fail_after(10):
-            while sum(c.done.is_set() for c in held) < 3:  # three refused as their bytes came
-                await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()  # (the body deadline stands still: the mock clock)
+        assert sum(c.done.is_set() for c in held) == 3  # three refused as their bytes came
         refused = [c for c in held if c.done.is_set()]
         assert gw.pools.api.by_owner == {account_owner(attacker.id): 600_000}  # the fourth's bytes, held
         answers = [await chat(gw, other) for _ in range(3)]
