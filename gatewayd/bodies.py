@@ -156,10 +156,13 @@ class BodyLease:
     budget: BodyBudget
     owner: str | None
     held: int = 0
+    ended: bool = False  # closed: nothing more is taken (a WebSocket's frames after its app ended)
 
     def receive(self, n: int) -> GatewayError | None:
         if n <= 0:
             return None
+        if self.ended:
+            return over_budget("for a request that has ended")
         if self.owner is None:
             raise AssertionError("a body is read only once its owner is known")
         refused = self.budget._take(self.owner, n)
@@ -180,6 +183,7 @@ class BodyLease:
 
     def close(self) -> None:
         self.give_back(self.held)
+        self.ended = True
 
 
 def account_owner(account_id: str) -> str:

@@ -67,3 +67,13 @@ def test_the_pools_are_separate():
     assert pools.console.lease("address:1.2.3.4").receive(100) is None
     assert pools.webhook.lease("address:1.2.3.4").receive(10) is None
     assert pools.api.owner_max == 1000 and pools.console.owner_max == 100 and pools.webhook.owner_max == 10
+
+
+def test_a_closed_lease_takes_nothing_more():
+    """A WebSocket's frames may still be buffered by hypercorn after its app has ended: they must
+    not be counted against the account with no one left to give them back."""
+    budget = BodyBudget(4000)
+    lease = budget.lease("account:a")
+    assert lease.receive(100) is None
+    lease.close()
+    assert lease.receive(100) is not None and budget.held == 0 and lease.held == 0
