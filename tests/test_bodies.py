@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 
-from gatewayd.bodies import BodyBudget, BodyPools, account_owner
+from gatewayd.bodies import UNKNOWN_OWNER, BodyBudget, BodyPools, account_owner
 from gatewayd.config import ServerSettings
 
 
@@ -18,10 +17,14 @@ def test_chunks_are_counted_as_they_arrive_and_given_back_on_close():
     assert budget.held == 0 and budget.by_owner == {}
 
 
-def test_nothing_is_received_before_the_owner_is_known():
-    lease = BodyBudget(4000).lease()
-    with pytest.raises(AssertionError):
-        lease.receive(1)
+def test_bytes_read_before_the_owner_is_known_share_one_owner():
+    budget = BodyBudget(4000)
+    first, second = budget.lease(), budget.lease()
+    assert first.receive(1000) is None and second.receive(1) is not None  # one share for them all
+    first.assign("account:a")  # too late: the bytes stay where they were counted
+    assert budget.by_owner == {UNKNOWN_OWNER: 1000}
+    first.close()
+    assert budget.held == 0
 
 
 def test_one_owner_gets_a_quarter_and_the_pool_the_whole():
