@@ -86,10 +86,18 @@ class ServerSettings:
     metrics_listen: str | None = None  # HOST:PORT: /metrics, /healthz, /readyz there instead of the public listener
     drain_delay_s: float = 0.0  # on SIGTERM: /readyz answers 503 this long before the listeners stop accepting
     body_timeout_s: float = 60.0  # a request body not all in this long after its headers: 408 (gatewayd.app)
-    max_buffered_bytes: int = 1 << 30  # request bodies held at once; a key at most a quarter (gatewayd.bodies)
+    max_buffered_bytes: int = 1 << 30  # API request bodies held at once (gatewayd.bodies)
+    max_buffered_bytes_per_account: int | None = None  # of those, one account's; None: a quarter
+    console_buffered_bytes: int = 64 << 20  # the console's (and other app paths') own body budget
+    webhook_buffered_bytes: int = 16 << 20  # POST /webhooks/stripe's own body budget
     h2c: bool = False  # HTTP/2 without TLS (prior knowledge or Upgrade); HTTP/2 over TLS (ALPN) is always on
     max_concurrent_per_account: int = 256  # requests in flight per account and instance; 0 = no cap
     max_concurrent_per_key: int = 0  # the same per key; 0 = no cap (gatewayd/concurrency.py)
+    max_sockets_per_key: int = 16  # Responses WebSockets open per key and instance; 0 = no cap (socket_limits)
+    max_sockets_per_account: int = 64  # the same per account
+    max_free_body_bytes: int = 1 << 20  # bodies of requests the gateway answers itself (countTokens, warm-ups)
+    free_answer_threads: int = 1  # threads those answers' tokenizer may use (gatewayd.relay)
+    password_checks_per_s: float = 10.0  # console sign-in password checks a second, all callers (console.session)
 
 
 @attrs.frozen
@@ -179,8 +187,10 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "listen", "admin_socket", "data_dir", "stream_idle_timeout_s", "max_body_bytes",
         "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "tls_cert", "tls_key",
         "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
-        "body_timeout_s", "max_buffered_bytes", "h2c",
-        "max_concurrent_per_account", "max_concurrent_per_key",
+        "body_timeout_s", "max_buffered_bytes", "max_buffered_bytes_per_account", "console_buffered_bytes",
+        "webhook_buffered_bytes", "h2c",
+        "max_concurrent_per_account", "max_concurrent_per_key", "max_sockets_per_key", "max_sockets_per_account",
+        "max_free_body_bytes", "free_answer_threads", "password_checks_per_s",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -220,9 +230,17 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         drain_delay_s=float(s.number("drain_delay_s", 0)),
         body_timeout_s=float(s.number("body_timeout_s", 60, minimum=0.001)),
         max_buffered_bytes=s.number("max_buffered_bytes", 1 << 30, minimum=1, integer=True),
+        max_buffered_bytes_per_account=s.number("max_buffered_bytes_per_account", None, minimum=1, integer=True),
+        console_buffered_bytes=s.number("console_buffered_bytes", 64 << 20, minimum=1, integer=True),
+        webhook_buffered_bytes=s.number("webhook_buffered_bytes", 16 << 20, minimum=1, integer=True),
         h2c=s.bool("h2c", False),
         max_concurrent_per_account=s.number("max_concurrent_per_account", 256, integer=True),
         max_concurrent_per_key=s.number("max_concurrent_per_key", 0, integer=True),
+        max_sockets_per_key=s.number("max_sockets_per_key", 16, integer=True),
+        max_sockets_per_account=s.number("max_sockets_per_account", 64, integer=True),
+        max_free_body_bytes=s.number("max_free_body_bytes", 1 << 20, minimum=1, integer=True),
+        free_answer_threads=s.number("free_answer_threads", 1, minimum=1, integer=True),
+        password_checks_per_s=float(s.number("password_checks_per_s", 10, minimum=0.01)),
     )
 
 

@@ -26,7 +26,7 @@ from gatewayd.admin.api import create_admin_app
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
-from gatewayd.bodies import BodyBudget
+from gatewayd.bodies import BodyPools
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
@@ -280,10 +280,10 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
 
 
 def _public_listener(app, config: Config, api: ApiRoutes) -> Listener:
-    """The public listener: bodies read after the key, within the deadline and the budget."""
+    """The public listener: bodies read after the key, within the deadline and their pool's budget."""
     server = config.server
     return Listener(app, server.max_body_bytes, api.relay.metrics, api,
-                    bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s)
+                    bodies=BodyPools.from_settings(server), body_timeout_s=server.body_timeout_s)
 
 
 def _keep(config: Config) -> Config:
