@@ -4,8 +4,8 @@ The ``Listener`` is plain ASGI in front of everything, because these rules must 
 every response, even ones Quart produces itself: each carries ``X-Request-Id``; a
 body over ``max_body_bytes`` is refused with 413 without being read into memory,
 whether or not the client sent a Content-Length; a body not all in within
-``body_timeout_s`` is refused with 408; the bytes of bodies held are counted against
-the process's budget (``gatewayd.bodies``; 503 over it); and a request answered before
+``body_timeout_s`` is refused with 408; the bytes of bodies held are counted, as they
+arrive, in the budget of the path's pool (``gatewayd.bodies``; 503 over it); and a request answered before
 its body was read is closed without reading the rest. It hands the /v1 API routes to
 ``gatewayd.api_routes`` (plain ASGI, the hot path) and the rest to the Quart app made by
 ``create_app``: the console, the operator's endpoints, and the answers for paths and
@@ -27,9 +27,11 @@ from quart_trio import QuartTrio
 
 from gatewayd import logs, responses_ws, trace
 from gatewayd.api_routes import ApiRoutes
-from gatewayd.bodies import BodyBudget
+from gatewayd.access import client_address
+from gatewayd.bodies import BodyPools
 from gatewayd.errors import GatewayError, error_body, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
+from gatewayd.socket_limits import SocketCounts
 from gatewayd.trace import Trace, new_request_id
 from gatewayd.upgrades import refuse_websocket, websocket_refusal
 
@@ -64,6 +66,8 @@ def endpoint_of(path: str) -> str:
         return "models"
     if path.startswith("/console"):
         return "console"
+    if path == "/mcp" or path.startswith("/mcp/"):
+        return "mcp"
     return "other"
 
 
@@ -72,7 +76,7 @@ class Listener:
     cap, and, once the last byte is sent, the request's log line and metrics (``gatewayd.trace``)."""
 
     def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None,
-                 api: ApiRoutes | None = None, *, bodies: BodyBudget | None = None,
+                 api: ApiRoutes | None = None, *, bodies: BodyPools | None = None,
                  body_timeout_s: float | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
@@ -80,6 +84,7 @@ class Listener:
         self.api = api  # the /v1 API routes, served without Quart (gatewayd.api_routes)
         self.bodies = bodies  # None: bodies are not counted (the ops listener's GETs)
         self.body_timeout_s = body_timeout_s  # None: no deadline
+        self.sockets = SocketCounts()  # Responses WebSockets open, by key and account (gatewayd.socket_limits)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -94,8 +99,9 @@ class Listener:
             if scope["type"] == "websocket":
                 path = t.path
                 if path == responses_ws.PATH and self.api is not None:  # Responses over WebSocket
-                    socket = responses_ws.ResponsesSocket(self.api, scope, receive, send, self._finished,
-                                                          new_request_id)
+                    socket = responses_ws.ResponsesSocket(
+                        self.api, scope, receive, send, self._finished, new_request_id, sockets=self.sockets,
+                        pool=self.bodies.api if self.bodies is not None else None)
                     return await socket.serve(t)
                 # every other path refuses the upgrade (gatewayd.upgrades)
                 error = websocket_refusal(path, endpoint_of(path) != "other", not_offered(path))
@@ -173,8 +179,9 @@ class Listener:
             elif name == b"transfer-encoding":
                 has_body = True
         scope["gateway.content_length"] = declared
-        lease = self.bodies.lease() if self.bodies is not None else None
-        scope["gateway.body_lease"] = lease  # the API routes count it against the key, once known
+        app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
+        lease = self._lease(scope, api=app is not None)
+        scope["gateway.body_lease"] = lease  # the API routes name its owner (the key's account) once known
         deadline = trio.current_time() + self.body_timeout_s if self.body_timeout_s else math.inf
         received = 0
         refusal: GatewayError | None = None  # set while the body comes: the app stops, we answer below
@@ -203,13 +210,7 @@ class Listener:
                         return {"type": "http.disconnect"}
             return message
 
-        app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
         try:
-            if app is None and lease is not None and declared:
-                # the rest of the app (console forms, paths not served) shares one owner's quarter
-                refused = lease.reserve(declared)
-                if refused is not None:
-                    return await self._refuse(send_with_id, request_id, refused)
             await (app or self.app)(scope, capped_receive, send_with_id)
             if refusal is not None and not started:
                 await self._refuse(send_with_id, request_id, refusal)
@@ -218,6 +219,19 @@ class Listener:
                 lease.close()
             if streaming and metrics is not None:
                 metrics.open_streams.dec()
+
+    def _lease(self, scope: dict, *, api: bool):
+        """The request's lease in its pool (``gatewayd.bodies``): an API route's is owned by the
+        key's account once the key is checked; the rest of the app's by the client's address."""
+        if self.bodies is None:
+            return None
+        if api:
+            return self.bodies.api.lease()
+        peer = scope.get("client")
+        trusted = self.api.relay.config.server.trusted_proxies if self.api is not None else ()
+        forwarded = b", ".join(v for k, v in scope.get("headers", ()) if k == b"x-forwarded-for").decode("latin-1")
+        address = client_address(peer[0] if peer else None, forwarded or None, trusted)
+        return self.bodies.for_app_path(scope.get("path", "")).lease(f"address:{address}")
 
     def _too_large(self) -> GatewayError:
         return GatewayError(413, f"the request body is larger than {self.max_body_bytes} bytes", "request_too_large")

@@ -24,6 +24,8 @@ from gatewayd.alerts import AlertSettings
 from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
+from gatewayd.mcp import access as mcp_access
+from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
@@ -64,6 +66,7 @@ class Group:
     name: str
     price_ratio: Fraction
     retired: bool
+    mcp: tuple[str, ...] | None = None  # MCP servers / server:tool patterns its accounts may use; None: all
 
 
 @attrs.frozen
@@ -83,11 +86,19 @@ class ServerSettings:
     metrics_listen: str | None = None  # HOST:PORT: /metrics, /healthz, /readyz there instead of the public listener
     drain_delay_s: float = 0.0  # on SIGTERM: /readyz answers 503 this long before the listeners stop accepting
     body_timeout_s: float = 60.0  # a request body not all in this long after its headers: 408 (gatewayd.app)
-    max_buffered_bytes: int = 1 << 30  # request bodies held at once; a key at most a quarter (gatewayd.bodies)
+    max_buffered_bytes: int = 1 << 30  # API request bodies held at once (gatewayd.bodies)
+    max_buffered_bytes_per_account: int | None = None  # of those, one account's; None: a quarter
+    console_buffered_bytes: int = 64 << 20  # the console's (and other app paths') own body budget
+    webhook_buffered_bytes: int = 16 << 20  # POST /webhooks/stripe's own body budget
     h2c: bool = False  # HTTP/2 without TLS (prior knowledge or Upgrade); HTTP/2 over TLS (ALPN) is always on
     max_concurrent_per_account: int = 256  # requests in flight per account and instance; 0 = no cap
     max_concurrent_per_key: int = 0  # the same per key; 0 = no cap (gatewayd/concurrency.py)
     hangup_grace_s: float = 2.0  # a client gone: its provider request is closed this long after (gatewayd/hangups.py)
+    max_sockets_per_key: int = 16  # Responses WebSockets open per key and instance; 0 = no cap (socket_limits)
+    max_sockets_per_account: int = 64  # the same per account
+    max_free_body_bytes: int = 1 << 20  # bodies of requests the gateway answers itself (countTokens, warm-ups)
+    free_answer_threads: int = 1  # threads those answers' tokenizer may use (gatewayd.relay)
+    password_checks_per_s: float = 10.0  # console sign-in password checks a second, all callers (console.session)
 
 
 @attrs.frozen
@@ -115,6 +126,7 @@ class Config:
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
     console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
+    mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -176,8 +188,10 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "listen", "admin_socket", "data_dir", "stream_idle_timeout_s", "max_body_bytes",
         "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "hangup_grace_s", "tls_cert", "tls_key",
         "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
-        "body_timeout_s", "max_buffered_bytes", "h2c",
-        "max_concurrent_per_account", "max_concurrent_per_key",
+        "body_timeout_s", "max_buffered_bytes", "max_buffered_bytes_per_account", "console_buffered_bytes",
+        "webhook_buffered_bytes", "h2c",
+        "max_concurrent_per_account", "max_concurrent_per_key", "max_sockets_per_key", "max_sockets_per_account",
+        "max_free_body_bytes", "free_answer_threads", "password_checks_per_s",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -218,9 +232,17 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         drain_delay_s=float(s.number("drain_delay_s", 0)),
         body_timeout_s=float(s.number("body_timeout_s", 60, minimum=0.001)),
         max_buffered_bytes=s.number("max_buffered_bytes", 1 << 30, minimum=1, integer=True),
+        max_buffered_bytes_per_account=s.number("max_buffered_bytes_per_account", None, minimum=1, integer=True),
+        console_buffered_bytes=s.number("console_buffered_bytes", 64 << 20, minimum=1, integer=True),
+        webhook_buffered_bytes=s.number("webhook_buffered_bytes", 16 << 20, minimum=1, integer=True),
         h2c=s.bool("h2c", False),
         max_concurrent_per_account=s.number("max_concurrent_per_account", 256, integer=True),
         max_concurrent_per_key=s.number("max_concurrent_per_key", 0, integer=True),
+        max_sockets_per_key=s.number("max_sockets_per_key", 16, integer=True),
+        max_sockets_per_account=s.number("max_sockets_per_account", 64, integer=True),
+        max_free_body_bytes=s.number("max_free_body_bytes", 1 << 20, minimum=1, integer=True),
+        free_answer_threads=s.number("free_answer_threads", 1, minimum=1, integer=True),
+        password_checks_per_s=float(s.number("password_checks_per_s", 10, minimum=0.01)),
     )
 
 
@@ -461,7 +483,7 @@ def _groups(raw: Any) -> dict[str, Group]:
     groups: dict[str, Group] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"groups[{i}]")
-        s.unknown({"name", "price_ratio", "retired"})
+        s.unknown({"name", "price_ratio", "retired", "mcp"})
         name = s.str("name")
         if name in groups:
             raise ConfigError(f"groups[{i}].name: duplicate group {name!r}")
@@ -469,7 +491,13 @@ def _groups(raw: Any) -> dict[str, Group]:
             price_ratio = ratio(s.number("price_ratio", 1.0))
         except MoneyError as e:
             raise ConfigError(f"groups[{i}].price_ratio: {e}") from None
-        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False))
+        mcp = None
+        if "mcp" in s.table:
+            try:
+                mcp = mcp_access.parse_list(s.table["mcp"])
+            except mcp_access.AccessListError as e:
+                raise ConfigError(f"groups[{i}].mcp: {e}") from None
+        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False), mcp=mcp)
     if "default" not in groups:
         groups["default"] = Group(name="default", price_ratio=Fraction(1), retired=False)
     return groups
@@ -510,7 +538,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "console"}
+               "payments", "console", "mcp_servers"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -541,6 +569,12 @@ def load_config(
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
     alert_settings = alerts.read_settings(raw.get("alerts"), env)
+    mcp_servers = read_mcp_servers(raw.get("mcp_servers"), env)
+    for group in groups.values():
+        unknown = [e for e in group.mcp or () if e.partition(":")[0] not in mcp_servers]
+        if unknown:
+            raise ConfigError(f"groups: group {group.name!r} names MCP server {unknown[0].partition(':')[0]!r}, "
+                              "which is not in [[mcp_servers]]")
     return Config(
         server=server,
         database_url=database_url,
@@ -557,4 +591,5 @@ def load_config(
         stripe=read_payments(raw.get("payments"), env),
         console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
                                       and alert_settings.smtp is not None, env=env),
+        mcp_servers=mcp_servers,
     )

@@ -29,7 +29,7 @@ from gatewayd.store.usage_queries import UsageFilter
 JSON = "application/json"
 log = logging.getLogger("gatewayd.admin")
 KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
-              "budget_nano", "budget_period")
+              "budget_nano", "budget_period", "mcp")
 
 
 # The stored times' range: a bound outside it (the end of 9999-12-31, the start of 0001-01-01
@@ -184,6 +184,16 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         account = directory.account(ref)
         doc = await body("password")
         return _json((await directory.set_password(account, doc.get("password"))).public())
+
+    @app.post("/admin/v1/accounts/<ref>/unlock")
+    async def unlock(ref: str):
+        """The console's sign-in lockouts of the account's email lifted, at every address."""
+        from gatewayd.console.session import SignInThrottle
+
+        account = directory.account(ref)
+        await body()
+        cleared = await SignInThrottle(store).unlock(account.email)
+        return _json({"account": account.public(), "buckets_cleared": cleared})
 
     @app.post("/admin/v1/accounts/<ref>/payments")
     async def pay(ref: str):
