@@ -75,7 +75,7 @@ class Hangups:
         try:
             await work(*args)
         except Exception as e:  # noqa: BLE001 - each task settles its own money; a fault left here is ours
-            log.error("internal error while finishing a request whose client left: %s", type(e).__name__,
+            log.error("internal error in a task the daemon owns (a stream, or what a client left): %s", type(e).__name__,
                       exc_info=e)
         finally:
             self._open -= 1
