@@ -29,7 +29,7 @@ from typing import Any, AsyncGenerator, Awaitable, Callable
 import orjson
 import trio
 
-from gatewayd import endpoints, trace
+from gatewayd import endpoints, telemetry, trace
 from gatewayd.access import Caller, client_address
 from gatewayd.endpoints import ENDPOINTS, LARGE_BODY_BYTES, Ctx, Endpoint
 from gatewayd.errors import GatewayError, error_body, our_fault
@@ -240,6 +240,7 @@ def _header_list(headers: dict, content_type: tuple[bytes, bytes], length: int |
 
 
 async def _send_error(send, error: GatewayError, ctx: Ctx) -> None:
+    telemetry.refused(error)
     body = error_body(error, ctx.request_id, ctx.envelope)
     await _send_answer(send, error.status, error.headers, body, ctx)
 

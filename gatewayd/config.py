@@ -27,6 +27,8 @@ from gatewayd.config_tables import ConfigError, Section as _Section
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
+from gatewayd.telemetry import settings as telemetry_settings
+from gatewayd.telemetry.settings import TelemetrySettings
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
     "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
@@ -112,6 +114,7 @@ class Config:
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
+    telemetry: TelemetrySettings | None = None  # [telemetry]: OTLP traces and metrics (gatewayd.telemetry); None: off
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -506,7 +509,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments"}
+               "payments", "telemetry"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -550,4 +553,5 @@ def load_config(
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
         alerts=alerts.read_settings(raw.get("alerts"), env),
         stripe=read_payments(raw.get("payments"), env),
+        telemetry=telemetry_settings.read_settings(raw.get("telemetry"), env),
     )

@@ -35,9 +35,10 @@ class Gateway:
     connection pool included), ``upstream_url`` is a real provider (the simulator)."""
 
     def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response] | None,
-                 *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "") -> None:
+                 *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "",
+                 extra: str = "", telemetry=None) -> None:
         config_file = tmp / "gatewayd.toml"
-        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url))
+        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url, extra))
         self.config = load_config(config_file)
         self.store = SQLiteStore(str(tmp / "gateway.db"))
         self.directory = Directory(self.config, self.store)  # empty database: nothing to load
@@ -48,7 +49,7 @@ class Gateway:
         self.relay = Relay(self.config, self.directory, self.ledger, upstream)
         readiness = Readiness(self.store, self.relay.metrics, self.relay.drain)
         self.app = Listener(create_app(readiness), self.config.server.max_body_bytes, self.relay.metrics,
-                            ApiRoutes(self.relay))
+                            ApiRoutes(self.relay), telemetry=telemetry)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway.test")
 
     async def funded_key(self, usd: int = 10) -> tuple[str, str]:
