@@ -34,7 +34,9 @@ def attributes(items) -> dict[str, Any]:
 class Received:
     """Spans and metric points, appended by the receiver threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep  # False: only count the spans (the bench: its load generator shares this process)
+        self.count = 0
         self.lock = threading.Lock()
         self.spans: list[dict] = []
         self.metrics: list[dict] = []
@@ -44,6 +46,9 @@ class Received:
 
     def add_traces(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
         with self.lock:
+            self.count += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+            if not self.keep:
+                return
             for rs in request.resource_spans:
                 self.resources.append(attributes(rs.resource.attributes))
                 for ss in rs.scope_spans:
@@ -77,8 +82,8 @@ class Received:
 class HttpReceiver:
     """OTLP/HTTP: ``POST /v1/traces`` and ``/v1/metrics`` with protobuf bodies."""
 
-    def __init__(self) -> None:
-        self.received = received = Received()
+    def __init__(self, keep: bool = True) -> None:
+        self.received = received = Received(keep)
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
@@ -94,7 +99,8 @@ class HttpReceiver:
                     received.add_traces(trace_service_pb2.ExportTraceServiceRequest.FromString(body))
                     answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 elif self.path == "/v1/metrics":
-                    received.add_metrics(metrics_service_pb2.ExportMetricsServiceRequest.FromString(body))
+                    if received.keep:
+                        received.add_metrics(metrics_service_pb2.ExportMetricsServiceRequest.FromString(body))
                     answer = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
                 else:
                     self.send_response(404)

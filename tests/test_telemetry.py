@@ -335,7 +335,8 @@ def test_telemetry_off_imports_no_sdk():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "gatewayd"
-    sdk_modules = {"gatewayd.telemetry.otel", "gatewayd.telemetry.processor"}
+    sdk_modules = {"gatewayd.telemetry.otel", "gatewayd.telemetry.processor",
+                   "gatewayd.telemetry.aggregate"}
     for path in root.rglob("*.py"):
         name = ".".join(path.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
         tree = ast.parse(path.read_text())
@@ -357,3 +358,37 @@ def test_telemetry_off_imports_no_sdk():
                     assert name in sdk_modules, f"{name} imports {target}"
                 if target in sdk_modules and name not in sdk_modules:
                     assert name == "gatewayd.server" and id(node) not in top_level, f"{name} imports {target}"
+
+
+async def test_metrics_without_traces(tmp_path, sim, receiver):
+    telemetry = telemetry_to(receiver.url, traces=False)
+    gw, secret = await gateway(tmp_path, sim, telemetry)
+    try:
+        for _ in range(2):
+            answer = await gw.http.post("/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                                        json={"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "Hi"}]})
+            assert answer.status_code == 200
+        await flushed(telemetry)
+    finally:
+        await gw.aclose()
+    received = receiver.received
+    assert not received.spans
+    by_name = latest(received.metrics)
+    duration = only(by_name["gen_ai.client.operation.duration"])
+    assert duration["count"] == 2 and duration["attributes"]["gen_ai.response.model"]
+    assert {p["attributes"]["gen_ai.token.type"] for p in by_name["gen_ai.client.token.usage"]} == {"input", "output"}
+    assert only(by_name["gatewayd.requests"])["value"] == 2
+
+
+def test_histogram_buckets_are_otlps():
+    """A value on a boundary counts in the bucket that boundary closes: (bound[i-1], bound[i]]."""
+    import threading
+
+    from gatewayd.telemetry.aggregate import HistogramInstrument
+
+    h = HistogramInstrument("h", "s", "", (1.0, 2.0), threading.Lock())
+    for value in (0.5, 1.0, 1.5, 2.0, 3.0):
+        h.record(value, (("k", "v"),))
+    point = h.data(0, 1).data.data_points[0]
+    assert list(point.bucket_counts) == [2, 2, 1]
+    assert (point.count, point.sum, point.min, point.max) == (5, 8.0, 0.5, 3.0)

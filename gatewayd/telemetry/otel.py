@@ -5,13 +5,16 @@ the OpenTelemetry GenAI semantic conventions (``gen_ai.*``, span kind CLIENT, na
 ``{operation} {model}``) for each provider attempt, under one SERVER span per request
 (``http.*``, ``gatewayd.*``). docs/operations.md lists every span, event, attribute and metric.
 
-Why the SDK rather than encoding OTLP by hand: it honours every ``OTEL_EXPORTER_OTLP_*``
-setting (headers, certificates, compression, per-signal endpoints), speaks both OTLP
-transports, retries as the specification says, and aggregates the histograms; its cost on
-the event loop, measured here, is about 60 us of CPU for a request's spans and events at
-sampling ratio 1.0 and about 12 us for its metric records (``bench/hot_path.py`` prints the
-whole request's figure with tracing on beside off). Encoding and sending happen in worker
-threads (:mod:`gatewayd.telemetry.processor`, the SDK's periodic metric reader).
+Why the SDK rather than encoding OTLP by hand: its exporters honour every
+``OTEL_EXPORTER_OTLP_*`` setting (headers, certificates, compression, per-signal endpoints),
+speak both OTLP transports and retry as the specification says. Its spans cost, measured in
+process here, roughly 100-180 us of CPU a request at sampling ratio 1.0 (two spans, three or
+four events, about forty attributes, most of it the SDK's attribute checks), on a request of
+about 1 ms; ``make bench`` prints the whole request's figure with tracing on beside off. Its
+metric instruments cost 10-20 us a record, so the metrics are aggregated here instead
+(:mod:`gatewayd.telemetry.aggregate`: about 1 us a record) and only exported by the SDK.
+Encoding and sending run in worker threads (:mod:`gatewayd.telemetry.processor`, and the
+aggregate's), never on the event loop.
 """
 
 from __future__ import annotations
@@ -23,17 +26,17 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 import orjson
 import trio
 from opentelemetry import trace as otel_trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gatewayd.errors import GatewayError
+from gatewayd.telemetry.aggregate import Attributes, MetricsExport
 from gatewayd.telemetry.facts import AnswerFacts, from_body
 from gatewayd.telemetry.processor import BoundedSpanProcessor
 from gatewayd.telemetry.settings import TelemetrySettings
@@ -71,11 +74,11 @@ def _version() -> str:
 
 
 class Telemetry:
-    """The daemon's tracer and meter, from ``[telemetry]``. ``span_exporter`` and
-    ``metric_reader`` replace the OTLP ones (tests use the OTLP ones against a receiver)."""
+    """The daemon's tracer and metrics, from ``[telemetry]``. ``span_exporter`` and
+    ``metric_exporter`` replace the OTLP ones (the tests use the OTLP ones, against a receiver)."""
 
     def __init__(self, settings: TelemetrySettings, *, span_exporter: SpanExporter | None = None,
-                 metric_reader: MetricReader | None = None) -> None:
+                 metric_exporter: MetricExporter | None = None) -> None:
         self.settings = settings
         version = _version()
         resource = Resource.create({"service.name": settings.service_name, "service.version": version})
@@ -94,35 +97,27 @@ class Telemetry:
             # thread would wait up to the interpreter's switch interval (5 ms by default) for the
             # GIL at each hand-over. 1 ms keeps every such wait under the loop's 2 ms budget.
             sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
-        self.meter_provider: MeterProvider | None = None
+        self.metrics: MetricsExport | None = None
         if settings.metrics:
-            reader = metric_reader or PeriodicExportingMetricReader(
-                _metric_exporter(settings), export_interval_millis=settings.metrics_interval_s * 1000,
-                export_timeout_millis=settings.export_timeout_s * 1000)
-            views = [View(instrument_name="gen_ai.client.token.usage",
-                          aggregation=ExplicitBucketHistogramAggregation(TOKEN_BUCKETS))]
-            views += [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(SECONDS_BUCKETS))
-                      for name in ("gen_ai.client.operation.duration", "gen_ai.client.operation.time_to_first_chunk",
-                                   "http.server.request.duration")]
-            self.meter_provider = MeterProvider(resource=resource, metric_readers=[reader], views=views)
-            meter = self.meter_provider.get_meter(SCOPE, version)
-            self.token_usage = meter.create_histogram(
-                "gen_ai.client.token.usage", unit="{token}", description="Number of input and output tokens used.")
-            self.operation_duration = meter.create_histogram(
-                "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration.")
-            self.time_to_first_chunk = meter.create_histogram(
-                "gen_ai.client.operation.time_to_first_chunk", unit="s",
-                description="Time from the request sent to a provider to the stream's first chunk.")
-            self.requests = meter.create_counter(
-                "gatewayd.requests", unit="{request}", description="Requests answered, by status and error code.")
-            self.request_duration = meter.create_histogram(
-                "http.server.request.duration", unit="s", description="Request arrival to last byte sent.")
-            self.cost = meter.create_counter(
-                "gatewayd.cost", unit="{nano_usd}", description="Nano-dollars charged, by model and provider.")
+            metrics = self.metrics = MetricsExport(
+                metric_exporter or _metric_exporter(settings), resource, InstrumentationScope(SCOPE, version),
+                interval_s=settings.metrics_interval_s, timeout_s=settings.export_timeout_s)
+            self.token_usage = metrics.histogram(
+                "gen_ai.client.token.usage", "{token}", "Number of input and output tokens used.", TOKEN_BUCKETS)
+            self.operation_duration = metrics.histogram(
+                "gen_ai.client.operation.duration", "s", "GenAI operation duration.", SECONDS_BUCKETS)
+            self.time_to_first_chunk = metrics.histogram(
+                "gen_ai.client.operation.time_to_first_chunk", "s",
+                "Time from the request sent to a provider to the stream's first chunk.", SECONDS_BUCKETS)
+            self.requests = metrics.counter("gatewayd.requests", "{request}",
+                                            "Requests answered, by status and error code.")
+            self.request_duration = metrics.histogram("http.server.request.duration", "s",
+                                                      "Request arrival to last byte sent.", SECONDS_BUCKETS)
+            self.cost = metrics.counter("gatewayd.cost", "{nano_usd}", "Nano-dollars charged, by model and provider.")
 
     @property
     def metrics_on(self) -> bool:
-        return self.meter_provider is not None
+        return self.metrics is not None
 
     def watch(self, metrics: "Metrics") -> None:
         """The span queue's losses on ``/metrics`` (the Prometheus registry)."""
@@ -158,15 +153,15 @@ class Telemetry:
         """Export what is waiting (blocking: a worker thread's call)."""
         if self.processor is not None:
             self.processor.force_flush()
-        if self.meter_provider is not None:
-            self.meter_provider.force_flush()
+        if self.metrics is not None:
+            self.metrics.export()
 
     def shutdown(self) -> None:
         """The last export and the exporters closed (blocking: a worker thread's call)."""
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown()
+        if self.metrics is not None:
+            self.metrics.shutdown()
 
 
 def _span_exporter(settings: TelemetrySettings) -> SpanExporter:
@@ -216,14 +211,16 @@ class RequestSpans:
     need from them. Methods are the hooks of :mod:`gatewayd.telemetry`."""
 
     __slots__ = ("telemetry", "t", "server", "context", "recording", "attempt", "began", "attempt_attrs",
-                 "facts", "last_reason", "tracestate", "client_format", "provider")
+                 "attempt_key", "attempting", "facts", "last_reason", "tracestate", "client_format", "provider")
 
     def __init__(self, telemetry: Telemetry, scope: dict, t: "Trace") -> None:
         self.telemetry = telemetry
         self.t = t
         self.attempt: Any = None  # the attempt's span (None between attempts)
         self.began = 0.0
-        self.attempt_attrs: dict[str, Any] | None = None  # the GenAI metrics' attributes of the attempt
+        self.attempt_attrs: dict[str, Any] | None = None  # the attempt's GenAI attributes, for its span ...
+        self.attempt_key: Attributes = ()  # ... and for its metrics
+        self.attempting = False  # an attempt started and has not ended (its span, when traced, is ``attempt``)
         self.facts = AnswerFacts()
         self.last_reason: str | None = None
         self.tracestate: str | None = None
@@ -262,7 +259,7 @@ class RequestSpans:
     # -- attempts ------------------------------------------------------------------
 
     def attempt_started(self, n: int, target: "ModelRoute", route: "Route", call: "Call") -> None:
-        if self.attempt is not None:
+        if self.attempting:
             self._end_attempt("abandoned", None)
         telemetry = self.telemetry
         protocol = target.provider.protocol
@@ -274,8 +271,10 @@ class RequestSpans:
             "gen_ai.operation.name": operation, "gen_ai.provider.name": GENAI_PROVIDERS.get(protocol, protocol),
             "gen_ai.request.model": target.upstream_id, "server.address": url.host,
             "server.port": url.port or (443 if url.scheme == "https" else 80)}
+        self.attempt_key = tuple(self.attempt_attrs.items())
         self.facts = AnswerFacts()
         self.began = time.perf_counter()
+        self.attempting = True
         if telemetry.tracer is None:
             return
         if n and self.recording:
@@ -327,10 +326,10 @@ class RequestSpans:
     def first_chunk(self, first: bytes) -> None:
         elapsed = time.perf_counter() - self.began
         if self.telemetry.metrics_on and self.attempt_attrs is not None:
-            self.telemetry.time_to_first_chunk.record(elapsed, self.attempt_attrs)
+            self.telemetry.time_to_first_chunk.record(elapsed, self.attempt_key)
+        self.facts.feed(first)  # the response model, for the metrics too
         if self.attempt is not None and self.attempt.is_recording():
             self.attempt.add_event("gatewayd.first_chunk", {"gatewayd.time_to_first_chunk_s": elapsed})
-            self.facts.feed(first)
 
     def watch_stream(self, pump: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         if self.attempt is None or not self.attempt.is_recording():
@@ -338,37 +337,44 @@ class RequestSpans:
         return _Watched(pump, self.facts)
 
     def answered(self, body: bytes) -> None:
-        if self.attempt is None or not self.attempt.is_recording():
+        traced = self.attempt is not None and self.attempt.is_recording()
+        if not (traced or self.telemetry.metrics_on):
             return
-        self.facts = from_body(body)
+        self.facts = from_body(body)  # the response model, for the metrics too
+        if not traced:
+            return
         if self.telemetry.settings.capture_content:
             self.attempt.set_attribute("gen_ai.output.messages", body[:MAX_CONTENT_CHARS].decode("utf-8", "replace"))
 
     def _end_attempt(self, error_type: str | None, description: str | None) -> None:
-        attrs = self.attempt_attrs
-        if attrs is None:
+        if not self.attempting:
             return
-        if self.facts.model:
-            attrs = {**attrs, "gen_ai.response.model": self.facts.model}
-        if error_type is not None:
-            attrs = {**attrs, "error.type": error_type}
+        self.attempting = False
         telemetry = self.telemetry
         if telemetry.metrics_on:
-            telemetry.operation_duration.record(time.perf_counter() - self.began, attrs)
+            key = self.attempt_key
+            if self.facts.model:
+                key += (("gen_ai.response.model", self.facts.model),)
+            if error_type is not None:
+                key += (("error.type", error_type),)
+            telemetry.operation_duration.record(time.perf_counter() - self.began, key)
         span, self.attempt = self.attempt, None
         if span is None:
             return
         if span.is_recording():
             facts = self.facts
+            found: dict[str, Any] = {}
             if facts.model:
-                span.set_attribute("gen_ai.response.model", facts.model)
+                found["gen_ai.response.model"] = facts.model
             if facts.response_id:
-                span.set_attribute("gen_ai.response.id", facts.response_id)
+                found["gen_ai.response.id"] = facts.response_id
             if facts.finish_reasons:
-                span.set_attribute("gen_ai.response.finish_reasons", facts.finish_reasons)
+                found["gen_ai.response.finish_reasons"] = facts.finish_reasons
             if error_type is not None:
-                span.set_attribute("error.type", error_type)
+                found["error.type"] = error_type
                 span.set_status(Status(StatusCode.ERROR, description))
+            if found:
+                span.set_attributes(found)
         span.end()
 
     # -- money ---------------------------------------------------------------------
@@ -383,20 +389,20 @@ class RequestSpans:
                 "gatewayd.cost_nano": cost_nano, "gatewayd.usage_status": outcome,
                 "gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens})
         telemetry = self.telemetry
-        attrs = self.attempt_attrs
-        if attrs is not None and telemetry.metrics_on:
+        if self.attempt_attrs is not None and telemetry.metrics_on:
+            key = self.attempt_key
             if self.facts.model:
-                attrs = {**attrs, "gen_ai.response.model": self.facts.model}
+                key += (("gen_ai.response.model", self.facts.model),)
             if usage.input_tokens or usage.output_tokens:
-                telemetry.token_usage.record(usage.input_tokens, {**attrs, "gen_ai.token.type": "input"})
-                telemetry.token_usage.record(usage.output_tokens, {**attrs, "gen_ai.token.type": "output"})
+                telemetry.token_usage.record(usage.input_tokens, key + (("gen_ai.token.type", "input"),))
+                telemetry.token_usage.record(usage.output_tokens, key + (("gen_ai.token.type", "output"),))
             if cost_nano:
-                telemetry.cost.add(cost_nano, {"gatewayd.model": self.t.model or "", "gatewayd.provider": self.provider,
-                                               "gen_ai.provider.name": attrs["gen_ai.provider.name"]})
-        span = self.attempt
-        if span is None:
+                telemetry.cost.add(cost_nano, (("gatewayd.model", self.t.model or ""), ("gatewayd.provider", self.provider),
+                                               ("gen_ai.provider.name", self.attempt_attrs["gen_ai.provider.name"])))
+        if not self.attempting:
             return
-        if span.is_recording():
+        span = self.attempt
+        if span is not None and span.is_recording():
             span.set_attributes({"gen_ai.usage.input_tokens": usage.input_tokens,
                                  "gen_ai.usage.output_tokens": usage.output_tokens,
                                  "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
@@ -407,7 +413,7 @@ class RequestSpans:
 
     def finish(self) -> None:
         t = self.t
-        if self.attempt is not None:
+        if self.attempting:
             self._end_attempt(t.usage_status if t.usage_status not in (None, "ok") else "abandoned", None)
         if self.telemetry.metrics_on:
             self.record_request(self.telemetry, t)
@@ -435,14 +441,14 @@ class RequestSpans:
 
     @staticmethod
     def record_request(telemetry: Telemetry, t: "Trace") -> None:
-        attributes: dict[str, Any] = {"http.request.method": t.method, "http.response.status_code": t.status,
-                                      "gatewayd.endpoint": t.endpoint}
+        key: Attributes = (("http.request.method", t.method), ("http.response.status_code", t.status),
+                           ("gatewayd.endpoint", t.endpoint))
         if t.status >= 400:
-            attributes["error.type"] = t.error_code or str(t.status)
+            key += (("error.type", t.error_code or str(t.status)),)
         if t.model:
-            attributes["gatewayd.model"] = t.model
-        telemetry.requests.add(1, attributes)
-        telemetry.request_duration.record(t.duration_s, attributes)
+            key += (("gatewayd.model", t.model),)
+        telemetry.requests.add(1, key)
+        telemetry.request_duration.record(t.duration_s, key)
 
 
 class _Watched:
