@@ -272,6 +272,7 @@ def tracing_section(args, upstream_url: str, workdir: Path, routes: dict, gatewa
         print("\n== OpenTelemetry: CPU per request with tracing on (ratio 1.0, OTLP/HTTP to a receiver) beside off ==")
         for model, _, _ in routes.values():  # warm the traced daemon as the other was
             loadgen.closed_loop(on.host, on.port, on.raw(chat_body(model, 1024)), 4, 0.5)
+        time.sleep(3)  # the warm-up's spans are exported (export_delay_s = 2) before counting
         spans_before = receiver.received.count
         requests = 0
         for name, (model, _, _) in routes.items():
@@ -279,12 +280,14 @@ def tracing_section(args, upstream_url: str, workdir: Path, routes: dict, gatewa
             for conns in (1, 64):
                 body = chat_body(model, 1024)
                 off_t = gateway()
-                off = median_window([off_t.measure(lambda: loadgen.closed_loop(
-                    off_t.host, off_t.port, off_t.raw(body), conns, args.seconds)) for _ in range(args.repeat)])
-                windows = [on.measure(lambda: loadgen.closed_loop(on.host, on.port, on.raw(body), conns, args.seconds))
-                           for _ in range(args.repeat)]
+                off_windows, windows = [], []
+                for _ in range(args.repeat):  # off and on in turns: a busy machine weighs on both alike
+                    off_windows.append(off_t.measure(lambda: loadgen.closed_loop(
+                        off_t.host, off_t.port, off_t.raw(body), conns, args.seconds)))
+                    windows.append(on.measure(lambda: loadgen.closed_loop(
+                        on.host, on.port, on.raw(body), conns, args.seconds)))
                 requests += sum(w.result.done for w in windows)
-                traced_w = median_window(windows)
+                off, traced_w = median_window(off_windows), median_window(windows)
                 cells.append((off, traced_w))
                 print(f"  {name:14} {conns:2} conns: CPU {off['cpu_ms']:.3f} ms off, {traced_w['cpu_ms']:.3f} ms on "
                       f"({(traced_w['cpu_ms'] / off['cpu_ms'] - 1) * 100:+.0f}%); p50 {off['p50']:.2f} -> "

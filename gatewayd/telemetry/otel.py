@@ -280,35 +280,40 @@ class RequestSpans:
         if n and self.recording:
             self.server.add_event("gatewayd.failover", {"gatewayd.attempt": n + 1, "gatewayd.route": target.name,
                                                         "gatewayd.failover.reason": self.last_reason or ""})
+        attributes = self.attempt_attrs
+        if self.recording:  # the attempt's span is sampled as the request's (ParentBased): all its attributes at once
+            attributes = {**attributes, **self._request_attributes(n, target, route, call)}
         span = telemetry.tracer.start_span(f"{operation} {target.upstream_id}", context=self.context,
-                                           kind=SpanKind.CLIENT, attributes=self.attempt_attrs)
+                                           kind=SpanKind.CLIENT, attributes=attributes)
         self.attempt = span
-        if span.is_recording():
-            body = call.body
-            extra: dict[str, Any] = {"gatewayd.attempt": n + 1, "gatewayd.route": target.name,
-                                     "gatewayd.provider": target.provider.name, "gatewayd.stream": route.stream}
-            for field in MAX_TOKENS_FIELDS:
-                value = body.get(field)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    extra["gen_ai.request.max_tokens"] = value
-                    break
-            else:
-                config = body.get("generationConfig")
-                if isinstance(config, dict) and isinstance(config.get("maxOutputTokens"), int):
-                    extra["gen_ai.request.max_tokens"] = config["maxOutputTokens"]
-            for field, attribute in (("temperature", "gen_ai.request.temperature"), ("top_p", "gen_ai.request.top_p")):
-                value = body.get(field)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    extra[attribute] = value
-            if telemetry.settings.capture_content:
-                prompt = {field: body[field] for field in PROMPT_FIELDS if field in body}
-                extra["gen_ai.input.messages"] = orjson.dumps(prompt).decode()[:MAX_CONTENT_CHARS]
-            span.set_attributes(extra)
         if telemetry.settings.propagate and protocol not in NO_TRACEPARENT:
             headers = route.request.headers
             headers["traceparent"] = traceparent(span.get_span_context())
             if self.tracestate:
                 headers["tracestate"] = self.tracestate
+
+    def _request_attributes(self, n: int, target: "ModelRoute", route: "Route", call: "Call") -> dict[str, Any]:
+        """What a traced attempt's span says about the request besides the metrics' attributes."""
+        body = call.body
+        extra: dict[str, Any] = {"gatewayd.attempt": n + 1, "gatewayd.route": target.name,
+                                 "gatewayd.provider": target.provider.name, "gatewayd.stream": route.stream}
+        for field in MAX_TOKENS_FIELDS:
+            value = body.get(field)
+            if isinstance(value, int) and not isinstance(value, bool):
+                extra["gen_ai.request.max_tokens"] = value
+                break
+        else:
+            config = body.get("generationConfig")
+            if isinstance(config, dict) and isinstance(config.get("maxOutputTokens"), int):
+                extra["gen_ai.request.max_tokens"] = config["maxOutputTokens"]
+        for field, attribute in (("temperature", "gen_ai.request.temperature"), ("top_p", "gen_ai.request.top_p")):
+            value = body.get(field)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                extra[attribute] = value
+        if self.telemetry.settings.capture_content:
+            prompt = {field: body[field] for field in PROMPT_FIELDS if field in body}
+            extra["gen_ai.input.messages"] = orjson.dumps(prompt).decode()[:MAX_CONTENT_CHARS]
+        return extra
 
     def attempt_failed(self, status: int | None, outcome: str, reason: str) -> None:
         self.last_reason = reason
