@@ -392,3 +392,43 @@ def test_histogram_buckets_are_otlps():
     point = h.data(0, 1).data.data_points[0]
     assert list(point.bucket_counts) == [2, 2, 1]
     assert (point.count, point.sum, point.min, point.max) == (5, 8.0, 0.5, 3.0)
+
+
+def test_a_reload_keeps_the_telemetry_settings_and_says_a_restart_is_needed(tmp_path):
+    from types import SimpleNamespace
+
+    from gatewayd.reload import Reloader
+
+    path = tmp_path / "g.toml"
+    path.write_text(f'[server]\ndata_dir = "{tmp_path}"\n')
+    holder = SimpleNamespace(config=load_config(path, environ={}))
+    path.write_text(f'[server]\ndata_dir = "{tmp_path}"\n[telemetry]\notlp_endpoint = "http://c:4318"\n')
+    answer = Reloader(lambda: load_config(path, environ={}), lambda c: c, [holder]).reload("test")
+    assert answer["restart_needed"] == ["telemetry"] and holder.config.telemetry is None
+
+
+def test_live_a_daemon_exports_to_the_collector_and_flushes_at_shutdown(tmp_path, sim, receiver):
+    """``gatewayd serve`` with ``[telemetry]``: spans and metrics reach the receiver; the queue's
+    counts are on /metrics; the last spans are sent when the daemon stops."""
+    from tests.faults import wait_until
+    from tests.live import Daemon
+
+    daemon = Daemon(tmp_path / "d", sim.url, extra=f'[telemetry]\notlp_endpoint = "{receiver.url}"\n'
+                                                   'export_delay_s = 30\nmetrics_interval_s = 3600\n')
+    try:
+        account = daemon.admin.account("otel@example.com")
+        secret = daemon.admin.key(account["id"])["secret"]
+        answer = httpx.post(daemon.url + "/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                            json={"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "Hi"}]}, timeout=10)
+        assert answer.status_code == 200
+        # the request's span ends once its last byte is sent, which the client may see first
+        scrape = wait_until(lambda: (text := httpx.get(daemon.url + "/metrics", timeout=10).text)
+                            if "gateway_otel_spans_queued 2.0" in text else None, what="two spans queued")
+        assert "gateway_otel_spans_dropped 0.0" in scrape
+        assert not receiver.received.spans  # a partial batch waits export_delay_s ...
+    finally:
+        daemon.stop()
+    # ... or the shutdown
+    wait_until(lambda: len(receiver.received.named("POST /v1/chat/completions")) == 1, what="the request's span")
+    assert receiver.received.named("chat gpt-4.1-mini")
+    assert {m["name"] for m in receiver.received.metrics} >= {"gen_ai.client.operation.duration", "gatewayd.requests"}
