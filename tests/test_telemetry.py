@@ -422,8 +422,11 @@ def test_live_a_daemon_exports_to_the_collector_and_flushes_at_shutdown(tmp_path
                             json={"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "Hi"}]}, timeout=10)
         assert answer.status_code == 200
         # the request's span ends once its last byte is sent, which the client may see first
-        scrape = wait_until(lambda: (text := httpx.get(daemon.url + "/metrics", timeout=10).text)
-                            if "gateway_otel_spans_queued 2.0" in text else None, what="two spans queued")
+        def two_queued() -> str | None:
+            text = httpx.get(daemon.url + "/metrics", timeout=10).text
+            return text if "gateway_otel_spans_queued 2.0" in text else None
+
+        scrape = wait_until(two_queued, what="two spans queued")
         assert "gateway_otel_spans_dropped 0.0" in scrape
         assert not receiver.received.spans  # a partial batch waits export_delay_s ...
     finally:
