@@ -272,6 +272,7 @@ async def test_the_provider_call_carries_traceparent_onwards(tmp_path, receiver)
         await flushed(telemetry)
     finally:
         await gw.aclose()
+        await trio.to_thread.run_sync(telemetry.shutdown)
     client = only(receiver.received.named("chat "))
     assert only(seen)["traceparent"] == f"00-{CLIENT_TRACE}-{client['span_id']}-01"
     assert seen[0]["tracestate"] == "vendor=1"
@@ -435,3 +436,44 @@ def test_live_a_daemon_exports_to_the_collector_and_flushes_at_shutdown(tmp_path
     wait_until(lambda: len(receiver.received.named("POST /v1/chat/completions")) == 1, what="the request's span")
     assert receiver.received.named("chat gpt-4.1-mini")
     assert {m["name"] for m in receiver.received.metrics} >= {"gen_ai.client.operation.duration", "gatewayd.requests"}
+
+
+def test_traceparent_is_read_as_w3c_trace_context_says():
+    from gatewayd.telemetry.spans import parse_traceparent, sampled_by_ratio
+
+    assert parse_traceparent(f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01") == (int(CLIENT_TRACE, 16), int(CLIENT_SPAN, 16), 1)
+    assert parse_traceparent(f"01-{CLIENT_TRACE}-{CLIENT_SPAN}-00-later-fields")[2] == 0  # a later version may add
+    for bad in (f"ff-{CLIENT_TRACE}-{CLIENT_SPAN}-01", f"00-{'0' * 32}-{CLIENT_SPAN}-01",
+                f"00-{CLIENT_TRACE}-{'0' * 16}-01", f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01-extra", "00-xyz", ""):
+        assert parse_traceparent(bad) is None, bad
+    assert sampled_by_ratio(1, 0.5) and not sampled_by_ratio((1 << 64) - 1, 0.5)
+    assert not sampled_by_ratio(1, 0.0) and sampled_by_ratio((1 << 64) - 1, 1.0)
+
+
+async def test_an_unsampled_request_sends_no_spans_but_its_traceparent_and_metrics(tmp_path, receiver):
+    seen: list[httpx.Headers] = []
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        return httpx.Response(200, json={
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4.1-mini",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+
+    telemetry = telemetry_to(receiver.url, sample_ratio=0.0)
+    gw = Gateway(tmp_path, provider, telemetry=telemetry)
+    _, secret = await gw.funded_key()
+    try:
+        for traceparent in (None, "garbage", f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00"):
+            headers = {"authorization": f"Bearer {secret}"} | ({"traceparent": traceparent} if traceparent else {})
+            answer = await gw.http.post("/v1/chat/completions", headers=headers,
+                                        json={"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "x"}]})
+            assert answer.status_code == 200
+        await flushed(telemetry)
+    finally:
+        await gw.aclose()
+        await trio.to_thread.run_sync(telemetry.shutdown)
+    assert not receiver.received.spans
+    assert [h["traceparent"][-2:] for h in seen] == ["00", "00", "00"]  # not sampled, said onwards
+    assert seen[2]["traceparent"].startswith(f"00-{CLIENT_TRACE}-")  # the client's trace goes on
+    assert only(latest(receiver.received.metrics)["gatewayd.requests"])["value"] == 3

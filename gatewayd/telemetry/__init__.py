@@ -7,8 +7,9 @@ request's :class:`~gatewayd.trace.Trace` (``t.spans``), and the steps of the rel
 functions below at the moments only they see: an attempt starts, fails, answers; a stream's
 first chunk; the hold; the settlement. Each looks the request up in the trace's context
 variable and returns at once when it has no spans: with telemetry off, a hook costs a
-context-variable read, and the OpenTelemetry SDK is never imported (``otel`` is the only
-module that imports it, and only the server imports ``otel``, only when telemetry is on).
+context-variable read, and the OpenTelemetry SDK is never imported (only ``otel`` and the
+two modules it uses, ``processor`` and ``aggregate``, import it, and only the server imports
+``otel``, only when telemetry is on: tests/test_telemetry.py checks it).
 
 The hooks are calls into one module rather than code in the relay, failover and pump, so
 that those keep their one job and a change to what is recorded stays here.

@@ -1,20 +1,19 @@
-"""The OpenTelemetry SDK's side: providers, exporters, instruments, and one request's spans.
+"""Telemetry when on: the exporters, the instruments, and one request's spans (:class:`RequestSpans`).
 
 Imported only when ``[telemetry]`` is on (:mod:`gatewayd.telemetry` says why). Spans follow
 the OpenTelemetry GenAI semantic conventions (``gen_ai.*``, span kind CLIENT, named
 ``{operation} {model}``) for each provider attempt, under one SERVER span per request
 (``http.*``, ``gatewayd.*``). docs/operations.md lists every span, event, attribute and metric.
 
-Why the SDK rather than encoding OTLP by hand: its exporters honour every
-``OTEL_EXPORTER_OTLP_*`` setting (headers, certificates, compression, per-signal endpoints),
-speak both OTLP transports and retry as the specification says. Its spans cost, measured in
-process here, roughly 100-180 us of CPU a request at sampling ratio 1.0 (two spans, three or
-four events, about forty attributes, most of it the SDK's attribute checks), on a request of
-about 1 ms; ``make bench`` prints the whole request's figure with tracing on beside off. Its
-metric instruments cost 10-20 us a record, so the metrics are aggregated here instead
-(:mod:`gatewayd.telemetry.aggregate`: about 1 us a record) and only exported by the SDK.
-Encoding and sending run in worker threads (:mod:`gatewayd.telemetry.processor`, and the
-aggregate's), never on the event loop.
+What runs where. On the event loop: :class:`RequestSpans` records spans as plain objects
+(:mod:`gatewayd.telemetry.spans`) and metrics into dicts (:mod:`gatewayd.telemetry.aggregate`),
+about 50 us of CPU a request at sampling ratio 1.0, measured in process here. The SDK's own
+spans and instruments cost about five times that (30 us to start and end a span before any
+attribute, 10-20 us a metric record), so they are not used on the hot path. In worker
+threads: the SDK's OTLP exporters, which honour every ``OTEL_EXPORTER_OTLP_*`` setting
+(headers, certificates, compression, per-signal endpoints), speak both OTLP transports,
+retry as the specification says, and encode (about 40 us a span, in that thread).
+``make bench`` prints a whole request's CPU with tracing on beside off.
 """
 
 from __future__ import annotations
@@ -25,21 +24,19 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import orjson
 import trio
-from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gatewayd.errors import GatewayError
 from gatewayd.telemetry.aggregate import Attributes, MetricsExport
 from gatewayd.telemetry.facts import AnswerFacts, from_body
 from gatewayd.telemetry.processor import BoundedSpanProcessor
 from gatewayd.telemetry.settings import TelemetrySettings
+from gatewayd.telemetry.spans import (
+    CLIENT, SERVER, SpanRecord, new_span_id, new_trace_id, parse_traceparent, sampled_by_ratio, traceparent,
+)
 
 if TYPE_CHECKING:
     from gatewayd.catalogue import ModelRoute
@@ -61,7 +58,6 @@ NO_TRACEPARENT = frozenset({"bedrock"})
 PROMPT_FIELDS = ("system", "instructions", "messages", "input", "systemInstruction", "contents")
 MAX_CONTENT_CHARS = 65536
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
-_propagator = TraceContextTextMapPropagator()
 
 
 def _version() -> str:
@@ -82,17 +78,12 @@ class Telemetry:
         self.settings = settings
         version = _version()
         resource = Resource.create({"service.name": settings.service_name, "service.version": version})
+        scope = InstrumentationScope(SCOPE, version)
         self.processor: BoundedSpanProcessor | None = None
-        self.tracer_provider: TracerProvider | None = None
-        self.tracer: otel_trace.Tracer | None = None
         if settings.traces:
             self.processor = BoundedSpanProcessor(
-                span_exporter or _span_exporter(settings), max_queue=settings.max_queue,
+                span_exporter or _span_exporter(settings), resource, scope, max_queue=settings.max_queue,
                 batch_size=settings.batch_size, delay_s=settings.export_delay_s)
-            self.tracer_provider = TracerProvider(resource=resource,
-                                                  sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
-            self.tracer_provider.add_span_processor(self.processor)
-            self.tracer = self.tracer_provider.get_tracer(SCOPE, version)
             # The exporter's thread encodes spans in pure Python; while it runs, the event loop's
             # thread would wait up to the interpreter's switch interval (5 ms by default) for the
             # GIL at each hand-over. 1 ms keeps every such wait under the loop's 2 ms budget.
@@ -100,7 +91,7 @@ class Telemetry:
         self.metrics: MetricsExport | None = None
         if settings.metrics:
             metrics = self.metrics = MetricsExport(
-                metric_exporter or _metric_exporter(settings), resource, InstrumentationScope(SCOPE, version),
+                metric_exporter or _metric_exporter(settings), resource, scope,
                 interval_s=settings.metrics_interval_s, timeout_s=settings.export_timeout_s)
             self.token_usage = metrics.histogram(
                 "gen_ai.client.token.usage", "{token}", "Number of input and output tokens used.", TOKEN_BUCKETS)
@@ -158,8 +149,8 @@ class Telemetry:
 
     def shutdown(self) -> None:
         """The last export and the exporters closed (blocking: a worker thread's call)."""
-        if self.tracer_provider is not None:
-            self.tracer_provider.shutdown()
+        if self.processor is not None:
+            self.processor.shutdown()
         if self.metrics is not None:
             self.metrics.shutdown()
 
@@ -202,21 +193,17 @@ def _route_of(path: str) -> str | None:
     return None
 
 
-def traceparent(context: otel_trace.SpanContext) -> str:
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
-
-
 class RequestSpans:
     """One request's SERVER span, its current attempt's CLIENT span, and what the metrics
     need from them. Methods are the hooks of :mod:`gatewayd.telemetry`."""
 
-    __slots__ = ("telemetry", "t", "server", "context", "recording", "attempt", "began", "attempt_attrs",
+    __slots__ = ("telemetry", "t", "server", "trace_id", "span_id", "recording", "attempt", "began", "attempt_attrs",
                  "attempt_key", "attempting", "facts", "last_reason", "tracestate", "client_format", "provider")
 
     def __init__(self, telemetry: Telemetry, scope: dict, t: "Trace") -> None:
         self.telemetry = telemetry
         self.t = t
-        self.attempt: Any = None  # the attempt's span (None between attempts)
+        self.attempt: SpanRecord | None = None  # the attempt's span, when sampled (None between attempts)
         self.began = 0.0
         self.attempt_attrs: dict[str, Any] | None = None  # the attempt's GenAI attributes, for its span ...
         self.attempt_key: Attributes = ()  # ... and for its metrics
@@ -226,35 +213,41 @@ class RequestSpans:
         self.tracestate: str | None = None
         self.client_format = ""
         self.provider = ""
-        self.server: Any = None
-        self.context: Any = None
-        self.recording = False
-        tracer = telemetry.tracer
-        if tracer is None:
+        self.server: SpanRecord | None = None
+        self.recording = False  # the request is sampled: its spans are recorded and exported
+        processor = telemetry.processor
+        if processor is None:
+            self.trace_id, self.span_id = 0, 0
             return
         parent = None
         user_agent = None
         for name, value in scope.get("headers", ()):
-            if name == b"traceparent" or name == b"tracestate":
-                if parent is None:
-                    parent = {}
-                parent[name.decode()] = value.decode("latin-1")
+            if name == b"traceparent":
+                parent = parse_traceparent(value.decode("latin-1"))
+            elif name == b"tracestate":
+                self.tracestate = value.decode("latin-1")
             elif name == b"user-agent":
                 user_agent = value.decode("latin-1")
-        parent_context = _propagator.extract(parent) if parent else None
-        if parent:
-            self.tracestate = parent.get("tracestate")
+        self.span_id = new_span_id()
+        if parent is not None:  # ParentBased: the client's decision
+            self.trace_id, parent_id, flags = parent
+            self.recording = bool(flags & 1)
+        else:
+            self.trace_id, parent_id = new_trace_id(), None
+            self.recording = sampled_by_ratio(self.trace_id, telemetry.settings.sample_ratio)
+            self.tracestate = None
+        if not self.recording:
+            return
         route = _route_of(t.path)
-        attributes = {"http.request.method": t.method, "url.path": t.path, "url.scheme": scope.get("scheme", "http"),
-                      "gatewayd.request_id": t.request_id}
+        attributes: dict[str, Any] = {"http.request.method": t.method, "url.path": t.path,
+                                      "url.scheme": scope.get("scheme", "http"), "gatewayd.request_id": t.request_id}
         if route is not None:
             attributes["http.route"] = route
         if user_agent:
             attributes["user_agent.original"] = user_agent
-        self.server = tracer.start_span(f"{t.method} {route}" if route else t.method, context=parent_context,
-                                        kind=SpanKind.SERVER, attributes=attributes)
-        self.context = otel_trace.set_span_in_context(self.server)
-        self.recording = self.server.is_recording()
+        self.server = SpanRecord(f"{t.method} {route}" if route else t.method, SERVER, self.trace_id, self.span_id,
+                                 parent_id, attributes, processor.on_end, remote_parent=parent is not None,
+                                 tracestate=self.tracestate)
 
     # -- attempts ------------------------------------------------------------------
 
@@ -275,20 +268,21 @@ class RequestSpans:
         self.facts = AnswerFacts()
         self.began = time.perf_counter()
         self.attempting = True
-        if telemetry.tracer is None:
+        processor = telemetry.processor
+        if processor is None:
             return
-        if n and self.recording:
-            self.server.add_event("gatewayd.failover", {"gatewayd.attempt": n + 1, "gatewayd.route": target.name,
-                                                        "gatewayd.failover.reason": self.last_reason or ""})
-        attributes = self.attempt_attrs
-        if self.recording:  # the attempt's span is sampled as the request's (ParentBased): all its attributes at once
-            attributes = {**attributes, **self._request_attributes(n, target, route, call)}
-        span = telemetry.tracer.start_span(f"{operation} {target.upstream_id}", context=self.context,
-                                           kind=SpanKind.CLIENT, attributes=attributes)
-        self.attempt = span
+        span_id = new_span_id()
+        if self.recording:
+            server, attributes = self.server, {**self.attempt_attrs, **self._request_attributes(n, target, route, call)}
+            assert server is not None
+            if n:
+                server.add_event("gatewayd.failover", {"gatewayd.attempt": n + 1, "gatewayd.route": target.name,
+                                                       "gatewayd.failover.reason": self.last_reason or ""})
+            self.attempt = SpanRecord(f"{operation} {target.upstream_id}", CLIENT, self.trace_id, span_id,
+                                      self.span_id, attributes, processor.on_end, tracestate=self.tracestate)
         if telemetry.settings.propagate and protocol not in NO_TRACEPARENT:
             headers = route.request.headers
-            headers["traceparent"] = traceparent(span.get_span_context())
+            headers["traceparent"] = traceparent(self.trace_id, span_id, self.recording)
             if self.tracestate:
                 headers["tracestate"] = self.tracestate
 
@@ -333,23 +327,21 @@ class RequestSpans:
         if self.telemetry.metrics_on and self.attempt_attrs is not None:
             self.telemetry.time_to_first_chunk.record(elapsed, self.attempt_key)
         self.facts.feed(first)  # the response model, for the metrics too
-        if self.attempt is not None and self.attempt.is_recording():
+        if self.attempt is not None:
             self.attempt.add_event("gatewayd.first_chunk", {"gatewayd.time_to_first_chunk_s": elapsed})
 
     def watch_stream(self, pump: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        if self.attempt is None or not self.attempt.is_recording():
+        if self.attempt is None:
             return pump
         return _Watched(pump, self.facts)
 
     def answered(self, body: bytes) -> None:
-        traced = self.attempt is not None and self.attempt.is_recording()
+        traced = self.attempt is not None
         if not (traced or self.telemetry.metrics_on):
             return
         self.facts = from_body(body)  # the response model, for the metrics too
-        if not traced:
-            return
-        if self.telemetry.settings.capture_content:
-            self.attempt.set_attribute("gen_ai.output.messages", body[:MAX_CONTENT_CHARS].decode("utf-8", "replace"))
+        if self.attempt is not None and self.telemetry.settings.capture_content:
+            self.attempt.attributes["gen_ai.output.messages"] = body[:MAX_CONTENT_CHARS].decode("utf-8", "replace")
 
     def _end_attempt(self, error_type: str | None, description: str | None) -> None:
         if not self.attempting:
@@ -366,30 +358,26 @@ class RequestSpans:
         span, self.attempt = self.attempt, None
         if span is None:
             return
-        if span.is_recording():
-            facts = self.facts
-            found: dict[str, Any] = {}
-            if facts.model:
-                found["gen_ai.response.model"] = facts.model
-            if facts.response_id:
-                found["gen_ai.response.id"] = facts.response_id
-            if facts.finish_reasons:
-                found["gen_ai.response.finish_reasons"] = facts.finish_reasons
-            if error_type is not None:
-                found["error.type"] = error_type
-                span.set_status(Status(StatusCode.ERROR, description))
-            if found:
-                span.set_attributes(found)
+        facts, attributes = self.facts, span.attributes
+        if facts.model:
+            attributes["gen_ai.response.model"] = facts.model
+        if facts.response_id:
+            attributes["gen_ai.response.id"] = facts.response_id
+        if facts.finish_reasons:
+            attributes["gen_ai.response.finish_reasons"] = facts.finish_reasons
+        if error_type is not None:
+            attributes["error.type"] = error_type
+            span.set_error(description)
         span.end()
 
     # -- money ---------------------------------------------------------------------
 
     def held(self, amount_nano: int) -> None:
-        if self.recording:
+        if self.server is not None:
             self.server.add_event("gatewayd.hold", {"gatewayd.hold_nano": amount_nano})
 
     def settled(self, usage: "Usage", outcome: str, cost_nano: int) -> None:
-        if self.recording:
+        if self.server is not None:
             self.server.add_event("gatewayd.settlement", {
                 "gatewayd.cost_nano": cost_nano, "gatewayd.usage_status": outcome,
                 "gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens})
@@ -407,8 +395,8 @@ class RequestSpans:
         if not self.attempting:
             return
         span = self.attempt
-        if span is not None and span.is_recording():
-            span.set_attributes({"gen_ai.usage.input_tokens": usage.input_tokens,
+        if span is not None:
+            span.attributes.update({"gen_ai.usage.input_tokens": usage.input_tokens,
                                  "gen_ai.usage.output_tokens": usage.output_tokens,
                                  "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
                                  "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens})
@@ -425,23 +413,23 @@ class RequestSpans:
         server = self.server
         if server is None:
             return
-        if self.recording:
-            attributes: dict[str, Any] = {"http.response.status_code": t.status, "gatewayd.endpoint": t.endpoint,
-                                          "gatewayd.stream": t.stream}
-            if t.client:
-                attributes["client.address"] = t.client
-            for key, value in (("gatewayd.account_id", t.account_id), ("gatewayd.key_id", t.key_id),
-                               ("gen_ai.request.model", t.model), ("gatewayd.provider", t.provider),
-                               ("gatewayd.route", t.route), ("gatewayd.usage_status", t.usage_status)):
-                if value is not None:
-                    attributes[key] = value
-            if t.status >= 400:
-                attributes["error.type"] = t.error_code or str(t.status)
-            if t.first_byte_s is not None and t.stream:
-                attributes["gatewayd.time_to_first_byte_s"] = t.first_byte_s
-            server.set_attributes(attributes)
-            if t.status >= 500:
-                server.set_status(Status(StatusCode.ERROR, t.error_code))
+        attributes = server.attributes
+        attributes["http.response.status_code"] = t.status
+        attributes["gatewayd.endpoint"] = t.endpoint
+        attributes["gatewayd.stream"] = t.stream
+        if t.client:
+            attributes["client.address"] = t.client
+        for key, value in (("gatewayd.account_id", t.account_id), ("gatewayd.key_id", t.key_id),
+                           ("gen_ai.request.model", t.model), ("gatewayd.provider", t.provider),
+                           ("gatewayd.route", t.route), ("gatewayd.usage_status", t.usage_status)):
+            if value is not None:
+                attributes[key] = value
+        if t.status >= 400:
+            attributes["error.type"] = t.error_code or str(t.status)
+        if t.first_byte_s is not None and t.stream:
+            attributes["gatewayd.time_to_first_byte_s"] = t.first_byte_s
+        if t.status >= 500:
+            server.set_error(t.error_code)
         server.end()
 
     @staticmethod

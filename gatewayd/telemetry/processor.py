@@ -1,12 +1,12 @@
 """Spans to the exporter: a bounded queue, a worker thread, and counts of what was lost.
 
-The SDK's own ``BatchSpanProcessor`` logs a warning for every span it drops when its queue
-is full, which with a collector down is a line per span, in the gateway's log, on the
-event loop. This one drops silently, counts (``dropped``, shown on ``/metrics`` as
-``gateway_otel_spans_dropped``) and says so in one log line a minute at most. The event
-loop's part is an append to a ``deque`` (thread-safe); the worker thread encodes and sends
-(the SDK exporter: OTLP protobuf over HTTP or gRPC, with its own retries and timeout), so a
-slow or absent collector fills the queue and then costs the requests nothing more.
+The event loop's part is an append to a ``deque`` (thread-safe). The worker thread turns
+the :class:`~gatewayd.telemetry.spans.SpanRecord` objects into the SDK's ``ReadableSpan``
+and hands them to the SDK's OTLP exporter, which encodes and sends them (protobuf over HTTP
+or gRPC, with its own retries and timeout), so a slow or absent collector fills the queue
+and then costs the requests nothing more. Spans that find the queue full are dropped and
+counted (``dropped``, on ``/metrics`` as ``gateway_otel_spans_dropped``), and said so in one
+log line a minute at most (the SDK's ``BatchSpanProcessor`` logs a warning per span dropped).
 """
 
 from __future__ import annotations
@@ -16,25 +16,35 @@ import logging
 import threading
 import time
 
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from gatewayd import logs
+from gatewayd.telemetry.spans import SERVER, SpanRecord
 
 REPORT_EVERY_S = 60.0
 
 
-class BoundedSpanProcessor(SpanProcessor):
-    def __init__(self, exporter: SpanExporter, *, max_queue: int, batch_size: int, delay_s: float) -> None:
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+UNSET = Status(StatusCode.UNSET)
+
+
+class BoundedSpanProcessor:
+    def __init__(self, exporter: SpanExporter, resource: Resource, scope: InstrumentationScope, *, max_queue: int,
+                 batch_size: int, delay_s: float) -> None:
         self.exporter = exporter
+        self.resource = resource
+        self.scope = scope
         self.max_queue = max_queue
         self.batch_size = batch_size
         self.delay_s = delay_s
         self.dropped = 0  # queue full (written by the event loop's thread only)
         self.exported = 0  # accepted by the collector (the worker's)
         self.failed = 0  # the exporter gave up on them: the collector down, slow or refusing
-        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._queue: collections.deque[SpanRecord] = collections.deque()
         self._wake = threading.Event()
         self._export_lock = threading.Lock()
         self._stopping = False
@@ -42,11 +52,8 @@ class BoundedSpanProcessor(SpanProcessor):
         self._thread = threading.Thread(target=self._work, name="gatewayd-otlp-spans", daemon=True)
         self._thread.start()
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        pass
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self._stopping or not span.context.trace_flags.sampled:
+    def on_end(self, span: SpanRecord) -> None:
+        if self._stopping:
             return
         if len(self._queue) >= self.max_queue:
             self.dropped += 1
@@ -66,11 +73,11 @@ class BoundedSpanProcessor(SpanProcessor):
     def _export_queued(self) -> None:
         with self._export_lock:
             while self._queue:
-                batch: list[ReadableSpan] = []
+                batch: list[SpanRecord] = []
                 while self._queue and len(batch) < self.batch_size:
                     batch.append(self._queue.popleft())
                 try:
-                    result = self.exporter.export(batch)
+                    result = self.exporter.export([self._readable(span) for span in batch])
                 except Exception:  # noqa: BLE001 - an exporter bug must not end the worker; counted, logged below
                     logging.getLogger("gatewayd.telemetry").exception("the OTLP span exporter failed")
                     result = SpanExportResult.FAILURE
@@ -78,6 +85,21 @@ class BoundedSpanProcessor(SpanProcessor):
                     self.exported += len(batch)
                 else:
                     self.failed += len(batch)
+
+    def _readable(self, span: SpanRecord) -> ReadableSpan:
+        """The SDK's form of a finished span, for its exporter."""
+        state = TraceState.from_header([span.tracestate]) if span.tracestate else None
+        parent = None
+        if span.parent_id is not None:
+            parent = SpanContext(span.trace_id, span.parent_id, is_remote=span.remote_parent, trace_flags=SAMPLED,
+                                 trace_state=state)
+        return ReadableSpan(
+            name=span.name, kind=SpanKind.SERVER if span.kind == SERVER else SpanKind.CLIENT,
+            context=SpanContext(span.trace_id, span.span_id, is_remote=False, trace_flags=SAMPLED, trace_state=state),
+            parent=parent, resource=self.resource, attributes=span.attributes,
+            events=[Event(name, attributes, timestamp) for name, timestamp, attributes in span.events],
+            status=UNSET if span.error is None else Status(StatusCode.ERROR, span.error or None),
+            start_time=span.start_ns, end_time=span.end_ns, instrumentation_scope=self.scope)
 
     def _report(self) -> None:
         dropped, failed, since = self._reported
