@@ -286,7 +286,7 @@ def tracing_section(args, upstream_url: str, workdir: Path, routes: dict, gatewa
                         off_t.host, off_t.port, off_t.raw(body), conns, args.seconds)))
                     windows.append(on.measure(lambda: loadgen.closed_loop(
                         on.host, on.port, on.raw(body), conns, args.seconds)))
-                requests += sum(w.result.done for w in windows)
+                requests += sum(w.result.done for w in windows) + 3 * conns * args.repeat  # + closed_loop's warm-up
                 off, traced_w = median_window(off_windows), median_window(windows)
                 cells.append((off, traced_w))
                 print(f"  {name:14} {conns:2} conns: CPU {off['cpu_ms']:.3f} ms off, {traced_w['cpu_ms']:.3f} ms on "
