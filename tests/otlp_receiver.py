@@ -43,6 +43,7 @@ class Received:
         self.resources: list[dict] = []
         self.delay_s = 0.0
         self.status = 200
+        self.headers: list[dict[str, str]] = []  # each HTTP export's headers
 
     def add_traces(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
         with self.lock:
@@ -88,6 +89,7 @@ class HttpReceiver:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                received.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if received.delay_s:
                     time.sleep(received.delay_s)
                 if received.status != 200:
