@@ -91,15 +91,18 @@ class Listener:
         client = scope.get("client")
         t = Trace(request_id, scope.get("method", "GET"), scope.get("path", ""), client[0] if client else None)
         t.endpoint = endpoint_of(t.path)
-        if self.telemetry is not None and t.endpoint != "ops":  # scrapes and probes make no traces
+        # scrapes and probes make no traces; a WebSocket's responses each have theirs (gatewayd.responses_ws)
+        if self.telemetry is not None and t.endpoint != "ops" and scope["type"] == "http":
             t.spans = self.telemetry.begin(scope, t)
         token = trace.current.set(t)
         try:
             if scope["type"] == "websocket":
                 path = t.path
                 if path == responses_ws.PATH and self.api is not None:  # Responses over WebSocket
+                    otel = self.telemetry
+                    spans = (lambda message: otel.begin(scope, message)) if otel is not None else None
                     socket = responses_ws.ResponsesSocket(self.api, scope, receive, send, self._finished,
-                                                          new_request_id)
+                                                          new_request_id, spans=spans)
                     return await socket.serve(t)
                 # every other path refuses the upgrade (gatewayd.upgrades)
                 error = websocket_refusal(path, endpoint_of(path) != "other", not_offered(path))

@@ -497,3 +497,32 @@ async def test_the_exporters_send_the_headers_of_otel_exporter_otlp_headers(tmp_
     sent = receiver.received.headers
     assert sent and all(h["authorization"] == "Bearer collector-token" and h["x-tenant"] == "acme" for h in sent)
     assert all(h["content-type"] == "application/x-protobuf" for h in sent)
+
+
+async def test_a_response_over_the_websocket_has_its_spans(tmp_path, receiver):
+    from tests.test_responses_ws import DATA, Socket, Upstream, sse
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Upstream(sse(DATA)), headers={"content-type": "text/event-stream"})
+
+    telemetry = telemetry_to(receiver.url)
+    gw = Gateway(tmp_path, provider, telemetry=telemetry)
+    try:
+        _, secret = await gw.funded_key()
+        socket = Socket(gw, secret)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(socket.run)
+            assert (await socket.next())["type"] == "websocket.accept"
+            await socket.create(model="gpt-4.1-mini", input="hi", store=False)
+            assert [raw for raw, _ in [await socket.event() for _ in DATA]] == DATA
+            await socket.to_app.send({"type": "websocket.disconnect", "code": 1000})
+        await flushed(telemetry)
+    finally:
+        await gw.aclose()
+        await trio.to_thread.run_sync(telemetry.shutdown)
+    server = only(receiver.received.named("GET /v1/responses"))
+    client = only(receiver.received.named("chat gpt-4.1-mini"))
+    assert client["parent_span_id"] == server["span_id"]
+    assert client["attributes"]["gen_ai.response.id"] == "resp_up_1"
+    assert client["attributes"]["gen_ai.response.finish_reasons"] == ["completed"]
+    assert dict(server["events"])["gatewayd.settlement"]["gatewayd.usage_status"] == "ok"

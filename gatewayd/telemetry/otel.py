@@ -198,7 +198,8 @@ class RequestSpans:
     need from them. Methods are the hooks of :mod:`gatewayd.telemetry`."""
 
     __slots__ = ("telemetry", "t", "server", "trace_id", "span_id", "recording", "attempt", "began", "attempt_attrs",
-                 "attempt_key", "attempting", "facts", "last_reason", "tracestate", "client_format", "provider")
+                 "attempt_key", "attempting", "facts", "last_reason", "tracestate", "client_format", "provider",
+                 "watching", "settled_as")
 
     def __init__(self, telemetry: Telemetry, scope: dict, t: "Trace") -> None:
         self.telemetry = telemetry
@@ -208,6 +209,8 @@ class RequestSpans:
         self.attempt_attrs: dict[str, Any] | None = None  # the attempt's GenAI attributes, for its span ...
         self.attempt_key: Attributes = ()  # ... and for its metrics
         self.attempting = False  # an attempt started and has not ended (its span, when traced, is ``attempt``)
+        self.watching = False  # a traced stream is being sent: its attempt ends when it closes (its last bytes read)
+        self.settled_as: str | None = None  # the usage status it was settled with meanwhile
         self.facts = AnswerFacts()
         self.last_reason: str | None = None
         self.tracestate: str | None = None
@@ -333,7 +336,15 @@ class RequestSpans:
     def watch_stream(self, pump: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         if self.attempt is None:
             return pump
-        return _Watched(pump, self.facts)
+        self.watching = True
+        return _Watched(pump, self)
+
+    def stream_closed(self) -> None:
+        """The stream was sent (or left): the terminal event, sent after settling, is read too."""
+        if self.watching:
+            self.watching = False
+            if self.settled_as is not None:
+                self._end_attempt(None if self.settled_as == "ok" else self.settled_as, None)
 
     def answered(self, body: bytes) -> None:
         traced = self.attempt is not None
@@ -400,6 +411,9 @@ class RequestSpans:
                                  "gen_ai.usage.output_tokens": usage.output_tokens,
                                  "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
                                  "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens})
+        if self.watching:  # the terminal event is sent after the settlement: the stream's close ends the attempt
+            self.settled_as = outcome
+            return
         self._end_attempt(None if outcome == "ok" else outcome, None)
 
     # -- the end -------------------------------------------------------------------
@@ -445,21 +459,29 @@ class RequestSpans:
 
 
 class _Watched:
-    """A stream read on its way to the client for its facts; closing it closes the pump."""
+    """A traced stream read on its way to the client for its facts; closing it closes the pump
+    and ends the attempt's span."""
 
-    __slots__ = ("pump", "facts")
+    __slots__ = ("pump", "spans")
 
-    def __init__(self, pump: AsyncIterator[bytes], facts: AnswerFacts) -> None:
+    def __init__(self, pump: AsyncIterator[bytes], spans: RequestSpans) -> None:
         self.pump = pump
-        self.facts = facts
+        self.spans = spans
 
     def __aiter__(self) -> "_Watched":
         return self
 
     async def __anext__(self) -> bytes:
-        chunk = await self.pump.__anext__()
-        self.facts.feed(chunk)
+        try:
+            chunk = await self.pump.__anext__()
+        except StopAsyncIteration:
+            self.spans.stream_closed()
+            raise
+        self.spans.facts.feed(chunk)
         return chunk
 
     async def aclose(self) -> None:
-        await self.pump.aclose()  # type: ignore[attr-defined]
+        try:
+            await self.pump.aclose()  # type: ignore[attr-defined]
+        finally:
+            self.spans.stream_closed()
