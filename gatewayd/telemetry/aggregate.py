@@ -131,8 +131,12 @@ class MetricsExport:
             if result is None or result.name != "SUCCESS":
                 self.failed += 1
 
-    def shutdown(self) -> None:
+    def shutdown(self, deadline: float) -> None:
+        """The last export, if there is time before ``deadline`` (``time.monotonic()``)."""
         self._stop.set()
-        self._thread.join(timeout=self.timeout_s + 1)
-        self.export()
-        self.exporter.shutdown(timeout_millis=self.timeout_s * 1000)
+        self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        left = deadline - time.monotonic()
+        if left > 0:
+            self.timeout_s = min(self.timeout_s, left)
+            self.export()
+        self.exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)

@@ -79,6 +79,7 @@ class Telemetry:
         version = _version()
         resource = Resource.create({"service.name": settings.service_name, "service.version": version})
         scope = InstrumentationScope(SCOPE, version)
+        self.stopped = False
         self.processor: BoundedSpanProcessor | None = None
         if settings.traces:
             self.processor = BoundedSpanProcessor(
@@ -148,11 +149,16 @@ class Telemetry:
             self.metrics.export()
 
     def shutdown(self) -> None:
-        """The last export and the exporters closed (blocking: a worker thread's call)."""
+        """The last exports and the exporters closed: none starts later than ``export_timeout_s``
+        from now, and each ends within it (blocking: a worker thread's call)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        deadline = time.monotonic() + self.settings.export_timeout_s
         if self.processor is not None:
-            self.processor.shutdown()
+            self.processor.shutdown(deadline, self.settings.export_timeout_s)
         if self.metrics is not None:
-            self.metrics.shutdown()
+            self.metrics.shutdown(deadline)
 
 
 def _span_exporter(settings: TelemetrySettings) -> SpanExporter:

@@ -48,6 +48,7 @@ class BoundedSpanProcessor:
         self._wake = threading.Event()
         self._export_lock = threading.Lock()
         self._stopping = False
+        self._deadline: float | None = None  # set by ``shutdown``: the last exports stop then
         self._reported = (0, 0, time.monotonic())
         self._thread = threading.Thread(target=self._work, name="gatewayd-otlp-spans", daemon=True)
         self._thread.start()
@@ -69,10 +70,15 @@ class BoundedSpanProcessor:
             self._export_queued()
             self._report()
         self._export_queued()
+        left = len(self._queue)
+        if left:  # the shutdown's time is up (a collector down or slow): counted, not sent
+            self._queue.clear()
+            self.dropped += left
+        self._report(final=True)
 
     def _export_queued(self) -> None:
         with self._export_lock:
-            while self._queue:
+            while self._queue and (self._deadline is None or time.monotonic() < self._deadline):
                 batch: list[SpanRecord] = []
                 while self._queue and len(batch) < self.batch_size:
                     batch.append(self._queue.popleft())
@@ -101,10 +107,10 @@ class BoundedSpanProcessor:
             status=UNSET if span.error is None else Status(StatusCode.ERROR, span.error or None),
             start_time=span.start_ns, end_time=span.end_ns, instrumentation_scope=self.scope)
 
-    def _report(self) -> None:
+    def _report(self, final: bool = False) -> None:
         dropped, failed, since = self._reported
         now = time.monotonic()
-        if now - since < REPORT_EVERY_S or (self.dropped == dropped and self.failed == failed):
+        if (now - since < REPORT_EVERY_S and not final) or (self.dropped == dropped and self.failed == failed):
             return
         logs.event("telemetry: spans lost", logging.WARNING, dropped=self.dropped - dropped,
                    not_exported=self.failed - failed, queued=len(self._queue), max_queue=self.max_queue)
@@ -115,12 +121,12 @@ class BoundedSpanProcessor:
         self._export_queued()
         return True
 
-    def shutdown(self) -> None:
+    def shutdown(self, deadline: float, export_timeout_s: float) -> None:
+        """Send what is queued until ``deadline`` (``time.monotonic()``; no export starts after
+        it, and one under way ends within ``export_timeout_s``), count the rest as dropped, then
+        close the exporter: a daemon stopping while its collector is down waits no longer."""
+        self._deadline = deadline
         self._stopping = True
         self._wake.set()
-        self._thread.join(timeout=self.exporter_timeout_s + 1)
+        self._thread.join(timeout=max(0.0, deadline - time.monotonic()) + export_timeout_s + 1)
         self.exporter.shutdown()
-
-    @property
-    def exporter_timeout_s(self) -> float:
-        return float(getattr(self.exporter, "_timeout", 10.0))
