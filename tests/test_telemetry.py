@@ -138,7 +138,7 @@ async def test_a_passthrough_chat_continues_the_clients_trace(tmp_path, sim, rec
     assert events["gatewayd.hold"]["gatewayd.hold_nano"] > 0
     settlement = events["gatewayd.settlement"]
     assert settlement["gatewayd.usage_status"] == "ok" and settlement["gatewayd.cost_nano"] > 0
-    assert received.resources[0]["service.name"] == "gatewayd"
+    assert received.resources[0]["service.name"] == "gatewayd" and received.resources[0]["service.instance.id"]
 
 
 async def test_a_translated_stream_has_its_first_chunk_and_answer_facts_and_the_metrics(tmp_path, sim, receiver):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import orjson
@@ -78,7 +79,10 @@ class Telemetry:
                  metric_exporter: MetricExporter | None = None) -> None:
         self.settings = settings
         version = _version()
-        resource = Resource.create({"service.name": settings.service_name, "service.version": version})
+        # service.instance.id: one per process, so that the cumulative metrics of several instances
+        # (or of serve --workers N) are distinct series rather than one series that jumps
+        resource = Resource.create({"service.name": settings.service_name, "service.version": version,
+                                    "service.instance.id": str(uuid.uuid4())})
         scope = InstrumentationScope(SCOPE, version)
         self.stopped = False
         self.processor: BoundedSpanProcessor | None = None
