@@ -29,7 +29,7 @@ from typing import Any, AsyncGenerator, Awaitable, Callable
 import orjson
 import trio
 
-from gatewayd import endpoints, trace
+from gatewayd import endpoints, telemetry, trace
 from gatewayd.access import Caller, client_address
 from gatewayd.bodies import account_owner
 from gatewayd.endpoints import ENDPOINTS, LARGE_BODY_BYTES, Ctx, Endpoint
@@ -263,6 +263,7 @@ def _header_list(headers: dict, content_type: tuple[bytes, bytes], length: int |
 
 
 async def _send_error(send, error: GatewayError, ctx: Ctx) -> None:
+    telemetry.refused(error)
     body = error_body(error, ctx.request_id, ctx.envelope)
     await _send_answer(send, error.status, error.headers, body, ctx)
 

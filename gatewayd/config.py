@@ -29,6 +29,8 @@ from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
+from gatewayd.telemetry import settings as telemetry_settings
+from gatewayd.telemetry.settings import TelemetrySettings
 from gatewayd.self_service import ConsoleSettings, read_settings as read_console_settings
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
@@ -126,6 +128,7 @@ class Config:
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
     console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
     mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
+    telemetry: TelemetrySettings | None = None  # [telemetry]: OTLP traces and metrics (gatewayd.telemetry); None: off
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -536,7 +539,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "console", "mcp_servers"}
+               "payments", "console", "mcp_servers", "telemetry"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -590,4 +593,5 @@ def load_config(
         console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
                                       and alert_settings.smtp is not None, env=env),
         mcp_servers=mcp_servers,
+        telemetry=telemetry_settings.read_settings(raw.get("telemetry"), env),
     )
