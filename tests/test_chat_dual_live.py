@@ -262,6 +262,35 @@ def test_reasoning_effort_becomes_thinking_with_a_budget(gateway, sim, funded, e
     assert upstream["max_tokens"] == (4000 if effort == "low" else budget + 4096)
 
 
+CAPS = (2048, 4000, 8192, 16000, 32000, 64000)
+
+
+@pytest.mark.parametrize("model", [MODEL, "claude-3-5-haiku"])  # a 64,000 and an 8,192 maximum
+def test_every_effort_under_every_cap_gets_a_budget_the_provider_takes(gateway, sim, funded, model):
+    """Issue 36: ``reasoning_effort`` at every level, caps from 2,048 to 64,000: the provider
+    (the simulator refuses ``budget_tokens >= max_tokens`` as Anthropic does) answers every one;
+    1024 <= budget < max_tokens <= the model's maximum, and the budget grows with the effort."""
+    _, _, secret = funded
+    c = client(gateway, secret)
+    model_max = {MODEL: 64000, "claude-3-5-haiku": 8192}[model]
+    for cap in CAPS:
+        budgets = []
+        for effort in ("none", "minimal", "low", "medium", "high", "xhigh", "max"):
+            marker = tag()
+            reply = c.chat.completions.create(model=model, reasoning_effort=effort, max_completion_tokens=cap,
+                                              messages=[{"role": "user", "content": f"Think {marker}"}])
+            assert reply.choices[0].message.content == f"This is a simulated reply to: Think {marker}."
+            upstream = sim.last_request(marker)["json"]
+            if effort == "none":
+                assert "thinking" not in upstream and upstream["max_tokens"] == min(cap, model_max)
+                continue
+            budget = upstream["thinking"]["budget_tokens"]
+            assert 1024 <= budget < upstream["max_tokens"] <= model_max, (effort, cap, upstream["max_tokens"])
+            assert upstream["max_tokens"] >= min(cap, model_max)  # the client's cap is never lowered
+            budgets.append(budget)
+        assert budgets == sorted(budgets), (cap, budgets)
+
+
 def test_tool_round_trip_with_thinking_keeps_the_signed_thinking_block(gateway, sim, funded):
     """Anthropic needs the thinking block (with its signature) back in front of the tool_use of
     the turn it came with; the SDK's accumulated message carries it through as thinking_blocks."""

@@ -35,6 +35,7 @@ from gatewayd.formats.chat_request import (
     read_chat_request,
 )
 from gatewayd.formats.errors import TranslationError
+from gatewayd.formats.thinking import THINKING_ANSWER_ROOM, fit_budget
 
 __all__ = [
     "CONTINUE_PLACEHOLDER",
@@ -57,11 +58,6 @@ EFFORT_BUDGET_TOKENS: dict[str, int] = {
     "max": 49152,
 }
 
-#: Anthropic needs ``budget_tokens < max_tokens``. When the requested (or default)
-#: cap does not exceed the budget, the cap is raised to ``budget + this``, so the
-#: answer after the thinking has room too.
-THINKING_ANSWER_ROOM = 4096
-
 #: Anthropic refuses a conversation whose first turn is the assistant's; such a
 #: conversation gets this user turn in front of it.
 CONTINUE_PLACEHOLDER = "(continue)"
@@ -73,26 +69,31 @@ _THINKING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
 _TOOL_CHOICE_TYPES = {"auto": "auto", "required": "any", "none": "none"}
 
 
-def chat_request_to_messages(body: dict[str, Any], *, upstream_model: str, default_max_tokens: int) -> dict[str, Any]:
+def chat_request_to_messages(body: dict[str, Any], *, upstream_model: str, default_max_tokens: int,
+                             max_output_tokens: int | None = None) -> dict[str, Any]:
     """Translate a chat-format request body into a messages-format request body.
 
     ``upstream_model`` is the provider's model id (routing already happened).
     ``default_max_tokens`` is used when the client sets no cap, because the messages
-    format requires one. The returned ``max_tokens`` may exceed both when thinking
-    needs room (see :data:`THINKING_ANSWER_ROOM`): holds must be computed from the
-    returned body, not from the client's.
+    format requires one; ``max_output_tokens`` is the model's own maximum, which the
+    returned ``max_tokens`` never exceeds. The returned ``max_tokens`` may exceed the
+    client's cap when thinking needs room (see :func:`_enable_thinking`): holds must be
+    computed from the returned body, not from the client's.
     """
     return messages_request(read_chat_request(body), upstream_model=upstream_model,
-                            default_max_tokens=default_max_tokens)
+                            default_max_tokens=default_max_tokens, max_output_tokens=max_output_tokens)
 
 
-def messages_request(request: ChatRequest, *, upstream_model: str, default_max_tokens: int) -> dict[str, Any]:
+def messages_request(request: ChatRequest, *, upstream_model: str, default_max_tokens: int,
+                     max_output_tokens: int | None = None) -> dict[str, Any]:
     """The messages-format body for a read chat request (see :func:`chat_request_to_messages`)."""
     turns = _turns(request)
     tool_choice = _tool_choice(request) if request.tools else None
 
-    out: dict[str, Any] = {"model": upstream_model, "max_tokens": request.max_tokens or default_max_tokens,
-                           "messages": turns}
+    cap = request.max_tokens or default_max_tokens
+    if max_output_tokens is not None:
+        cap = min(cap, max_output_tokens)
+    out: dict[str, Any] = {"model": upstream_model, "max_tokens": cap, "messages": turns}
     if request.system:
         out["system"] = [_text(text) for text in request.system]
     if request.tools:
@@ -112,7 +113,7 @@ def messages_request(request: ChatRequest, *, upstream_model: str, default_max_t
 
     budget = EFFORT_BUDGET_TOKENS.get(request.reasoning_effort) if request.reasoning_effort else None
     if budget is not None and _thinking_allowed(tool_choice, turns):
-        _enable_thinking(out, budget)
+        _enable_thinking(out, budget, max_output_tokens)
     return out
 
 
@@ -281,12 +282,25 @@ def _thinking_allowed(tool_choice: dict[str, Any] | None, turns: list[dict[str, 
     return not calls_tools or blocks[0]["type"] in _THINKING_BLOCK_TYPES
 
 
-def _enable_thinking(out: dict[str, Any], budget: int) -> None:
+def _enable_thinking(out: dict[str, Any], wanted: int, max_output_tokens: int | None) -> None:
     """Anthropic: ``1024 <= budget_tokens < max_tokens``; temperature only 1 (any
-    other value is dropped); ``top_p`` at least 0.95 (raised to it)."""
+    other value is dropped); ``top_p`` at least 0.95 (raised to it).
+
+    A cap that leaves the effort's budget no room is raised to ``budget + 4096`` (room for
+    the answer), but never above the model's maximum; where even that cannot hold the
+    budget, the budget is lowered to fit (:func:`fit_budget`), so a higher effort still
+    thinks at least as much as a lower one and the pair is always one Anthropic accepts. A
+    cap of 1024 or less that cannot be raised leaves thinking off."""
+    cap = out["max_tokens"]
+    if cap <= wanted:
+        cap = wanted + THINKING_ANSWER_ROOM
+        if max_output_tokens is not None:
+            cap = min(cap, max_output_tokens)
+    budget = fit_budget(wanted, cap)
+    if budget is None:
+        return
+    out["max_tokens"] = cap
     out["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    if out["max_tokens"] <= budget:
-        out["max_tokens"] = budget + THINKING_ANSWER_ROOM
     if out.get("temperature", 1) != 1:
         del out["temperature"]
     if out.get("top_p", 1) < 0.95:

@@ -121,7 +121,7 @@ def _to_messages(chat_body: dict, model: Model, target: ModelRoute) -> dict:
     (400 ``unpriced_feature`` otherwise)."""
     default_max = min(model.max_output_tokens, DEFAULT_TRANSLATED_MAX_TOKENS)
     body = translate(chat_request_to_messages, chat_body, upstream_model=target.upstream_id,
-                     default_max_tokens=default_max)
+                     default_max_tokens=default_max, max_output_tokens=model.max_output_tokens)
     body.update(messages_changes(body, model))
     require_prices(model, messages_asks(body, model))
     return body
