@@ -160,7 +160,7 @@ def _append_message(messages: list[dict[str, Any]], item: dict[str, Any], where:
         raise TranslationError("content must be a string or a list of content parts", f"{where}.content")
 
     if role == "user":
-        if len(parts) == 1 and parts[0]["type"] == "text":
+        if len(parts) == 1 and parts[0]["type"] == "text" and "cache_control" not in parts[0]:
             messages.append({"role": "user", "content": parts[0]["text"]})
         else:
             messages.append({"role": "user", "content": parts})
@@ -180,6 +180,16 @@ def _append_message(messages: list[dict[str, Any]], item: dict[str, Any], where:
 
 
 def _content_part(part: Any, where: str) -> dict[str, Any]:
+    """A content part as the chat format has it, with the client's ``cache_control`` marker
+    (Anthropic's, which some Responses clients send) kept on it for the messages writer."""
+    chat_part = _chat_part(part, where)
+    control = part.get("cache_control")
+    if isinstance(control, dict):
+        chat_part["cache_control"] = control
+    return chat_part
+
+
+def _chat_part(part: Any, where: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise TranslationError("content part must be an object", where)
     kind = part.get("type")

@@ -315,7 +315,7 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     """A responses client: responses -> chat -> messages (-> Converse) and back."""
     body, model = call.body, call.model
     kind = _Kind(target)
-    messages_body = _to_messages(translate(responses_request_to_chat, body), model, target)
+    messages_body = _to_messages(translate(responses_request_to_chat, body), model, target, chat_client=False)
     created = int(time.time())
     response_id = "resp_" + os.urandom(12).hex()
     encode_body(envelope(body, response_id=response_id, created_at=created, status=""))  # echoed later
