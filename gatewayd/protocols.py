@@ -174,7 +174,10 @@ def client_formats(protocol: str, upstream_id: str | None = None) -> frozenset[s
 
 
 def serves(route: ModelRoute, client_format: str) -> bool:
-    """Whether ``route`` can take a client of ``client_format`` (the router plans only these)."""
+    """Whether ``route`` can take a client of ``client_format`` (the router plans only these);
+    ``"compact"`` (``POST /v1/responses/compact``) wherever responses are served."""
+    if client_format == "compact":
+        client_format = "responses"
     return client_format in client_formats(route.provider.protocol, route.upstream_id)
 
 

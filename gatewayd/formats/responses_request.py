@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gatewayd.formats.compaction import summary_message
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.stored_objects import item_reference_refused
 from gatewayd.formats.responses_tools import chat_name, chat_tool_choice, custom_arguments, plan_tools
@@ -139,6 +140,10 @@ def _input_to_messages(value: Any) -> list[dict[str, Any]]:
             continue
         elif kind == "item_reference":
             raise item_reference_refused(where)
+        elif kind == "compaction":  # the gateway's own summary of the earlier conversation
+            messages.append(summary_message(item, where))
+        elif kind == "compaction_trigger":  # answered by the gateway before any translation
+            raise TranslationError("compaction_trigger must be the last input item", where)
         else:
             raise TranslationError(f"input item type {kind!r} is not supported for this model", where)
     return messages

@@ -183,4 +183,35 @@ def routes(address: Addresser) -> dict[str, Builder]:
     return {"chat": chat, "responses": responses, "embeddings": embeddings, "gemini": via_chat(chat)}
 
 
+def compact_route(address: Addresser) -> Builder:
+    """``POST /v1/responses/compact`` passed through to an OpenAI-shaped provider's own
+    endpoint (GPT-like models; :mod:`gatewayd.providers.compaction` decides): the client's
+    bytes, the answer (a ``response.compaction`` object) back as it came, billed by its usage."""
+
+    def compact(call: Call, target: ModelRoute, upstream) -> Route:
+        body = call.body
+        asks = responses_asks(body, call.model)
+        require_prices(call.model, asks)
+        estimate = estimate_input_tokens(body, "responses", media_for(target.provider.protocol, target.upstream_id))
+
+        def finish(raw: bytes):
+            doc = answer_object(raw)
+            return raw, usage_mod.from_response(doc) or produced_response_usage(doc, estimate, call.model.family)
+
+        return Route(
+            request=address(upstream, target, "responses/compact", with_changes(call.raw, body, model_change(call, target)),
+                            stream=False),
+            stream=False,
+            input_tokens_estimate=estimate,
+            output_tokens=asks.output_tokens,
+            make_pipe=pipes.ResponsesPassthrough,  # never used: compaction does not stream
+            finish=finish,
+            upstream_error=passthrough_error,
+            asks=asks,
+        )
+
+    return compact
+
+
 ROUTES = routes(request)
+COMPACT = compact_route(request)
