@@ -96,7 +96,10 @@ def _unreadable_compaction(body: dict) -> int | None:
 
 
 def compaction_item(plan: Plan, n: int) -> dict:
-    return {"id": f"cmp_sim_{n}", "type": "compaction", "encrypted_content": SIM_COMPACTION + plan.text}
+    """The item's content is the simulator's "summary": its reply text, or a note of what it
+    summarised when its reply is a tool call."""
+    return {"id": f"cmp_sim_{n}", "type": "compaction",
+            "encrypted_content": SIM_COMPACTION + (plan.text or f"summary of request {n}")}
 
 
 def render_compact(plan: Plan, body: dict, n: int) -> dict:
