@@ -32,6 +32,8 @@ import binascii
 import os
 from typing import Any
 
+import orjson
+
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.pipes import Pipe
 from gatewayd.formats.sse import SSEEvent, SSESplitter, encode
@@ -93,12 +95,36 @@ def summarising_request(body: dict[str, Any]) -> dict[str, Any]:
             raise TranslationError("compaction_trigger must be the last input item", f"input[{k}]")
     if not items:
         raise TranslationError("there is nothing to compact: the input holds no conversation", "input")
+    if not body.get("tools"):
+        items = [_transcribed(item) for item in items]
     out = {k: body[k] for k in _KEPT if k in body}
     out["input"] = [*items, {"type": "message", "role": "user",
                              "content": [{"type": "input_text", "text": COMPACTION_PROMPT}]}]
     if out.get("tools"):
         out["tool_choice"] = "none"
     return out
+
+
+_CALLS = frozenset({"function_call", "custom_tool_call"})
+_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+
+
+def _transcribed(item: Any) -> Any:
+    """A tool call or its output as plain text, for a summarising request that declares no
+    tools (``/v1/responses/compact`` takes none): Anthropic refuses tool blocks in a request
+    without tools, and the summary needs only what was called and what came back."""
+    if not isinstance(item, dict):
+        return item
+    kind = item.get("type")
+    if kind in _CALLS:
+        arguments = item.get("arguments", item.get("input", ""))
+        return {"type": "message", "role": "assistant",
+                "content": f"[called the tool {item.get('name')} with {arguments}]"}
+    if kind in _OUTPUTS:
+        output = item.get("output")
+        text = output if isinstance(output, str) else orjson.dumps(output).decode()
+        return {"type": "message", "role": "user", "content": f"[the tool call {item.get('call_id')} returned: {text}]"}
+    return item
 
 
 # --- the item ---------------------------------------------------------------------------------

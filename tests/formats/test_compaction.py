@@ -67,3 +67,16 @@ def test_the_stream_holds_the_summary_back_and_ends_with_the_one_item():
     assert [e["sequence_number"] for e in out] == [0, 1, 2, 3]
     assert out[-1]["response"]["output"] == [out[2]["item"]] and out[-1]["response"]["usage"] == {"x": 1}
     assert out[2]["item"]["encrypted_content"] == wrap_summary("S")
+
+
+def test_without_tools_the_tool_items_are_transcribed_as_text():
+    """``/v1/responses/compact`` declares no tools, and Anthropic refuses tool blocks then."""
+    out = summarising_request({"model": "m", "input": [
+        TASK, {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"cmd": "ls"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.txt"}]})
+    assert out["input"][1:3] == [
+        {"type": "message", "role": "assistant", "content": '[called the tool shell with {"cmd": "ls"}]'},
+        {"type": "message", "role": "user", "content": "[the tool call c1 returned: a.txt]"}]
+    assert "tool_choice" not in out
+    chat = responses_request_to_chat(out)
+    assert not any(m.get("tool_calls") or m["role"] == "tool" for m in chat["messages"])
