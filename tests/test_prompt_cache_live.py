@@ -113,6 +113,11 @@ def test_prompt_cache_fields_reach_openai_and_are_dropped_for_others(gateway, si
     c.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": f"hi {marker}"}],
                               prompt_cache_key=marker)
     assert sim.last_request(marker)["json"]["prompt_cache_key"] == marker
+    marker = "pk-" + uuid.uuid4().hex[:10]
+    c.chat.completions.create(model="deepseek-chat", messages=[{"role": "user", "content": f"hi {marker}"}],
+                              prompt_cache_key=marker, max_completion_tokens=50)
+    upstream = sim.last_request(marker)["json"]
+    assert "prompt_cache_key" not in upstream and upstream["max_tokens"] == 50  # and the rest as the route sends it
     for model in (CLAUDE, "gemini-2.5-flash", "deepseek-chat"):
         marker = "pk-" + uuid.uuid4().hex[:10]
         c.responses.create(model=model, input=f"hi {marker}", prompt_cache_key=marker,

@@ -67,6 +67,11 @@ def produced_response_usage(doc: dict, input_estimate: int, family: str) -> usag
                            service_tier=usage_mod.tier_of(doc.get("service_tier")))
 
 
+#: OpenAI's prompt-cache fields: passed to OpenAI and Azure OpenAI (GPT-like models), dropped for
+#: other OpenAI-compatible providers (docs/translation.md, "Prompt caching").
+OPENAI_CACHE_FIELDS = frozenset({"prompt_cache_key", "prompt_cache_retention"})
+
+
 def routes(address: Addresser) -> dict[str, Builder]:
     """The builders of an OpenAI-shaped protocol, its requests addressed by ``address``."""
 
@@ -79,7 +84,11 @@ def routes(address: Addresser) -> dict[str, Builder]:
         changes.update(chat_cap_change(body, call.model))  # the cap held for, sent upstream
         if stream and not wants_usage:  # the gateway bills from the provider's usage: always ask for it
             changes["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        payload = with_changes(call.raw, body, changes)
+        if call.model.family != "gpt" and not OPENAI_CACHE_FIELDS.isdisjoint(body):
+            # OpenAI's own prompt-cache fields: another OpenAI-compatible provider does not read them
+            payload = encode_body({k: v for k, v in {**body, **changes}.items() if k not in OPENAI_CACHE_FIELDS})
+        else:
+            payload = with_changes(call.raw, body, changes)
 
         def finish(raw: bytes):
             doc = answer_object(raw)
