@@ -24,9 +24,12 @@ from gatewayd.alerts import AlertSettings
 from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
+from gatewayd.mcp import access as mcp_access
+from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
+from gatewayd.self_service import ConsoleSettings, read_settings as read_console_settings
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
     "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
@@ -63,6 +66,7 @@ class Group:
     name: str
     price_ratio: Fraction
     retired: bool
+    mcp: tuple[str, ...] | None = None  # MCP servers / server:tool patterns its accounts may use; None: all
 
 
 @attrs.frozen
@@ -112,6 +116,8 @@ class Config:
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
+    console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
+    mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -474,7 +480,7 @@ def _groups(raw: Any) -> dict[str, Group]:
     groups: dict[str, Group] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"groups[{i}]")
-        s.unknown({"name", "price_ratio", "retired"})
+        s.unknown({"name", "price_ratio", "retired", "mcp"})
         name = s.str("name")
         if name in groups:
             raise ConfigError(f"groups[{i}].name: duplicate group {name!r}")
@@ -482,7 +488,13 @@ def _groups(raw: Any) -> dict[str, Group]:
             price_ratio = ratio(s.number("price_ratio", 1.0))
         except MoneyError as e:
             raise ConfigError(f"groups[{i}].price_ratio: {e}") from None
-        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False))
+        mcp = None
+        if "mcp" in s.table:
+            try:
+                mcp = mcp_access.parse_list(s.table["mcp"])
+            except mcp_access.AccessListError as e:
+                raise ConfigError(f"groups[{i}].mcp: {e}") from None
+        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False), mcp=mcp)
     if "default" not in groups:
         groups["default"] = Group(name="default", price_ratio=Fraction(1), retired=False)
     return groups
@@ -523,7 +535,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments"}
+               "payments", "console", "mcp_servers"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -553,6 +565,13 @@ def load_config(
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
+    alert_settings = alerts.read_settings(raw.get("alerts"), env)
+    mcp_servers = read_mcp_servers(raw.get("mcp_servers"), env)
+    for group in groups.values():
+        unknown = [e for e in group.mcp or () if e.partition(":")[0] not in mcp_servers]
+        if unknown:
+            raise ConfigError(f"groups: group {group.name!r} names MCP server {unknown[0].partition(':')[0]!r}, "
+                              "which is not in [[mcp_servers]]")
     return Config(
         server=server,
         database_url=database_url,
@@ -565,6 +584,9 @@ def load_config(
         log=_log(raw.get("log"), env, overrides),
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
-        alerts=alerts.read_settings(raw.get("alerts"), env),
+        alerts=alert_settings,
         stripe=read_payments(raw.get("payments"), env),
+        console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
+                                      and alert_settings.smtp is not None, env=env),
+        mcp_servers=mcp_servers,
     )

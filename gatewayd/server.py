@@ -30,6 +30,7 @@ from gatewayd.bodies import BodyBudget
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
+from gatewayd.console.views_self_service import invite
 from gatewayd.payments.stripe_webhook import mount_stripe_webhook
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
@@ -43,6 +44,8 @@ from gatewayd.providers.upstream import Upstream
 from gatewayd.changes import ChangeFollower
 from gatewayd.ratelimit import StoreWindows, open_rate_limiter
 from gatewayd.relay import Relay
+from gatewayd.console.session import load_secret
+from gatewayd.mcp.gateway import McpGateway
 from gatewayd.reload import Reloader
 from gatewayd.workers import WorkerSockets
 from gatewayd.store import open_store
@@ -216,12 +219,19 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 metrics_listen = worker.metrics_listen(metrics_listen)
             public_app = create_app(readiness if metrics_listen is None else None)
             console = await mount_console(public_app, directory, store, config)
+            nursery.start_soon(console.outbox.run)  # the console's sign-up and reset emails
             mount_stripe_webhook(public_app, console)  # the console holds the config in force
+            # /mcp: its sessions are signed with the store's shared secret (valid on every instance)
+            api = ApiRoutes(relay)
+            mcp = McpGateway(api, await load_secret(config, store))
+            await nursery.start(mcp.run)
+            api.mcp = mcp
             first = config
-            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], metrics)
+            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console, mcp], metrics)
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
             admin_app = create_admin_app(directory, store, time.time, reload=reload,
-                                         routes=lambda: relay.router.report(relay.config.models))
+                                         routes=lambda: relay.router.report(relay.config.models),
+                                         invite=lambda email: invite(console, email))
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket
@@ -238,7 +248,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        _public_listener(public_app, config, relay), _public_config(config, worker),
+                        _public_listener(public_app, config, api), _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
@@ -269,10 +279,10 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
     logs.event("gatewayd stopped")
 
 
-def _public_listener(app, config: Config, relay: Relay) -> Listener:
+def _public_listener(app, config: Config, api: ApiRoutes) -> Listener:
     """The public listener: bodies read after the key, within the deadline and the budget."""
     server = config.server
-    return Listener(app, server.max_body_bytes, relay.metrics, ApiRoutes(relay),
+    return Listener(app, server.max_body_bytes, api.relay.metrics, api,
                     bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s)
 
 
