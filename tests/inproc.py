@@ -38,9 +38,9 @@ class Gateway:
 
     def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response] | None,
                  *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "",
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, extra: str = "") -> None:
         config_file = tmp / "gatewayd.toml"
-        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url))
+        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url, extra))
         self.config = load_config(config_file)
         self._own_store = store is None
         self.store = store if store is not None else SQLiteStore(str(tmp / "gateway.db"))
