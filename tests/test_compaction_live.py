@@ -177,3 +177,20 @@ def test_compact_endpoint_and_trigger_on_a_gpt_model_pass_through(gateway, sim, 
     nxt = "next-" + uuid.uuid4().hex[:8]
     c.responses.create(model=GPT, input=[item, {"role": "user", "content": f"go on {nxt}"}])
     assert sim.last_request(nxt)["json"]["input"][0] == item
+
+
+@pytest.mark.parametrize("model,path", [("gemini-2.5-flash", "/v1beta/models/gemini-2.5-flash:streamGenerateContent"),
+                                        ("deepseek-chat", "/v1/chat/completions")])
+def test_other_translated_routes_compact_with_their_model(gateway, sim, funded, model, path):
+    """Gemini (responses -> chat -> Gemini) and an OpenAI-compatible chat provider (responses ->
+    chat) compact the same way: one summarising request to the model, one compaction item."""
+    account, _, secret = funded
+    marker = "oth-" + uuid.uuid4().hex[:10]
+    events = list(client(gateway, secret).responses.create(
+        model=model, input=[*history(marker), TRIGGER], tools=[SHELL], stream=True))
+    the_compaction_item(events[-1].response.output)
+    upstream = sim.last_request(marker)
+    assert upstream["path"].startswith(path) and COMPACTION_PROMPT in json.dumps(upstream["json"])
+    row = gateway.admin.usage(account["id"], limit=1)[0]
+    assert (row["model"], row["endpoint"], row["status"]) == (model, "responses", "ok")
+    assert gateway.admin.balance(account["id"])["held_nano"] == 0
