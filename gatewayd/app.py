@@ -49,6 +49,7 @@ ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/v1/messages": "messages",
     "/v1/responses": "responses",
+    "/v1/responses/compact": "responses",
     "/v1/embeddings": "embeddings",
     "/v1/models": "models",
     "/healthz": "ops",

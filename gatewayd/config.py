@@ -324,26 +324,40 @@ def _protocol_keys(s: _Section, protocol: str) -> None:
     s.unknown(PROVIDER_KEYS | own)
 
 
-def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str) -> ModelRoute:
+def _auto_cache(s: _Section, provider: Provider, upstream_id: str, default: bool | None) -> bool:
+    """``auto_cache``: the gateway places prompt-cache breakpoints in translated requests to
+    this route (docs/translation.md, "Prompt caching"); on by default where the route serves
+    Claude (Anthropic caches only what breakpoints mark), off elsewhere (OpenAI and Gemini
+    cache by themselves)."""
+    if default is None:
+        default = PROTOCOLS[provider.protocol].serves_claude(upstream_id)
+    return s.bool("auto_cache", default)
+
+
+def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str,
+           model_auto_cache: bool | None) -> ModelRoute:
     r = _Section(table, where)
-    r.unknown({"provider", "upstream_id", "priority", "weight"})
+    r.unknown({"provider", "upstream_id", "priority", "weight", "auto_cache"})
     name = r.str("provider")
     if name not in providers:
         raise ConfigError(f"{where}.provider: no provider named {name!r}")
     priority = r.table.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ConfigError(f"{where}.priority: must be an integer")
+    upstream_id = r.str("upstream_id", default_upstream_id)
     return ModelRoute(
         provider=providers[name],
-        upstream_id=r.str("upstream_id", default_upstream_id),
+        upstream_id=upstream_id,
         priority=priority,
         weight=r.number("weight", 1, minimum=1, integer=True),
+        auto_cache=_auto_cache(r, providers[name], upstream_id, model_auto_cache),
     )
 
 
 def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model_id: str) -> tuple[ModelRoute, ...]:
     """``[[models.routes]]``, or the one-route short form (``provider`` / ``upstream_id`` on the
     model itself); never both, so no route is silently ignored."""
+    model_auto_cache = s.bool("auto_cache", False) if "auto_cache" in s.table else None  # the routes' default
     if "routes" in s.table:
         if "provider" in s.table or "upstream_id" in s.table:
             key = "provider" if "provider" in s.table else "upstream_id"
@@ -351,7 +365,7 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
         raw = s.table["routes"]
         if not isinstance(raw, list) or not raw:
             raise ConfigError(f"{where}.routes: must be a non-empty array of tables ([[models.routes]])")
-        routes = [_route(t, f"{where}.routes[{j}]", providers, model_id) for j, t in enumerate(raw)]
+        routes = [_route(t, f"{where}.routes[{j}]", providers, model_id, model_auto_cache) for j, t in enumerate(raw)]
         seen = set()
         for j, route in enumerate(routes):
             if route.name in seen:
@@ -361,7 +375,9 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
         provider_name = s.str("provider")
         if provider_name not in providers:
             raise ConfigError(f"{where}.provider: no provider named {provider_name!r}")
-        routes = [ModelRoute(provider=providers[provider_name], upstream_id=s.str("upstream_id", model_id))]
+        upstream_id = s.str("upstream_id", model_id)
+        routes = [ModelRoute(provider=providers[provider_name], upstream_id=upstream_id,
+                             auto_cache=_auto_cache(s, providers[provider_name], upstream_id, None))]
     # stable sort: among equal priorities the file's order is kept
     return tuple(sorted(routes, key=lambda r: -r.priority))
 
@@ -374,7 +390,8 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         s = _Section(table, f"models[{i}]")
         s.unknown({
             "id", "provider", "upstream_id", "routes", "kind", "family", "input_price", "output_price",
-            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", *PRICE_TABLE_KEYS,
+            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", "auto_cache",
+            *PRICE_TABLE_KEYS,
         })
         model_id = s.str("id")
         if model_id in models:
