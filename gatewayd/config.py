@@ -324,14 +324,16 @@ def _protocol_keys(s: _Section, protocol: str) -> None:
     s.unknown(PROVIDER_KEYS | own)
 
 
-def _auto_cache(s: _Section, provider: Provider, upstream_id: str, default: bool | None) -> bool:
+def _auto_cache(s: _Section, provider: Provider, upstream_id: str, default: bool | None) -> tuple[bool, bool]:
     """``auto_cache``: the gateway places prompt-cache breakpoints in translated requests to
     this route (docs/translation.md, "Prompt caching"); on by default where the route serves
     Claude (Anthropic caches only what breakpoints mark), off elsewhere (OpenAI and Gemini
-    cache by themselves)."""
-    if default is None:
-        default = PROTOCOLS[provider.protocol].serves_claude(upstream_id)
-    return s.bool("auto_cache", default)
+    cache by themselves). Returns (auto_cache, set to true by the operator): only the latter
+    carries a chat client's own markers, which the spec keeps out of the translation."""
+    explicit = s.bool("auto_cache", False) if "auto_cache" in s.table else default
+    if explicit is not None:
+        return explicit, explicit
+    return PROTOCOLS[provider.protocol].serves_claude(upstream_id), False
 
 
 def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str,
@@ -345,12 +347,14 @@ def _route(table: Any, where: str, providers: dict[str, Provider], default_upstr
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ConfigError(f"{where}.priority: must be an integer")
     upstream_id = r.str("upstream_id", default_upstream_id)
+    auto_cache, carry = _auto_cache(r, providers[name], upstream_id, model_auto_cache)
     return ModelRoute(
         provider=providers[name],
         upstream_id=upstream_id,
         priority=priority,
         weight=r.number("weight", 1, minimum=1, integer=True),
-        auto_cache=_auto_cache(r, providers[name], upstream_id, model_auto_cache),
+        auto_cache=auto_cache,
+        carry_cache_markers=carry,
     )
 
 
@@ -376,8 +380,9 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
         if provider_name not in providers:
             raise ConfigError(f"{where}.provider: no provider named {provider_name!r}")
         upstream_id = s.str("upstream_id", model_id)
-        routes = [ModelRoute(provider=providers[provider_name], upstream_id=upstream_id,
-                             auto_cache=_auto_cache(s, providers[provider_name], upstream_id, None))]
+        auto_cache, carry = _auto_cache(s, providers[provider_name], upstream_id, None)
+        routes = [ModelRoute(provider=providers[provider_name], upstream_id=upstream_id, auto_cache=auto_cache,
+                             carry_cache_markers=carry)]
     # stable sort: among equal priorities the file's order is kept
     return tuple(sorted(routes, key=lambda r: -r.priority))
 

@@ -259,6 +259,9 @@ auto_cache = true
     models = load_config(path, environ={}).models
     assert models["off"].routes[0].auto_cache is False
     assert [r.auto_cache for r in models["mixed"].routes] == [False, True]
+    # a chat client's own markers go through only where the operator said true (the spec keeps them out)
+    assert [r.carry_cache_markers for r in models["mixed"].routes] == [False, True]
+    assert defaults["claude-sonnet-4-5"].routes[0].carry_cache_markers is False
     with pytest.raises(ConfigError, match=r"models\[0\]\.auto_cache: must be true or false"):
         load_config(write(tmp_path, path.read_text().replace("auto_cache = false", 'auto_cache = "no"', 1)),
                     environ={})

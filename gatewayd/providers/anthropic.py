@@ -122,12 +122,12 @@ def _to_messages(chat_body: dict, model: Model, target: ModelRoute, *, chat_clie
     gateway's prompt-cache breakpoints on an ``auto_cache`` route (:mod:`cache_breakpoints`),
     priced (400 ``unpriced_feature`` otherwise). The client's own ``cache_control`` markers
     are carried from a responses client always, from a chat client (and a Gemini-API one, which
-    has none) only on an ``auto_cache`` route: the spec's rule for chat clients, unless the
-    operator turned caching on."""
+    has none) only where the operator set ``auto_cache = true`` (``carry_cache_markers``): the
+    spec's rule for chat clients, which the default keeps."""
     default_max = min(model.max_output_tokens, DEFAULT_TRANSLATED_MAX_TOKENS)
     body = translate(chat_request_to_messages, chat_body, upstream_model=target.upstream_id,
                      default_max_tokens=default_max, max_output_tokens=model.max_output_tokens,
-                     cache_markers=target.auto_cache or not chat_client)
+                     cache_markers=target.carry_cache_markers or not chat_client)
     if target.auto_cache:
         place_breakpoints(body)
     body.update(messages_changes(body, model))
