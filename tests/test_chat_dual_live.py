@@ -14,6 +14,7 @@ import uuid
 
 import httpx
 import openai
+import orjson
 import pytest
 
 MODEL = "claude-sonnet-4-5"
@@ -388,11 +389,11 @@ def test_reply_without_usage_is_charged_for_what_it_carries(gateway, sim, funded
     assert row["cost_nano"] == row_cost(row)
 
 
-def test_response_format_is_not_carried_and_cache_control_is_on_an_auto_cache_route(gateway, sim, funded):
+def test_response_format_and_the_clients_cache_control_are_not_carried(gateway, sim, funded):
     """The spec: translation does not carry response_format (use /v1/messages), nor a chat
-    client's cache_control unless the operator turned auto_cache on for the route, as it is by
-    default on Claude routes (issue 36): then the client's own marker is carried, and the
-    gateway places none of its own beside it."""
+    client's cache_control (only an operator's explicit ``auto_cache = true`` carries it: issue
+    36). On a Claude route by default the gateway places its own breakpoints instead: the
+    system prompt and the last block, 5-minute ones, not the client's 1-hour marker."""
     _, _, secret = funded
     marker = tag()
     reply = client(gateway, secret).chat.completions.create(
@@ -403,9 +404,10 @@ def test_response_format_is_not_carried_and_cache_control_is_on_an_auto_cache_ro
     assert reply.choices[0].message.content
     upstream = sim.last_request(marker)["json"]
     assert "response_format" not in upstream and "output_config" not in upstream
-    assert upstream["system"] == [{"type": "text", "text": "Be brief."}]
+    assert upstream["system"] == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
     assert upstream["messages"] == [{"role": "user", "content": [
-        {"type": "text", "text": f"json please {marker}", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]
+        {"type": "text", "text": f"json please {marker}", "cache_control": {"type": "ephemeral"}}]}]
+    assert b'"1h"' not in orjson.dumps(upstream)
 
 
 @pytest.mark.parametrize("part,fragment", [
