@@ -25,7 +25,7 @@ import trio
 from quart import Response, has_request_context, request
 from quart_trio import QuartTrio
 
-from gatewayd import logs, responses_ws, trace
+from gatewayd import logs, responses_ws, telemetry, trace
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.access import client_address
 from gatewayd.bodies import BodyPools
@@ -37,6 +37,7 @@ from gatewayd.upgrades import refuse_websocket, websocket_refusal
 
 if TYPE_CHECKING:
     from gatewayd.ops import Readiness
+    from gatewayd.telemetry.otel import Telemetry
 
 JSON = "application/json"
 # Served over TLS (``[server] tls_cert``): browsers keep to HTTPS for a year. Behind a proxy that
@@ -48,6 +49,7 @@ ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/v1/messages": "messages",
     "/v1/responses": "responses",
+    "/v1/responses/compact": "responses",
     "/v1/embeddings": "embeddings",
     "/v1/models": "models",
     "/healthz": "ops",
@@ -77,7 +79,7 @@ class Listener:
 
     def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None,
                  api: ApiRoutes | None = None, *, bodies: BodyPools | None = None,
-                 body_timeout_s: float | None = None) -> None:
+                 body_timeout_s: float | None = None, telemetry: "Telemetry | None" = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
@@ -85,6 +87,7 @@ class Listener:
         self.bodies = bodies  # None: bodies are not counted (the ops listener's GETs)
         self.body_timeout_s = body_timeout_s  # None: no deadline
         self.sockets = SocketCounts()  # Responses WebSockets open, by key and account (gatewayd.socket_limits)
+        self.telemetry = telemetry  # OpenTelemetry (gatewayd.telemetry); None: off
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -94,14 +97,19 @@ class Listener:
         client = scope.get("client")
         t = Trace(request_id, scope.get("method", "GET"), scope.get("path", ""), client[0] if client else None)
         t.endpoint = endpoint_of(t.path)
+        # scrapes and probes make no traces; a WebSocket's responses each have theirs (gatewayd.responses_ws)
+        if self.telemetry is not None and t.endpoint != "ops" and scope["type"] == "http":
+            t.spans = self.telemetry.begin(scope, t)
         token = trace.current.set(t)
         try:
             if scope["type"] == "websocket":
                 path = t.path
                 if path == responses_ws.PATH and self.api is not None:  # Responses over WebSocket
+                    otel = self.telemetry
+                    spans = (lambda message: otel.begin(scope, message)) if otel is not None else None
                     socket = responses_ws.ResponsesSocket(
                         self.api, scope, receive, send, self._finished, new_request_id, sockets=self.sockets,
-                        pool=self.bodies.api if self.bodies is not None else None)
+                        pool=self.bodies.api if self.bodies is not None else None, spans=spans)
                     return await socket.serve(t)
                 # every other path refuses the upgrade (gatewayd.upgrades)
                 error = websocket_refusal(path, endpoint_of(path) != "other", not_offered(path))
@@ -124,6 +132,8 @@ class Listener:
         logs.request_line(t.fields(), logging.DEBUG if t.endpoint == "ops" else logging.INFO)
         if self.metrics is not None:
             self.metrics.observe(t)
+        if self.telemetry is not None:
+            self.telemetry.finish(t)
 
     async def _serve(self, scope, receive, send, t: Trace):
         request_id = t.request_id
@@ -243,6 +253,7 @@ class Listener:
     async def _refuse(self, send, request_id: str, error: GatewayError) -> None:
         """A refusal made while the body was (or would be) coming, in the chat envelope; the
         connection is closed after it, the rest of the body unread."""
+        telemetry.refused(error)
         body = error.chat_body(request_id)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                    (b"connection", b"close")]

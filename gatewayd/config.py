@@ -29,6 +29,8 @@ from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
+from gatewayd.telemetry import settings as telemetry_settings
+from gatewayd.telemetry.settings import TelemetrySettings
 from gatewayd.self_service import ConsoleSettings, read_settings as read_console_settings
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
@@ -127,6 +129,7 @@ class Config:
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
     console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
     mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
+    telemetry: TelemetrySettings | None = None  # [telemetry]: OTLP traces and metrics (gatewayd.telemetry); None: off
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -323,26 +326,44 @@ def _protocol_keys(s: _Section, protocol: str) -> None:
     s.unknown(PROVIDER_KEYS | own)
 
 
-def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str) -> ModelRoute:
+def _auto_cache(s: _Section, provider: Provider, upstream_id: str, default: bool | None) -> tuple[bool, bool]:
+    """``auto_cache``: the gateway places prompt-cache breakpoints in translated requests to
+    this route (docs/translation.md, "Prompt caching"); on by default where the route serves
+    Claude (Anthropic caches only what breakpoints mark), off elsewhere (OpenAI and Gemini
+    cache by themselves). Returns (auto_cache, set to true by the operator): only the latter
+    carries a chat client's own markers, which the spec keeps out of the translation."""
+    explicit = s.bool("auto_cache", False) if "auto_cache" in s.table else default
+    if explicit is not None:
+        return explicit, explicit
+    return PROTOCOLS[provider.protocol].serves_claude(upstream_id), False
+
+
+def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str,
+           model_auto_cache: bool | None) -> ModelRoute:
     r = _Section(table, where)
-    r.unknown({"provider", "upstream_id", "priority", "weight"})
+    r.unknown({"provider", "upstream_id", "priority", "weight", "auto_cache"})
     name = r.str("provider")
     if name not in providers:
         raise ConfigError(f"{where}.provider: no provider named {name!r}")
     priority = r.table.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ConfigError(f"{where}.priority: must be an integer")
+    upstream_id = r.str("upstream_id", default_upstream_id)
+    auto_cache, carry = _auto_cache(r, providers[name], upstream_id, model_auto_cache)
     return ModelRoute(
         provider=providers[name],
-        upstream_id=r.str("upstream_id", default_upstream_id),
+        upstream_id=upstream_id,
         priority=priority,
         weight=r.number("weight", 1, minimum=1, integer=True),
+        auto_cache=auto_cache,
+        carry_cache_markers=carry,
     )
 
 
 def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model_id: str) -> tuple[ModelRoute, ...]:
     """``[[models.routes]]``, or the one-route short form (``provider`` / ``upstream_id`` on the
     model itself); never both, so no route is silently ignored."""
+    model_auto_cache = s.bool("auto_cache", False) if "auto_cache" in s.table else None  # the routes' default
     if "routes" in s.table:
         if "provider" in s.table or "upstream_id" in s.table:
             key = "provider" if "provider" in s.table else "upstream_id"
@@ -350,7 +371,7 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
         raw = s.table["routes"]
         if not isinstance(raw, list) or not raw:
             raise ConfigError(f"{where}.routes: must be a non-empty array of tables ([[models.routes]])")
-        routes = [_route(t, f"{where}.routes[{j}]", providers, model_id) for j, t in enumerate(raw)]
+        routes = [_route(t, f"{where}.routes[{j}]", providers, model_id, model_auto_cache) for j, t in enumerate(raw)]
         seen = set()
         for j, route in enumerate(routes):
             if route.name in seen:
@@ -360,7 +381,10 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
         provider_name = s.str("provider")
         if provider_name not in providers:
             raise ConfigError(f"{where}.provider: no provider named {provider_name!r}")
-        routes = [ModelRoute(provider=providers[provider_name], upstream_id=s.str("upstream_id", model_id))]
+        upstream_id = s.str("upstream_id", model_id)
+        auto_cache, carry = _auto_cache(s, providers[provider_name], upstream_id, None)
+        routes = [ModelRoute(provider=providers[provider_name], upstream_id=upstream_id, auto_cache=auto_cache,
+                             carry_cache_markers=carry)]
     # stable sort: among equal priorities the file's order is kept
     return tuple(sorted(routes, key=lambda r: -r.priority))
 
@@ -373,7 +397,8 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         s = _Section(table, f"models[{i}]")
         s.unknown({
             "id", "provider", "upstream_id", "routes", "kind", "family", "input_price", "output_price",
-            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", *PRICE_TABLE_KEYS,
+            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", "auto_cache",
+            *PRICE_TABLE_KEYS,
         })
         model_id = s.str("id")
         if model_id in models:
@@ -538,7 +563,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "console", "mcp_servers"}
+               "payments", "console", "mcp_servers", "telemetry"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -592,4 +617,5 @@ def load_config(
         console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
                                       and alert_settings.smtp is not None, env=env),
         mcp_servers=mcp_servers,
+        telemetry=telemetry_settings.read_settings(raw.get("telemetry"), env),
     )

@@ -238,6 +238,14 @@ def read_responses(body: dict, ctx: Ctx) -> Asked:
     return Asked(model_id, stream, response_ids)
 
 
+def read_compact(body: dict, ctx: Ctx) -> Asked:
+    """``POST /v1/responses/compact``: a responses body that is answered whole (never streamed)."""
+    if body.get("stream") is True:
+        raise BodyError("responses/compact does not stream; leave stream out", param="stream")
+    asked = read_responses({**body, "stream": False}, ctx)
+    return attrs.evolve(asked, stream=False)
+
+
 def read_embeddings(body: dict, ctx: Ctx) -> Asked:
     model_id = field(body, "model", str, required=True, what="a string")
     if body.get("input") is None:
@@ -255,6 +263,8 @@ CHAT = Endpoint("chat", "POST", "/v1/chat/completions", read_chat, client_format
 MESSAGES = Endpoint("messages", "POST", "/v1/messages", read_messages, client_format="messages",
                     envelope="anthropic", key_headers=("x-api-key",))
 RESPONSES = Endpoint("responses", "POST", "/v1/responses", read_responses, client_format="responses")
+# usage rows and metrics name it a responses request: it is one (a summarising turn), billed as such
+COMPACT = Endpoint("responses", "POST", "/v1/responses/compact", read_compact, client_format="compact")
 EMBEDDINGS = Endpoint("embeddings", "POST", "/v1/embeddings", read_embeddings, client_format="embeddings",
                       kind="embedding")
 
@@ -335,7 +345,7 @@ GEMINI_STREAM = attrs.evolve(GEMINI_GENERATE, path=GEMINI_MODELS + "/{model}:str
 GEMINI_COUNT = attrs.evolve(GEMINI_GENERATE, path=GEMINI_MODELS + "/{model}:countTokens", read=read_gemini_count,
                             answer_here=count_gemini_tokens)
 
-ENDPOINTS = (CHAT, MESSAGES, RESPONSES, EMBEDDINGS, GEMINI_GENERATE, GEMINI_STREAM, GEMINI_COUNT)
+ENDPOINTS = (CHAT, MESSAGES, RESPONSES, COMPACT, EMBEDDINGS, GEMINI_GENERATE, GEMINI_STREAM, GEMINI_COUNT)
 
 
 def model_entries(config, caller: Caller, ctx: Ctx) -> list[dict]:

@@ -46,7 +46,7 @@ from typing import Any
 
 import trio
 
-from gatewayd import logs, tokens, trace
+from gatewayd import logs, telemetry, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.attempt import AttemptFailed
 from gatewayd.billing.estimate import route_hold
@@ -266,6 +266,7 @@ class Relay:
             endpoint=ctx.endpoint, stream=route.stream, price_ratio=grant.price_ratio,
             input_estimate=route.input_tokens_estimate, on_settled=self._settled,
         ) as tab:
+            telemetry.held(tab)
             try:
                 return await self.failover.run(tab, call, attempts, key)
             except GatewayError:
@@ -313,6 +314,7 @@ class Relay:
         """A tab settled: the store's latency metric, and the request's trace (log line) says
         what it was charged."""
         self.metrics.store_latency.observe(store_s)
+        telemetry.settled(usage, outcome, bill)
         t = trace.get()
         if t is not None:
             t.usage_status = outcome.value

@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from gatewayd import trace
+from gatewayd import telemetry, trace
 from gatewayd.errors import GatewayError, error_body, our_fault
 from gatewayd.hangups import Hangups
 from gatewayd.pump import AnswerStream
@@ -120,6 +120,7 @@ class Reply:
                 await self.whole(status, headers, body)
 
     async def error(self, error: GatewayError, request_id: str, envelope: str) -> None:
+        telemetry.refused(error)
         await self.whole(error.status, error.headers, error_body(error, request_id, envelope))
 
     async def whole(self, status: int, headers: dict, body: bytes) -> None:  # pragma: no cover - per surface

@@ -40,7 +40,7 @@ import logging
 import math
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 import trio
@@ -75,7 +75,7 @@ class ResponsesSocket:
 
     def __init__(self, routes: ApiRoutes, scope: dict, receive, send, finished: Callable[[Trace], None],
                  new_request_id: Callable[[], str], *, sockets: SocketCounts | None = None,
-                 pool: BodyBudget | None = None) -> None:
+                 pool: BodyBudget | None = None, spans: Callable[[Trace], Any] | None = None) -> None:
         self.routes = routes
         self.relay = routes.relay
         self.scope = scope
@@ -83,6 +83,7 @@ class ResponsesSocket:
         self.send = send
         self.finished = finished  # the listener's end of a request: its log line and metrics
         self.new_request_id = new_request_id
+        self.spans = spans  # the listener's telemetry: a response's spans (gatewayd.telemetry); None: off
         self.last: LastResponse | None = None  # what a previous_response_id may name
         self.running: trio.CancelScope | None = None  # the response in progress, if any
         self.running_id = ""  # its request id
@@ -188,6 +189,8 @@ class ResponsesSocket:
         client = self.scope.get("client")
         t = Trace(self.new_request_id(), "GET", PATH, client[0] if client else None)
         t.endpoint = RESPONSES.name
+        if self.spans is not None:
+            t.spans = self.spans(t)
         self.running_id = t.request_id
         token = trace.current.set(t)
         try:

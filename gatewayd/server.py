@@ -15,7 +15,7 @@ import signal
 import stat
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import attrs
 import trio
@@ -51,6 +51,9 @@ from gatewayd.workers import WorkerSockets
 from gatewayd.store import open_store
 
 log = logging.getLogger("gatewayd")
+
+if TYPE_CHECKING:
+    from gatewayd.telemetry.otel import Telemetry
 
 
 def _hypercorn_config(**kwargs) -> HypercornConfig:
@@ -208,7 +211,8 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             drain, metrics = Drain(), Metrics()  # the shutdown and the metrics, shared by their users
             metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
             relay = Relay(config, directory, ledger, upstream, limiter, drain=drain, metrics=metrics)
-            await nursery.start(relay.hangups.run)  # what clients that hung up left (gatewayd.hangups)
+            await nursery.start(relay.hangups.run)  # tasks that may outlive their client (gatewayd.hangups)
+            telemetry = start_telemetry(config, metrics)
             nursery.start_soon(store.maintain)
             # the alert outbox (gatewayd.alert_delivery); [alerts] as reloaded
             nursery.start_soon(AlertDeliverer(store, directory, lambda: relay.config.alerts, metrics.registry).run)
@@ -249,7 +253,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        _public_listener(public_app, config, api), _public_config(config, worker),
+                        _public_listener(public_app, config, api, telemetry), _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
@@ -277,17 +281,36 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             ops_shutdown.set()
             nursery.cancel_scope.cancel()
         await upstream.aclose()
+        if telemetry is not None:  # the last spans and metrics, bounded by the export timeout
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(telemetry.shutdown)
     finally:
         with trio.CancelScope(shield=True):
             await store.close()
     logs.event("gatewayd stopped")
 
 
-def _public_listener(app, config: Config, api: ApiRoutes) -> Listener:
+def _public_listener(app, config: Config, api: ApiRoutes, telemetry: "Telemetry | None" = None) -> Listener:
     """The public listener: bodies read after the key, within the deadline and their pool's budget."""
     server = config.server
     return Listener(app, server.max_body_bytes, api.relay.metrics, api,
-                    bodies=BodyPools.from_settings(server), body_timeout_s=server.body_timeout_s)
+                    bodies=BodyPools.from_settings(server), body_timeout_s=server.body_timeout_s,
+                    telemetry=telemetry)
+
+
+def start_telemetry(config: Config, metrics: Metrics) -> "Telemetry | None":
+    """OpenTelemetry when ``[telemetry]`` is on (the SDK is imported only then), else None."""
+    if config.telemetry is None:
+        return None
+    from gatewayd.telemetry.otel import Telemetry
+
+    telemetry = Telemetry(config.telemetry)
+    telemetry.watch(metrics)
+    settings = config.telemetry
+    logs.event("telemetry: exporting over OTLP", endpoint=settings.endpoint or "(OTEL_EXPORTER_OTLP_* / default)",
+               protocol=settings.protocol, traces=settings.traces, metrics=settings.metrics,
+               sample_ratio=settings.sample_ratio)
+    return telemetry
 
 
 def _keep(config: Config) -> Config:

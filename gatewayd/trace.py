@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextvars
 import os
 import time
-
-from typing import Callable
+from typing import Any, Callable
 
 import attrs
 
@@ -54,6 +53,9 @@ class Trace:
     upstream_ttfb_s: float | None = None  # request sent -> provider's status line
     first_byte_s: float | None = None  # request arrived -> first body byte to the client
     duration_s: float = 0.0
+    error_code: str | None = None  # the gateway's error code when it refused or failed the request
+    # the request's OpenTelemetry spans (gatewayd.telemetry.otel.RequestSpans); None: telemetry off
+    spans: Any = None
     # the client left before the request was settled: the line waits for the settlement
     # (gatewayd.hangups), so it says what was charged; ``finish`` writes it then
     settling: bool = False

@@ -39,9 +39,9 @@ class Gateway:
 
     def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response] | None,
                  *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "",
-                 store: Store | None = None, extra: str = "", budgets: bool = False) -> None:
+                 store: Store | None = None, extra: str = "", budgets: bool = False, telemetry=None) -> None:
         config_file = tmp / "gatewayd.toml"
-        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url) + extra)
+        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url, extra))
         self.config = load_config(config_file)
         self._own_store = store is None
         self.store = store if store is not None else SQLiteStore(str(tmp / "gateway.db"))
@@ -57,7 +57,8 @@ class Gateway:
         self.pools = BodyPools.from_settings(self.config.server) if budgets else None
         self.app = Listener(self.quart, self.config.server.max_body_bytes, self.relay.metrics,
                             ApiRoutes(self.relay), bodies=self.pools,
-                            body_timeout_s=self.config.server.body_timeout_s if budgets else None)
+                            body_timeout_s=self.config.server.body_timeout_s if budgets else None,
+                            telemetry=telemetry)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway.test")
 
     async def mount_console(self):
