@@ -40,6 +40,7 @@ JSON = "application/json"
 # Served over TLS (``[server] tls_cert``): browsers keep to HTTPS for a year. Behind a proxy that
 # ends TLS, the proxy sends it (docs/deploy/nginx.conf).
 HSTS = (b"strict-transport-security", b"max-age=31536000")
+ADMIN_API_PREFIX = "/admin/v1/"  # the admin API over HTTP, behind its gate (gatewayd.admin.gate)
 
 
 ENDPOINTS = {
@@ -73,8 +74,10 @@ class Listener:
 
     def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None,
                  api: ApiRoutes | None = None, *, bodies: BodyBudget | None = None,
-                 body_timeout_s: float | None = None) -> None:
+                 body_timeout_s: float | None = None, admin: Any = None) -> None:
         self.app = app
+        # the admin API over HTTP (gatewayd.admin.gate): its own body cap, budget and throttle
+        self.admin = admin
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.api = api  # the /v1 API routes, served without Quart (gatewayd.api_routes)
@@ -169,7 +172,10 @@ class Listener:
             elif name == b"transfer-encoding":
                 has_body = True
         scope["gateway.content_length"] = declared
-        lease = self.bodies.lease() if self.bodies is not None else None
+        admin = self.admin is not None and t.path.startswith(ADMIN_API_PREFIX)
+        if admin:
+            t.endpoint = "admin"
+        lease = self.bodies.lease() if self.bodies is not None and not admin else None
         scope["gateway.body_lease"] = lease  # the API routes count it against the key, once known
         deadline = trio.current_time() + self.body_timeout_s if self.body_timeout_s else math.inf
         received = 0
@@ -200,6 +206,8 @@ class Listener:
             return message
 
         app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
+        if admin:
+            app = self.admin
         try:
             if app is None and lease is not None and declared:
                 # the rest of the app (console forms, paths not served) shares one owner's quarter

@@ -89,6 +89,16 @@ class ServerSettings:
 
 
 @attrs.frozen
+class AdminSettings:
+    """``[admin]``: the admin API over HTTP (``gatewayd.admin.gate``), beside the Unix socket."""
+
+    http: bool = True  # /admin/v1/ and the operator console /admin/ on the public listener(s)
+    requests_per_minute: int = 600  # per admin token (and per address for calls without a valid one)
+    max_body_bytes: int = 4 << 20  # one admin request's body; its own budget, not the API's
+    max_buffered_bytes: int = 16 << 20  # admin request bodies held at once (every caller together)
+
+
+@attrs.frozen
 class LogSettings:
     format: str | None  # "json" | "text"; None: JSON unless stdout is a terminal
     level: str  # "debug" | "info" | "warning" | "error"
@@ -112,6 +122,7 @@ class Config:
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
+    admin: AdminSettings = AdminSettings()  # [admin]: the admin API over HTTP
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -471,6 +482,18 @@ def _groups(raw: Any) -> dict[str, Group]:
     return groups
 
 
+def _admin(raw: Any) -> AdminSettings:
+    s = _Section(raw, "admin")
+    s.unknown({f.name for f in attrs.fields(AdminSettings)})
+    d = AdminSettings()
+    return AdminSettings(
+        http=s.bool("http", d.http),
+        requests_per_minute=s.number("requests_per_minute", d.requests_per_minute, minimum=1, integer=True),
+        max_body_bytes=s.number("max_body_bytes", d.max_body_bytes, minimum=1024, integer=True),
+        max_buffered_bytes=s.number("max_buffered_bytes", d.max_buffered_bytes, minimum=1024, integer=True),
+    )
+
+
 def _routing(raw: Any) -> RoutingSettings:
     s = _Section(raw, "routing")
     s.unknown({f.name for f in attrs.fields(RoutingSettings)})
@@ -506,7 +529,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments"}
+               "payments", "admin"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -550,4 +573,5 @@ def load_config(
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
         alerts=alerts.read_settings(raw.get("alerts"), env),
         stripe=read_payments(raw.get("payments"), env),
+        admin=_admin(raw.get("admin", {})),
     )

@@ -22,7 +22,9 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
+from gatewayd.admin.gate import AdminGate
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
@@ -222,6 +224,9 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
             admin_app = create_admin_app(directory, store, time.time, reload=reload,
                                          routes=lambda: relay.router.report(relay.config.models))
+            # one gate for the socket, HTTP and the operator console: scopes, throttle, audit log
+            admin_gate = AdminGate(admin_app, store, openapi.document(), lambda: relay.config.admin,
+                                   lambda: relay.config.server.trusted_proxies)
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket
@@ -232,13 +237,13 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             async with trio.open_nursery() as servers:
                 servers.start_soon(_drain_on_shutdown, shutdown, drain, config.server.shutdown_grace_s)
                 await servers.start(
-                    lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path, worker),
+                    lambda task_status: hypercorn_serve(admin_gate.socket_app, _admin_config(admin_path, worker),
                                                         shutdown_trigger=shutdown.wait, task_status=task_status)
                 )
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        _public_listener(public_app, config, relay), _public_config(config, worker),
+                        _public_listener(public_app, config, relay, admin_gate), _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
@@ -269,11 +274,13 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
     logs.event("gatewayd stopped")
 
 
-def _public_listener(app, config: Config, relay: Relay) -> Listener:
-    """The public listener: bodies read after the key, within the deadline and the budget."""
+def _public_listener(app, config: Config, relay: Relay, admin: AdminGate | None = None) -> Listener:
+    """The public listener: bodies read after the key, within the deadline and the budget; the
+    admin API (``/admin/v1/``) behind its own gate."""
     server = config.server
     return Listener(app, server.max_body_bytes, relay.metrics, ApiRoutes(relay),
-                    bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s)
+                    bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s,
+                    admin=admin)
 
 
 def _keep(config: Config) -> Config:

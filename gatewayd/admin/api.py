@@ -20,8 +20,11 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from gatewayd.admin.codes import add_code_routes
+from gatewayd.admin.gate import error_body
+from gatewayd.admin.operators import add_operator_routes
 from gatewayd.admin.prices import add_price_routes
 from gatewayd.budgets import budget_view
+from gatewayd.money import nano_to_usd_str
 from gatewayd.directory import Directory, DirectoryError, parse_alert_below, parse_max_concurrent
 from gatewayd.store.base import utc_iso
 from gatewayd.store.usage_queries import UsageFilter
@@ -66,8 +69,26 @@ def instant(value: str | None, timezone: str, name: str, *, end_of_day: bool = F
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
+def usd_beside(doc: Any) -> Any:
+    """Every integer ``X_nano`` field with ``X_usd`` beside it (the exact decimal string), unless
+    the document has its own ``X_usd`` (the prices say USD per 1M tokens): scripts read the
+    integers, people the dollars."""
+    if isinstance(doc, dict):
+        out = {}
+        for name, value in doc.items():
+            out[name] = usd_beside(value)
+            if name.endswith("_nano") and isinstance(value, int) and not isinstance(value, bool):
+                usd = name[:-5] + "_usd"
+                if usd not in doc:
+                    out[usd] = nano_to_usd_str(value)
+        return out
+    if isinstance(doc, list):
+        return [usd_beside(v) for v in doc]
+    return doc
+
+
 def _json(doc: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(doc), status=status, content_type=JSON)
+    return Response(orjson.dumps(usd_beside(doc)), status=status, content_type=JSON)
 
 
 def create_admin_app(directory: Directory, store, clock, reload=None,
@@ -100,32 +121,31 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         value = doc.get(field)
         return default if value is None else value
 
+    def _error(status: int, message: str, code: str) -> Response:
+        return Response(error_body(status, message, code), status=status, content_type=JSON)
+
     @app.errorhandler(DirectoryError)
     async def refused(error: DirectoryError):
-        return _json({"error": {"message": error.message, "code": error.code}}, error.status)
+        return _error(error.status, error.message, error.code)
 
     @app.errorhandler(Exception)
     async def failed(error: Exception):
         """Whatever escapes a route is answered in the JSON shape gatewayctl reads, never Quart's
         HTML page: an HTTP error with its own status, anything else a logged 500."""
         if isinstance(error, HTTPException):
-            return _json({"error": {"message": f"{error.name}: {error.description}", "code": "http_error"}},
-                         error.code or 500)
+            return _error(error.code or 500, f"{error.name}: {error.description}", "http_error")
         log.error("admin: internal error on %s %s: %s", request.method, request.path, type(error).__name__,
                   exc_info=error)
-        return _json({"error": {"message": f"the gateway failed on {request.method} {request.path} "
-                                           f"({type(error).__name__}); this is a gateway bug, its traceback is "
-                                           "in the daemon's log", "code": "internal_error"}}, 500)
+        return _error(500, f"the gateway failed on {request.method} {request.path} ({type(error).__name__}); this "
+                           "is a gateway bug, its traceback is in the daemon's log", "internal_error")
 
     @app.errorhandler(404)
     async def not_found(_error):
-        return _json({"error": {"message": f"no admin route {request.method} {request.path}", "code": "not_found"}},
-                     404)
+        return _error(404, f"no admin route {request.method} {request.path}", "not_found")
 
     @app.errorhandler(405)
     async def not_allowed(_error):
-        return _json({"error": {"message": f"{request.method} not allowed on {request.path}", "code": "not_found"}},
-                     405)
+        return _error(405, f"{request.method} not allowed on {request.path}", "method_not_allowed")
 
     def key_doc(key) -> dict:
         now = clock()
@@ -182,6 +202,14 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         doc = await body("amount_nano", "note")
         payment = await directory.pay(account, doc.get("amount_nano"), given(doc, "note", ""))
         return _json({"account": account.public(), "payment": payment}, 201)
+
+    @app.post("/admin/v1/accounts/<ref>/adjustments")
+    async def adjust(ref: str):
+        """A correction of the balance, up or down, with its reason (``Directory.adjust``)."""
+        account = directory.account(ref)
+        doc = await body("amount_nano", "note")
+        adjustment = await directory.adjust(account, doc.get("amount_nano"), doc.get("note"))
+        return _json({"account": account.public(), "adjustment": adjustment}, 201)
 
     @app.get("/admin/v1/accounts/<ref>/payments")
     async def payments(ref: str):
@@ -306,5 +334,6 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
 
     add_price_routes(app, directory, reload)
     add_code_routes(app, directory, store, body)
+    add_operator_routes(app, store, body)
 
     return app

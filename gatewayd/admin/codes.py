@@ -21,7 +21,9 @@ from gatewayd.store.redemption_codes import RedemptionCode
 
 
 def _json(doc: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(doc), status=status, content_type="application/json")
+    from gatewayd.admin.api import usd_beside
+
+    return Response(orjson.dumps(usd_beside(doc)), status=status, content_type="application/json")
 
 
 def add_code_routes(app, directory: Directory, store, body: Callable[..., Awaitable[dict]]) -> None:

@@ -116,9 +116,11 @@ class Payment:
         return attrs.asdict(self)
 
 
-# Where a payment comes from (``payments.source``); the last two are negative amounts
-PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute")
+# Where a payment comes from (``payments.source``); refunds and disputes are negative amounts, an
+# operator's adjustment (``POST /admin/v1/accounts/{ref}/adjustments``) either sign
+PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute", "adjustment")
 NEGATIVE_SOURCES = frozenset({"refund", "dispute"})
+SIGNED_SOURCES = frozenset({"adjustment"})
 
 
 USAGE_FIELDS = (

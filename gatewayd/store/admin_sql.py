@@ -1,0 +1,143 @@
+"""The operator's rows, the SQL both stores share: admin tokens, the admin audit log and the
+operator's settings (migrations 0033 / postgres 0033).
+
+``AdminSQL`` is mixed into ``SQLStore`` (``gatewayd.store.sql``) and runs on its primitives
+(``_write`` / ``_read`` with a ``Tx``). Nothing here is cached: a token is looked up in the
+database on every admin call, so a token revoked on one instance is refused by every other
+at its next call, with no change feed needed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import attrs
+import orjson
+
+from gatewayd.admin.tokens import AdminToken
+
+if TYPE_CHECKING:
+    from gatewayd.store.sql import R, Tx
+
+TOKEN_COLUMNS = "id, name, hint, scopes, allow_ips, created_at, created_by, expires_at, revoked_at, last_used_at"
+AUDIT_COLUMNS = "id, at, actor, actor_name, via, address, method, path, status, target, request, before, after"
+OPERATOR_PASSWORD = "operator_password_hash"
+
+
+def token_from_row(row: Any) -> AdminToken:
+    allow = orjson.loads(row["allow_ips"]) if row["allow_ips"] else None
+    return AdminToken(row["id"], row["name"], row["hint"], tuple(s for s in row["scopes"].split(",") if s),
+                      None if allow is None else tuple(allow), row["created_at"], row["created_by"],
+                      row["expires_at"], row["revoked_at"], row["last_used_at"])
+
+
+@attrs.frozen
+class AuditEntry:
+    """One admin call as the audit log keeps it (``before`` / ``after``: the target's state
+    around a change, None for a read or when there is no target)."""
+
+    at: str
+    actor: str  # a token id, "socket" (the local operator) or "operator" (the console's password)
+    actor_name: str
+    via: str  # socket | http | console
+    address: str | None
+    method: str
+    path: str
+    status: int
+    target: str | None = None
+    request: Any = None
+    before: Any = None
+    after: Any = None
+    id: int | None = None
+
+    def doc(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _value(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+def entry_from_row(row: Any) -> AuditEntry:
+    return AuditEntry(row["at"], row["actor"], row["actor_name"], row["via"], row["address"], row["method"],
+                      row["path"], row["status"], row["target"], _value(row["request"]), _value(row["before"]),
+                      _value(row["after"]), row["id"])
+
+
+class AdminSQL:
+    """Mixed into ``SQLStore``: admin tokens, the admin audit log, the operator's settings."""
+
+    if TYPE_CHECKING:  # provided by each store, declared by SQLStore, the one class this is mixed into
+        async def _write(self, job: Callable[[Tx], R]) -> R: ...
+
+        async def _read(self, job: Callable[[Tx], R]) -> R: ...
+
+    async def insert_admin_token(self, token: AdminToken, hashed: str) -> None:
+        await self._write(lambda tx: tx.run(
+            f"INSERT INTO admin_tokens ({TOKEN_COLUMNS}, token_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (token.id, token.name, token.hint, ",".join(token.scopes),
+             None if token.allow_ips is None else orjson.dumps(list(token.allow_ips)).decode(), token.created_at,
+             token.created_by, token.expires_at, token.revoked_at, token.last_used_at, hashed)))
+
+    async def admin_token_by_hash(self, hashed: str) -> AdminToken | None:
+        row = await self._read(lambda tx: tx.one(
+            f"SELECT {TOKEN_COLUMNS} FROM admin_tokens WHERE token_hash = ?", (hashed,)))
+        return None if row is None else token_from_row(row)
+
+    async def admin_tokens(self) -> list[AdminToken]:
+        rows = await self._read(lambda tx: tx.rows(
+            f"SELECT {TOKEN_COLUMNS} FROM admin_tokens ORDER BY created_at DESC, id"))
+        return [token_from_row(r) for r in rows]
+
+    async def revoke_admin_token(self, token_id: str, now: str) -> AdminToken | None:
+        """Revoke a token (revoking twice keeps the first time); the row as it is now, or None."""
+
+        def revoke(tx: Tx) -> Any:
+            tx.run("UPDATE admin_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, token_id))
+            return tx.one(f"SELECT {TOKEN_COLUMNS} FROM admin_tokens WHERE id = ?", (token_id,))
+
+        row = await self._write(revoke)
+        return None if row is None else token_from_row(row)
+
+    async def touch_admin_token(self, token_id: str, now: str) -> None:
+        await self._write(lambda tx: tx.run("UPDATE admin_tokens SET last_used_at = ? WHERE id = ?", (now, token_id)))
+
+    async def append_admin_audit(self, entry: AuditEntry) -> None:
+        await self._write(lambda tx: tx.run(
+            "INSERT INTO admin_audit (at, actor, actor_name, via, address, method, path, status, target, request,"
+            " before, after) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (entry.at, entry.actor, entry.actor_name, entry.via, entry.address, entry.method, entry.path,
+             entry.status, entry.target, _text(entry.request), _text(entry.before), _text(entry.after))))
+
+    async def admin_audit(self, *, actor: str | None = None, target: str | None = None, since: str | None = None,
+                          until: str | None = None, changes_only: bool = False, before_id: int | None = None,
+                          limit: int = 100) -> list[AuditEntry]:
+        """Entries newest first, filtered; ``before_id`` pages on from the last entry's id."""
+        where, args = [], []
+        for clause, value in (("actor = ?", actor), ("target = ?", target), ("at >= ?", since), ("at < ?", until),
+                              ("id < ?", before_id)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        if changes_only:
+            where.append("method <> 'GET'")
+        sql = f"SELECT {AUDIT_COLUMNS} FROM admin_audit"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        rows = await self._read(lambda tx: tx.rows(sql, tuple(args)))
+        return [entry_from_row(r) for r in rows]
+
+    async def operator_setting(self, name: str) -> str | None:
+        row = await self._read(lambda tx: tx.one("SELECT value FROM operator_settings WHERE name = ?", (name,)))
+        return None if row is None else row["value"]
+
+    async def set_operator_setting(self, name: str, value: str) -> None:
+        await self._write(lambda tx: tx.run(
+            "INSERT INTO operator_settings (name, value) VALUES (?, ?)"
+            " ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, value)))
