@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import zoneinfo
 from typing import Any, Callable
 
 import orjson
@@ -19,12 +18,12 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from gatewayd.admin.answers import MAX_ROW_ID, json_response as _json, instant
 from gatewayd.admin.codes import add_code_routes
 from gatewayd.admin.gate import error_body
 from gatewayd.admin.operators import add_operator_routes
 from gatewayd.admin.prices import add_price_routes
 from gatewayd.budgets import budget_view
-from gatewayd.money import nano_to_usd_str
 from gatewayd.directory import Directory, DirectoryError, parse_alert_below, parse_max_concurrent
 from gatewayd.store.base import utc_iso
 from gatewayd.store.usage_queries import UsageFilter
@@ -33,62 +32,6 @@ JSON = "application/json"
 log = logging.getLogger("gatewayd.admin")
 KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
               "budget_nano", "budget_period")
-
-
-# The stored times' range: a bound outside it (the end of 9999-12-31, the start of 0001-01-01
-# in a zone east of UTC) is clamped to it, which selects the same rows.
-EARLIEST = "0001-01-01T00:00:00.000Z"
-LATEST = "9999-12-31T23:59:59.999Z"
-MAX_ROW_ID = 2**63 - 1  # the stores' 64-bit row ids: a larger ``before`` pages from the newest row
-
-
-def instant(value: str | None, timezone: str, name: str, *, end_of_day: bool = False) -> str | None:
-    """``YYYY-MM-DD`` in ``timezone`` (``until``: the end of that day, inclusive) or an ISO 8601
-    timestamp with an offset, as the stored UTC text it is compared with."""
-    if value is None or value == "":
-        return None
-    try:
-        if len(value) == 10:
-            day = datetime.date.fromisoformat(value)
-            if end_of_day:
-                if day == datetime.date.max:
-                    return LATEST
-                day += datetime.timedelta(days=1)
-            moment = datetime.datetime.combine(day, datetime.time(), zoneinfo.ZoneInfo(timezone))
-        else:
-            moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            if moment.tzinfo is None:
-                raise ValueError("no offset")
-    except ValueError:
-        raise DirectoryError(f"{name} must be a date YYYY-MM-DD or an ISO 8601 time with an offset (got {value!r})"
-                             ) from None
-    try:
-        utc = moment.astimezone(datetime.timezone.utc)
-    except OverflowError:  # before year 1 or after year 9999 once in UTC
-        return EARLIEST if moment.year == 1 else LATEST
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
-
-
-def usd_beside(doc: Any) -> Any:
-    """Every integer ``X_nano`` field with ``X_usd`` beside it (the exact decimal string), unless
-    the document has its own ``X_usd`` (the prices say USD per 1M tokens): scripts read the
-    integers, people the dollars."""
-    if isinstance(doc, dict):
-        out = {}
-        for name, value in doc.items():
-            out[name] = usd_beside(value)
-            if name.endswith("_nano") and isinstance(value, int) and not isinstance(value, bool):
-                usd = name[:-5] + "_usd"
-                if usd not in doc:
-                    out[usd] = nano_to_usd_str(value)
-        return out
-    if isinstance(doc, list):
-        return [usd_beside(v) for v in doc]
-    return doc
-
-
-def _json(doc: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(usd_beside(doc)), status=status, content_type=JSON)
 
 
 def create_admin_app(directory: Directory, store, clock, reload=None,
@@ -121,31 +64,32 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         value = doc.get(field)
         return default if value is None else value
 
-    def _error(status: int, message: str, code: str) -> Response:
+    def error_response(status: int, message: str, code: str) -> Response:
         return Response(error_body(status, message, code), status=status, content_type=JSON)
 
     @app.errorhandler(DirectoryError)
     async def refused(error: DirectoryError):
-        return _error(error.status, error.message, error.code)
+        return error_response(error.status, error.message, error.code)
 
     @app.errorhandler(Exception)
     async def failed(error: Exception):
         """Whatever escapes a route is answered in the JSON shape gatewayctl reads, never Quart's
         HTML page: an HTTP error with its own status, anything else a logged 500."""
         if isinstance(error, HTTPException):
-            return _error(error.code or 500, f"{error.name}: {error.description}", "http_error")
+            return error_response(error.code or 500, f"{error.name}: {error.description}", "http_error")
         log.error("admin: internal error on %s %s: %s", request.method, request.path, type(error).__name__,
                   exc_info=error)
-        return _error(500, f"the gateway failed on {request.method} {request.path} ({type(error).__name__}); this "
-                           "is a gateway bug, its traceback is in the daemon's log", "internal_error")
+        return error_response(500, f"the gateway failed on {request.method} {request.path} "
+                              f"({type(error).__name__}); this is a gateway bug, its traceback is in the daemon's log",
+                              "internal_error")
 
     @app.errorhandler(404)
     async def not_found(_error):
-        return _error(404, f"no admin route {request.method} {request.path}", "not_found")
+        return error_response(404, f"no admin route {request.method} {request.path}", "not_found")
 
     @app.errorhandler(405)
     async def not_allowed(_error):
-        return _error(405, f"{request.method} not allowed on {request.path}", "method_not_allowed")
+        return error_response(405, f"{request.method} not allowed on {request.path}", "method_not_allowed")
 
     def key_doc(key) -> dict:
         now = clock()

@@ -15,14 +15,13 @@ import orjson
 from quart import Response
 
 from gatewayd import codes
+from gatewayd.admin.answers import usd_beside
 from gatewayd.directory import Directory, DirectoryError
 from gatewayd.records import utc_now_iso
 from gatewayd.store.redemption_codes import RedemptionCode
 
 
 def _json(doc: Any, status: int = 200) -> Response:
-    from gatewayd.admin.api import usd_beside
-
     return Response(orjson.dumps(usd_beside(doc)), status=status, content_type="application/json")
 
 

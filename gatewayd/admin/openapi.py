@@ -154,38 +154,38 @@ def _body(required: list[str], **properties: dict) -> dict:
 @functools.cache
 def document() -> dict:
     """The document (built once: it describes code, not data)."""
-    O = _operation  # noqa: N806 - a short name keeps the table below readable
+    op = _operation  # a short name keeps the table below readable
     money_body = _body(["amount_nano"], amount_nano={"type": "integer", "minimum": 1},
                        note={"type": "string", "maxLength": 500})
     paths: dict[str, dict] = {
         "/admin/v1/accounts": {
-            "get": O(READ, "List accounts with their balances", _list(ACCOUNT)),
-            "post": O(WRITE, "Create an account", ACCOUNT, status="201", errors=("409",), body=_body(
+            "get": op(READ, "List accounts with their balances", _list(ACCOUNT)),
+            "post": op(WRITE, "Create an account", ACCOUNT, status="201", errors=("409",), body=_body(
                 ["email"], email={"type": "string"}, name={"type": "string"}, timezone={"type": "string"},
                 password={"type": "string"})),
         },
         "/admin/v1/accounts/{account}": {
             "parameters": [ACCOUNT_PARAM],
-            "get": O(READ, "Show an account", ACCOUNT),
-            "patch": O(WRITE, "Change an account's name, zone, concurrency cap or balance alert", ACCOUNT,
+            "get": op(READ, "Show an account", ACCOUNT),
+            "patch": op(WRITE, "Change an account's name, zone, concurrency cap or balance alert", ACCOUNT,
                        body=_body([], name={"type": "string"}, timezone={"type": "string"},
                                   max_concurrent=NULLABLE_INT, alert_below_nano=NULLABLE_INT)),
         },
         "/admin/v1/accounts/{account}/password": {
             "parameters": [ACCOUNT_PARAM],
-            "put": O(WRITE, "Set an account's console password", ACCOUNT, body=_body(["password"],
+            "put": op(WRITE, "Set an account's console password", ACCOUNT, body=_body(["password"],
                                                                                       password={"type": "string"})),
         },
         "/admin/v1/accounts/{account}/payments": {
             "parameters": [ACCOUNT_PARAM],
-            "get": O(READ, "List an account's payments, newest first", _list(PAYMENT)),
-            "post": O(MONEY, "Record a payment (balance and total paid)",
+            "get": op(READ, "List an account's payments, newest first", _list(PAYMENT)),
+            "post": op(MONEY, "Record a payment (balance and total paid)",
                       {"type": "object", "required": ["account", "payment"],
                        "properties": {"account": ACCOUNT, "payment": PAYMENT}}, status="201", body=money_body),
         },
         "/admin/v1/accounts/{account}/adjustments": {
             "parameters": [ACCOUNT_PARAM],
-            "post": O(MONEY, "Adjust a balance up or down, with the reason",
+            "post": op(MONEY, "Adjust a balance up or down, with the reason",
                       {"type": "object", "required": ["account", "adjustment"],
                        "properties": {"account": ACCOUNT, "adjustment": PAYMENT}}, status="201",
                       body=_body(["amount_nano", "note"], amount_nano={"type": "integer"},
@@ -193,74 +193,74 @@ def document() -> dict:
         },
         "/admin/v1/accounts/{account}/groups": {
             "parameters": [ACCOUNT_PARAM],
-            "put": O(WRITE, "Set the groups an account may use", ACCOUNT,
+            "put": op(WRITE, "Set the groups an account may use", ACCOUNT,
                      body=_body(["groups"], groups={"type": "array", "items": {"type": "string"}})),
         },
         "/admin/v1/accounts/{account}/embeddings/{model}": {
             "parameters": [ACCOUNT_PARAM, MODEL_PARAM],
-            "put": O(WRITE, "Enable or disable an embedding model for an account", ACCOUNT,
+            "put": op(WRITE, "Enable or disable an embedding model for an account", ACCOUNT,
                      body=_body(["enabled"], enabled={"type": "boolean"})),
         },
         "/admin/v1/accounts/{account}/keys": {
             "parameters": [ACCOUNT_PARAM],
-            "get": O(READ, "List an account's API keys", _list(KEY)),
-            "post": O(KEYS, "Create an API key (its secret is in this answer only)", KEY, status="201",
+            "get": op(READ, "List an account's API keys", _list(KEY)),
+            "post": op(KEYS, "Create an API key (its secret is in this answer only)", KEY, status="201",
                       body=KEY_BODY, errors=("409",)),
         },
         "/admin/v1/accounts/{account}/balance": {
-            "parameters": [ACCOUNT_PARAM], "get": O(READ, "An account's balance", BALANCE),
+            "parameters": [ACCOUNT_PARAM], "get": op(READ, "An account's balance", BALANCE),
         },
         "/admin/v1/accounts/{account}/usage": {
             "parameters": [ACCOUNT_PARAM],
-            "get": O(READ, "An account's usage rows, newest first",
+            "get": op(READ, "An account's usage rows, newest first",
                      _list(OBJECT, next_before=NULLABLE_INT),
                      params=[*USAGE_FILTERS, _query("limit", "Rows a page (1-10000).", {"type": "integer"}),
                              _query("before", "Page on: next_before of the previous page.", {"type": "integer"})]),
         },
         "/admin/v1/keys/{key}": {
             "parameters": [KEY_PARAM],
-            "get": O(READ, "Show an API key", KEY),
-            "patch": O(KEYS, "Change an API key", KEY, body=KEY_BODY, errors=("409",)),
+            "get": op(READ, "Show an API key", KEY),
+            "patch": op(KEYS, "Change an API key", KEY, body=KEY_BODY, errors=("409",)),
         },
         **{f"/admin/v1/keys/{{key}}/{action}": {
             "parameters": [KEY_PARAM],
-            "post": O(KEYS, f"{action.capitalize()} an API key", KEY, errors=("409",)),
+            "post": op(KEYS, f"{action.capitalize()} an API key", KEY, errors=("409",)),
         } for action in ("disable", "enable", "revoke")},
         "/admin/v1/report": {
-            "get": O(READ, "Requests, tokens and cost per model and per key over a range", OBJECT,
+            "get": op(READ, "Requests, tokens and cost per model and per key over a range", OBJECT,
                      params=[_query("account", "One account (id or email); all when absent."), *USAGE_FILTERS]),
         },
-        "/admin/v1/audit": {"get": O(READ, "Check the ledger's invariant from the stored rows", OBJECT)},
-        "/admin/v1/routes": {"get": O(READ, "Every model route and its health on this instance", _list(ROUTE))},
-        "/admin/v1/reload": {"post": O(WRITE, "Re-read the config file (as SIGHUP does)", OBJECT,
+        "/admin/v1/audit": {"get": op(READ, "Check the ledger's invariant from the stored rows", OBJECT)},
+        "/admin/v1/routes": {"get": op(READ, "Every model route and its health on this instance", _list(ROUTE))},
+        "/admin/v1/reload": {"post": op(WRITE, "Re-read the config file (as SIGHUP does)", OBJECT,
                                        errors=("501",))},
         "/admin/v1/prices": {
-            "get": O(READ, "Every model's prices and where each came from",
+            "get": op(READ, "Every model's prices and where each came from",
                      _list(PRICE, prices_file={"type": "string"})),
-            "post": O(WRITE, "Set price fields (the prices file) and reload", OBJECT, errors=("501",), body={
+            "post": op(WRITE, "Set price fields (the prices file) and reload", OBJECT, errors=("501",), body={
                 "type": "object", "additionalProperties": False, "required": ["models"],
                 "properties": {"models": {"type": "object", "additionalProperties": {
                     "type": "object", "additionalProperties": {"type": "integer"}}}}}),
         },
         "/admin/v1/prices/{model}": {
             "parameters": [MODEL_PARAM],
-            "get": O(READ, "One model's prices", PRICE),
-            "delete": O(WRITE, "Drop a model's fields from the prices file and reload", OBJECT, errors=("501",)),
+            "get": op(READ, "One model's prices", PRICE),
+            "delete": op(WRITE, "Drop a model's fields from the prices file and reload", OBJECT, errors=("501",)),
         },
         "/admin/v1/codes": {
-            "get": O(READ, "List redemption codes", _list(CODE)),
-            "post": O(MONEY, "Create redemption codes (each code is in this answer only)", _list(CODE),
+            "get": op(READ, "List redemption codes", _list(CODE)),
+            "post": op(MONEY, "Create redemption codes (each code is in this answer only)", _list(CODE),
                       status="201", body=_body(["amount_nano"], amount_nano={"type": "integer", "minimum": 1},
                                                count={"type": "integer", "minimum": 1},
                                                expires_at=NULLABLE_STR, note=NULLABLE_STR)),
         },
         "/admin/v1/codes/{code}/revoke": {
             "parameters": [_path_param("code", "A code's id.")],
-            "post": O(MONEY, "Revoke an unused code", CODE, errors=("409",)),
+            "post": op(MONEY, "Revoke an unused code", CODE, errors=("409",)),
         },
         "/admin/v1/admin-tokens": {
-            "get": O(ADMIN, "List admin tokens (never their secrets)", _list(TOKEN)),
-            "post": O(ADMIN, "Create an admin token (its secret is in this answer only)", TOKEN, status="201",
+            "get": op(ADMIN, "List admin tokens (never their secrets)", _list(TOKEN)),
+            "post": op(ADMIN, "Create an admin token (its secret is in this answer only)", TOKEN, status="201",
                       body=_body(["name", "scopes"], name={"type": "string"},
                                  scopes={"type": "array", "items": {"enum": list(SCOPES)}, "minItems": 1},
                                  expires_at=NULLABLE_STR,
@@ -268,14 +268,14 @@ def document() -> dict:
         },
         "/admin/v1/admin-tokens/{token}": {
             "parameters": [_path_param("token", "An admin token's id (adm_...).")],
-            "get": O(ADMIN, "Show an admin token", TOKEN),
+            "get": op(ADMIN, "Show an admin token", TOKEN),
         },
         "/admin/v1/admin-tokens/{token}/revoke": {
             "parameters": [_path_param("token", "An admin token's id (adm_...).")],
-            "post": O(ADMIN, "Revoke an admin token (at once, on every instance)", TOKEN),
+            "post": op(ADMIN, "Revoke an admin token (at once, on every instance)", TOKEN),
         },
         "/admin/v1/audit-log": {
-            "get": O(READ, "The admin audit log, newest first", _list(AUDIT_ENTRY, next_before=NULLABLE_INT), params=[
+            "get": op(READ, "The admin audit log, newest first", _list(AUDIT_ENTRY, next_before=NULLABLE_INT), params=[
                 _query("actor", "Only this actor (a token id, socket or operator)."),
                 _query("target", "Only this target (account:ID, key:ID, prices:MODEL, ...)."),
                 _query("changes", "true: only changes (no reads).", {"enum": ["true", "false"]}),
@@ -285,11 +285,11 @@ def document() -> dict:
                 _query("before", "Page on: next_before of the previous page.", {"type": "integer"})]),
         },
         "/admin/v1/operator/password": {
-            "put": O(ADMIN, "Set the operator's console password", OBJECT,
+            "put": op(ADMIN, "Set the operator's console password", OBJECT,
                      body=_body(["password"], password={"type": "string", "minLength": 12})),
         },
-        "/admin/v1/me": {"get": O(READ, "Who the caller is: token id, name and scopes", OBJECT)},
-        "/admin/v1/openapi.json": {"get": O(READ, "This document", OBJECT)},
+        "/admin/v1/me": {"get": op(READ, "Who the caller is: token id, name and scopes", OBJECT)},
+        "/admin/v1/openapi.json": {"get": op(READ, "This document", OBJECT)},
     }
     return {
         "openapi": "3.1.0",

@@ -19,6 +19,7 @@ from quart import Response, request
 
 from gatewayd import passwords
 from gatewayd.admin import tokens
+from gatewayd.admin.answers import MAX_ROW_ID, instant
 from gatewayd.admin.gate import principal_of
 from gatewayd.directory import DirectoryError
 from gatewayd.records import utc_now_iso
@@ -26,7 +27,6 @@ from gatewayd.store.admin_sql import OPERATOR_PASSWORD
 
 MIN_PASSWORD = 12
 MAX_PASSWORD = 1024
-MAX_ROW_ID = 2**63 - 1
 
 
 def _json(doc: Any, status: int = 200) -> Response:
@@ -91,8 +91,6 @@ def add_operator_routes(app, store, body: Callable[..., Awaitable[dict]]) -> Non
 
     @app.get("/admin/v1/audit-log")
     async def audit_log():
-        from gatewayd.admin.api import instant
-
         args = request.args
         since = instant(args.get("since"), "UTC", "since")
         until = instant(args.get("until"), "UTC", "until", end_of_day=True)

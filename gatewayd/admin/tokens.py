@@ -23,7 +23,7 @@ import secrets
 import string
 from typing import Any
 
-import attrs
+from gatewayd.store.admin_sql import AdminToken as AdminToken  # the row (kept by the store), re-exported
 
 PREFIX = "gwa-"
 API_KEY_PREFIX = "sk-"
@@ -54,43 +54,6 @@ def new_token_id() -> str:
 def grants(held: frozenset[str] | tuple[str, ...], needed: str) -> bool:
     """Whether scopes ``held`` allow a route that needs ``needed``."""
     return ADMIN in held or needed in held or (needed == READ and bool(held))
-
-
-@attrs.frozen
-class AdminToken:
-    """A token's row, without its hash. Times are the store's UTC text."""
-
-    id: str
-    name: str
-    hint: str  # the token's last four characters
-    scopes: tuple[str, ...]
-    allow_ips: tuple[str, ...] | None  # None: any address
-    created_at: str
-    created_by: str
-    expires_at: str | None = None
-    revoked_at: str | None = None
-    last_used_at: str | None = None
-
-    def state(self, now: str) -> str:
-        """active | revoked | expired (at ``now``, store time text)."""
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= now:
-            return "expired"
-        return "active"
-
-    def allows_address(self, address: str | None) -> bool:
-        if self.allow_ips is None:
-            return True
-        try:
-            ip = ipaddress.ip_address(address or "")
-        except ValueError:
-            return False
-        return any(ip in ipaddress.ip_network(net, strict=False) for net in self.allow_ips)
-
-    def doc(self, now: str) -> dict[str, Any]:
-        return {**attrs.asdict(self), "scopes": list(self.scopes),
-                "allow_ips": None if self.allow_ips is None else list(self.allow_ips), "state": self.state(now)}
 
 
 def check_name(value: Any) -> str:

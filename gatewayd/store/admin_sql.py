@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+import ipaddress
+
 import attrs
 import orjson
 
-from gatewayd.admin.tokens import AdminToken
 
 if TYPE_CHECKING:
     from gatewayd.store.sql import R, Tx
@@ -22,6 +23,44 @@ if TYPE_CHECKING:
 TOKEN_COLUMNS = "id, name, hint, scopes, allow_ips, created_at, created_by, expires_at, revoked_at, last_used_at"
 AUDIT_COLUMNS = "id, at, actor, actor_name, via, address, method, path, status, target, request, before, after"
 OPERATOR_PASSWORD = "operator_password_hash"
+
+
+@attrs.frozen
+class AdminToken:
+    """A token's row, without its hash. Times are the store's UTC text."""
+
+    id: str
+    name: str
+    hint: str  # the token's last four characters
+    scopes: tuple[str, ...]
+    allow_ips: tuple[str, ...] | None  # None: any address
+    created_at: str
+    created_by: str
+    expires_at: str | None = None
+    revoked_at: str | None = None
+    last_used_at: str | None = None
+
+    def state(self, now: str) -> str:
+        """active | revoked | expired (at ``now``, store time text)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+    def allows_address(self, address: str | None) -> bool:
+        if self.allow_ips is None:
+            return True
+        try:
+            ip = ipaddress.ip_address(address or "")
+        except ValueError:
+            return False
+        return any(ip in ipaddress.ip_network(net, strict=False) for net in self.allow_ips)
+
+    def doc(self, now: str) -> dict[str, Any]:
+        return {**attrs.asdict(self), "scopes": list(self.scopes),
+                "allow_ips": None if self.allow_ips is None else list(self.allow_ips), "state": self.state(now)}
+
 
 
 def token_from_row(row: Any) -> AdminToken:

@@ -16,9 +16,8 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 import trio
 
-from gatewayd.admin.tokens import AdminToken
 from gatewayd.records import Account, Key
-from gatewayd.store.admin_sql import AuditEntry
+from gatewayd.store.admin_sql import AdminToken, AuditEntry
 from gatewayd.store.base import Change, Hold, Payment, Refusal, Settlement, UsagePage, UsageQuery, UsageRow
 from gatewayd.store.alert_outbox import OutboxRow
 from gatewayd.store.redemption_codes import RedemptionCode
