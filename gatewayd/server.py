@@ -24,6 +24,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
+from gatewayd.admin.console import mount_operator_console
 from gatewayd.admin.gate import AdminGate
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
@@ -227,6 +228,8 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             # one gate for the socket, HTTP and the operator console: scopes, throttle, audit log
             admin_gate = AdminGate(admin_app, store, openapi.document(), lambda: relay.config.admin,
                                    lambda: relay.config.server.trusted_proxies)
+            if config.admin.http:  # the operator console, /admin/ (an [admin] http = false needs a restart)
+                await mount_operator_console(public_app, admin_gate, store, console)
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket

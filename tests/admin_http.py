@@ -14,12 +14,14 @@ import httpx
 
 from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
+from gatewayd.admin.console import mount_operator_console
 from gatewayd.admin.gate import LOCAL_OPERATOR, AdminGate
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
 from gatewayd.bodies import BodyBudget
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import load_config
+from gatewayd.console import mount_console
 from gatewayd.directory import Directory
 from gatewayd.providers.upstream import Upstream
 from gatewayd.relay import Relay
@@ -66,7 +68,10 @@ async def admin_http(tmp: Path, config_text: str = "", *, api_buffered_bytes: in
     gate = AdminGate(admin_app, store, openapi.document(), lambda: directory.config.admin,
                      lambda: directory.config.server.trusted_proxies)
     relay = Relay(config, directory, Ledger(store), Upstream(connect_timeout_s=5, stream_idle_timeout_s=5))
-    listener = Listener(create_app(), config.server.max_body_bytes, relay.metrics, ApiRoutes(relay),
+    public = create_app()
+    console = await mount_console(public, directory, store, config)
+    await mount_operator_console(public, gate, store, console)
+    listener = Listener(public, config.server.max_body_bytes, relay.metrics, ApiRoutes(relay),
                         bodies=BodyBudget(api_buffered_bytes or config.server.max_buffered_bytes),
                         body_timeout_s=config.server.body_timeout_s, admin=gate)
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=listener, client=("127.0.0.1", 50000)),

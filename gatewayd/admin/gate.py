@@ -300,6 +300,8 @@ class AdminGate:
         status, headers, out = await _asgi_call(self.app, scope, body)
         if changes:
             doc = _redact(_json_or_none(out))
+            target: str | None
+            after: Any
             if status == 201 and isinstance(doc, dict) and isinstance(doc.get("id"), str):
                 # a new account, key or token: it is the target, and had no state before
                 target, before, after = _created_name(path, doc), None, doc
