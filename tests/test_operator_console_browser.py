@@ -94,5 +94,9 @@ def test_every_page_fits_a_phone(browser, gateway):
             assert width <= 390, (path, width)
             box = page.locator("#signout").bounding_box()
             assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, (path, box)
+            # on top, not under the page's content: what is at its centre is the button itself
+            on_top = page.evaluate("""(b) => document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2)?.id""",
+                                   box)
+            assert on_top == "signout", (path, on_top)
     finally:
         context.close()
