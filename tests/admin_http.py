@@ -54,11 +54,14 @@ class AdminHTTP:
         await self.store.close()
 
 
-async def admin_http(tmp: Path, config_text: str = "", *, api_buffered_bytes: int | None = None) -> AdminHTTP:
+async def admin_http(tmp: Path, config_text: str = "", *, api_buffered_bytes: int | None = None,
+                     store: Any = None) -> AdminHTTP:
+    """``store``: an open store to serve (a PostgreSQL one shared with another instance); by
+    default a new SQLite file in ``tmp``."""
     config_file = tmp / "gatewayd.toml"
     config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{config_text}\n')
     config = load_config(config_file, environ={})
-    store = SQLiteStore(str(tmp / "gateway.db"))
+    store = store if store is not None else SQLiteStore(str(tmp / "gateway.db"))
     directory = Directory(config, store)
     await directory.load()
     reloader = Reloader(lambda: load_config(config_file, environ={}), lambda c: c, [directory])

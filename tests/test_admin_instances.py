@@ -1,0 +1,51 @@
+"""Two instances on one PostgreSQL database, each with its admin API over HTTP (in this
+process): a token made on one works on the other, a token revoked on one is refused by the
+other at its very next call (tokens are read from the database, never cached), and both write
+one audit log."""
+
+from __future__ import annotations
+
+import pytest
+
+from gatewayd.admin.gate import LOCAL_OPERATOR
+from tests.admin_http import admin_http
+from tests.live import postgres_ready
+
+
+@pytest.fixture
+async def two(tmp_path):
+    if not postgres_ready():
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432 (or psycopg missing)")
+    from gatewayd.store.postgres import PostgresStore
+    from tests import pg
+
+    name, url = pg.create_database(migrated=True)
+    made = []
+    try:
+        for n in ("a", "b"):
+            (tmp_path / n).mkdir()
+            made.append(await admin_http(tmp_path / n, store=await PostgresStore.open(url, pool_size=2)))
+        yield made
+    finally:
+        for instance in made:
+            await instance.aclose()
+        pg.drop_database(name)
+
+
+async def test_a_token_revoked_on_one_instance_is_refused_by_the_other_at_once(two):
+    a, b = two
+    token = await a.token("money")
+    created = await a.gate.call(LOCAL_OPERATOR, "POST", "/admin/v1/accounts", {"email": "pg@example.com"})
+    await b.directory.load()  # (the change feed does this for a running daemon)
+    account = created[1]["id"]
+    paid = await b.as_(token, "POST", f"/admin/v1/accounts/{account}/payments", {"amount_nano": 10**9})
+    assert paid.status_code == 201, paid.text
+    [row] = await a.store.admin_tokens()
+    status, _ = await a.gate.call(LOCAL_OPERATOR, "POST", f"/admin/v1/admin-tokens/{row.id}/revoke")
+    assert status == 200
+    refused = await b.as_(token, "GET", "/admin/v1/accounts")
+    assert refused.status_code == 401 and "revoked" in refused.json()["error"]["message"]
+    _, log = await b.gate.call(LOCAL_OPERATOR, "GET", "/admin/v1/audit-log", query={"changes": "true"})
+    paths = [(r["via"], r["path"]) for r in log["data"]]
+    assert ("http", f"/admin/v1/accounts/{account}/payments") in paths  # made on b
+    assert ("socket", f"/admin/v1/admin-tokens/{row.id}/revoke") in paths  # made on a
