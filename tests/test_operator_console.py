@@ -4,7 +4,9 @@ pages in Chromium, at phone width: tests/test_operator_console_browser.py."""
 
 from __future__ import annotations
 
+import html
 import re
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +137,21 @@ async def test_codes_usage_csv_routes_and_prices_pages(admin):
     assert prices.status_code == 200 and "gpt-4.1-mini" in prices.text
     signout = await _post(admin, "/admin/signout", {}, "/admin/accounts")
     assert signout.status_code == 303 and (await admin.http.get("/admin/accounts")).status_code == 302
+
+
+async def test_a_price_list_is_diffed_then_applied_with_the_write_scope(admin):
+    token = await admin.token("write")
+    await _sign_in(admin, token=token)
+    price_list = (Path(__file__).parent / "data" / "litellm_prices.json").read_bytes()
+    diffed = await admin.http.post("/admin/prices/import", data={"csrf_token": await _csrf(admin, "/admin/prices")},
+                                   files={"price_list": ("prices.json", price_list, "application/json")})
+    assert diffed.status_code == 200 and 'id="diff-table"' in diffed.text, diffed.text[-2000:]
+    overlay = re.search(r'name="overlay" value="([^"]+)"', diffed.text).group(1)
+    assert admin.directory.config.price_overlay == {}  # a diff changes nothing
+    applied = await admin.http.post("/admin/prices/apply", data={"csrf_token": await _csrf(admin, "/admin/prices"),
+                                                                 "overlay": html.unescape(overlay)})
+    assert applied.status_code == 200 and 'id="applied"' in applied.text
+    assert admin.directory.config.price_overlay != {}
+    not_json = await admin.http.post("/admin/prices/import", data={"csrf_token": await _csrf(admin, "/admin/prices")},
+                                     files={"price_list": ("p.json", b"{nope", "application/json")})
+    assert not_json.status_code == 400

@@ -14,6 +14,7 @@ import datetime as dt
 import io
 from urllib.parse import quote
 
+import orjson
 from quart import Response, g, redirect, request, url_for
 
 from gatewayd.admin import tokens
@@ -29,6 +30,7 @@ from gatewayd.admin.console import (
     signed_in,
 )
 from gatewayd.admin.gate import Principal
+from gatewayd.billing.price_list import CatalogueModel, PriceListError, import_price_list
 from gatewayd.console.charts import daily_spend_svg
 from gatewayd.console.web import caller_address
 from gatewayd.money import MoneyError, usd_to_nano
@@ -36,6 +38,7 @@ from gatewayd.records import utc_now_iso
 
 A = "/admin/v1"
 MAX_DAYS = 92
+MAX_PRICE_LIST = 16 << 20  # LiteLLM's whole list is about 1.5 MB
 
 
 def _seg(value: str) -> str:
@@ -185,7 +188,39 @@ def add_views(bp, operator: OperatorConsole) -> None:
     async def prices():
         signed_in()
         listed = (await api(operator, "GET", f"{A}/prices"))["data"]
-        return await page(operator, "op_prices.html", nav="prices", prices=listed)
+        return await page(operator, "op_prices.html", nav="prices", prices=listed, diff=None, applied=None)
+
+    @bp.post("/prices/import")
+    async def prices_import():
+        """A LiteLLM price list (uploaded): the diff against the catalogue, with an Apply form.
+        The same conversion as ``gatewayctl prices import`` (gatewayd.billing.price_list)."""
+        await checked_form(operator)
+        upload = (await request.files).get("price_list")
+        raw = upload.read(MAX_PRICE_LIST + 1) if upload is not None else b""
+        if not raw:
+            raise PageError(400, "No price list", "Choose a LiteLLM price list file (JSON) to import.")
+        if len(raw) > MAX_PRICE_LIST:
+            raise PageError(413, "Too large", f"A price list is at most {MAX_PRICE_LIST // (1 << 20)} MiB.")
+        listed = (await api(operator, "GET", f"{A}/prices"))["data"]
+        try:
+            result = import_price_list(orjson.loads(raw), [CatalogueModel.from_doc(m["catalogue"]) for m in listed])
+        except orjson.JSONDecodeError:
+            raise PageError(400, "Not JSON", "The file is not a JSON price list.") from None
+        except PriceListError as e:
+            raise PageError(400, "Price list refused", str(e)) from None
+        return await page(operator, "op_prices.html", nav="prices", prices=listed, diff=result.doc(),
+                          overlay=orjson.dumps(result.overlay()).decode())
+
+    @bp.post("/prices/apply")
+    async def prices_apply():
+        form = await checked_form(operator)
+        try:
+            overlay = orjson.loads(form.get("overlay") or "")
+        except orjson.JSONDecodeError:
+            raise PageError(400, "Not possible", "The changes to apply did not arrive whole; import again.") from None
+        done = await api(operator, "POST", f"{A}/prices", {"models": overlay})
+        listed = (await api(operator, "GET", f"{A}/prices"))["data"]
+        return await page(operator, "op_prices.html", nav="prices", prices=listed, applied=done["applied"])
 
     # -- usage and revenue ------------------------------------------------------------------
 
