@@ -24,8 +24,9 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
-from gatewayd.admin.console import mount_operator_console
+from gatewayd.admin.console_views import mount_operator_console
 from gatewayd.admin.gate import AdminGate
+from gatewayd.admin.route_reports import publish_forever
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
@@ -209,6 +210,8 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
             relay = Relay(config, directory, ledger, upstream, limiter, drain=drain, metrics=metrics)
             nursery.start_soon(store.maintain)
+            if store.kind == "postgres":  # route health across instances (gatewayd.admin.route_reports)
+                nursery.start_soon(publish_forever, store, lambda: relay.router.report(relay.config.models))
             # the alert outbox (gatewayd.alert_delivery); [alerts] as reloaded
             nursery.start_soon(AlertDeliverer(store, directory, lambda: relay.config.alerts, metrics.registry).run)
             readiness = Readiness(store, metrics, drain)

@@ -14,7 +14,7 @@ import httpx
 
 from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
-from gatewayd.admin.console import mount_operator_console
+from gatewayd.admin.console_views import mount_operator_console
 from gatewayd.admin.gate import LOCAL_OPERATOR, AdminGate
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app

@@ -49,3 +49,42 @@ async def test_a_token_revoked_on_one_instance_is_refused_by_the_other_at_once(t
     paths = [(r["via"], r["path"]) for r in log["data"]]
     assert ("http", f"/admin/v1/accounts/{account}/payments") in paths  # made on b
     assert ("socket", f"/admin/v1/admin-tokens/{row.id}/revoke") in paths  # made on a
+
+
+async def test_routes_of_every_live_instance_are_shown_by_any_of_them(two):
+    from gatewayd.records import utc_now_iso
+
+    a, b = two
+    token = await b.token("read")
+    a_rows = [{"model": "gpt-4.1-mini", "route": "openai", "provider": "openai", "state": "cooling",
+               "failures": 3}]
+    await a.store.publish_route_report(a.store.instance_id, "host-a", a_rows, utc_now_iso())
+    await a.store.publish_route_report("gone", "host-gone", a_rows, "2020-01-01T00:00:00.000Z")  # silent: left out
+    shown = (await b.as_(token, "GET", "/admin/v1/routes?instances=all")).json()["data"]
+    from_a = [r for r in shown if r["instance"] == a.store.instance_id]
+    assert from_a == [{**a_rows[0], "instance": a.store.instance_id, "host": "host-a",
+                       "reported_at": from_a[0]["reported_at"]}]
+    assert {r["instance"] for r in shown} == {a.store.instance_id, b.store.instance_id}
+    assert len([r for r in shown if r["instance"] == b.store.instance_id]) == len(
+        (await b.as_(token, "GET", "/admin/v1/routes")).json()["data"])
+    bad = await b.as_(token, "GET", "/admin/v1/routes?instances=some")
+    assert bad.status_code == 400
+    await a.store.forget_route_report(a.store.instance_id)
+    shown = (await b.as_(token, "GET", "/admin/v1/routes?instances=all")).json()["data"]
+    assert {r["instance"] for r in shown} == {b.store.instance_id}
+
+
+async def test_an_instance_publishes_its_routes_and_withdraws_them_when_it_stops(two):
+    import trio
+
+    from gatewayd.admin.route_reports import publish_forever
+
+    a, _ = two
+    report = [{"model": "m", "route": "r", "provider": "p", "state": "healthy"}]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(publish_forever, a.store, lambda: report)
+        with trio.fail_after(10):
+            while not await a.store.route_reports("2000-01-01T00:00:00.000Z"):
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert await a.store.route_reports("2000-01-01T00:00:00.000Z") == []

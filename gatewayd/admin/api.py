@@ -23,6 +23,7 @@ from gatewayd.admin.codes import add_code_routes
 from gatewayd.admin.gate import error_body
 from gatewayd.admin.operators import add_operator_routes
 from gatewayd.admin.prices import add_price_routes
+from gatewayd.admin.route_reports import every_instance
 from gatewayd.budgets import budget_view
 from gatewayd.directory import Directory, DirectoryError, parse_alert_below, parse_max_concurrent
 from gatewayd.store.base import utc_iso
@@ -274,7 +275,14 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
 
     @app.get("/admin/v1/routes")
     async def list_routes():
-        return _json({"data": routes() if routes is not None else []})
+        """This instance's routes; ``?instances=all``: every instance's (``gatewayd.admin.route_reports``)."""
+        local = routes() if routes is not None else []
+        scope = request.args.get("instances")
+        if scope is None:
+            return _json({"data": local})
+        if scope != "all":
+            raise DirectoryError("instances must be all (every instance's routes) or absent (this instance's)")
+        return _json({"data": await every_instance(store, local)})
 
     add_price_routes(app, directory, reload)
     add_code_routes(app, directory, store, body)

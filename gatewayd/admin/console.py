@@ -15,19 +15,17 @@ session made with the old one).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from importlib import resources
 from typing import Any
 
 import attrs
-from quart import Blueprint, Response, g, redirect, render_template, request, url_for
+from quart import Response, g, redirect, render_template, request, url_for
 from werkzeug.wrappers.response import Response as WerkzeugResponse
 
 from gatewayd import passwords
 from gatewayd.admin import tokens
 from gatewayd.admin.gate import AdminGate, Principal
-from gatewayd.console.session import Sessions, SignInThrottle, load_secret, password_fingerprint
+from gatewayd.console.session import Sessions, SignInThrottle, password_fingerprint
 from gatewayd.console.web import CSP, caller_address, is_tls
 from gatewayd.records import utc_now_iso
 from gatewayd.store.admin_sql import OPERATOR_PASSWORD
@@ -59,39 +57,6 @@ class PageError(Exception):
 
 class SignInRequired(Exception):
     pass
-
-
-async def mount_operator_console(app, gate: AdminGate, store, console) -> OperatorConsole:
-    """Register the operator console on the public app. Its session key is derived from the
-    console secret every instance shares, so a session opened on one instance holds on all."""
-    secret = await load_secret(console.config, store)
-    derived = hmac.new(secret, b"gatewayd.operator.session", hashlib.sha256).hexdigest().encode()
-    operator = OperatorConsole(gate, store, console, Sessions(derived, store),
-                               SignInThrottle(store, limit=5, account_limit=20, address_limit=20, scope="operator"))
-    from gatewayd.admin.console_views import add_views
-
-    bp = Blueprint("operator", __name__, url_prefix="/admin", template_folder=str(PACKAGE_FILES / "templates"),
-                   static_folder=str(PACKAGE_FILES / "static"), static_url_path="/static")
-
-    @bp.before_request
-    async def before() -> None:
-        await load_session(operator)
-
-    @bp.after_request
-    async def after(response: Response) -> Response:
-        return finish(operator, response)
-
-    @bp.errorhandler(PageError)
-    async def refused(error: PageError):
-        return await page(operator, "op_error.html", error.status, title=error.title, message=error.message)
-
-    @bp.errorhandler(SignInRequired)
-    async def sign_in_first(_error):
-        return redirect(url_for("operator.signin"))
-
-    add_views(bp, operator)
-    app.register_blueprint(bp)
-    return operator
 
 
 async def load_session(operator: OperatorConsole) -> None:

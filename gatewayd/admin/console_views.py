@@ -11,27 +11,36 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import hashlib
+import hmac
 import io
 from urllib.parse import quote
 
 import orjson
-from quart import Response, g, redirect, request, url_for
+from quart import Blueprint, Response, g, redirect, request, url_for
 
 from gatewayd.admin import tokens
 from gatewayd.admin.console import (
+    PACKAGE_FILES,
     PASSWORD_ACTOR,
     OperatorConsole,
     PageError,
+    SignInRequired,
     api,
     back,
     checked_form,
+    finish,
+    load_session,
     page,
     password_matches,
     signed_in,
 )
 from gatewayd.admin.gate import Principal
+from gatewayd.admin.route_reports import REPORT_EVERY_S
 from gatewayd.billing.price_list import CatalogueModel, PriceListError, import_price_list
+from gatewayd.admin.gate import AdminGate
 from gatewayd.console.charts import daily_spend_svg
+from gatewayd.console.session import Sessions, SignInThrottle, load_secret
 from gatewayd.console.web import caller_address
 from gatewayd.money import MoneyError, usd_to_nano
 from gatewayd.records import utc_now_iso
@@ -56,6 +65,37 @@ def _dollars(text: str, *, signed: bool = False) -> int:
     if nano <= 0:
         raise PageError(400, "Not a dollar amount", "the amount must be more than zero")
     return -nano if negative else nano
+
+
+async def mount_operator_console(app, gate: AdminGate, store, console) -> OperatorConsole:
+    """Register the operator console on the public app. Its session key is derived from the
+    console secret every instance shares, so a session opened on one instance holds on all."""
+    secret = await load_secret(console.config, store)
+    derived = hmac.new(secret, b"gatewayd.operator.session", hashlib.sha256).hexdigest().encode()
+    operator = OperatorConsole(gate, store, console, Sessions(derived, store),
+                               SignInThrottle(store, limit=5, account_limit=20, address_limit=20, scope="operator"))
+    bp = Blueprint("operator", __name__, url_prefix="/admin", template_folder=str(PACKAGE_FILES / "templates"),
+                   static_folder=str(PACKAGE_FILES / "static"), static_url_path="/static")
+
+    @bp.before_request
+    async def before() -> None:
+        await load_session(operator)
+
+    @bp.after_request
+    async def after(response: Response) -> Response:
+        return finish(operator, response)
+
+    @bp.errorhandler(PageError)
+    async def refused(error: PageError):
+        return await page(operator, "op_error.html", error.status, title=error.title, message=error.message)
+
+    @bp.errorhandler(SignInRequired)
+    async def sign_in_first(_error):
+        return redirect(url_for("operator.signin"))
+
+    add_views(bp, operator)
+    app.register_blueprint(bp)
+    return operator
 
 
 def add_views(bp, operator: OperatorConsole) -> None:
@@ -181,8 +221,9 @@ def add_views(bp, operator: OperatorConsole) -> None:
     @bp.get("/routes")
     async def routes():
         signed_in()
-        listed = (await api(operator, "GET", f"{A}/routes"))["data"]
-        return await page(operator, "op_routes.html", nav="routes", routes=listed)
+        listed = (await api(operator, "GET", f"{A}/routes", query={"instances": "all"}))["data"]
+        listed.sort(key=lambda r: (r["model"], r["route"], r["host"], r["instance"]))
+        return await page(operator, "op_routes.html", nav="routes", routes=listed, every_s=REPORT_EVERY_S)
 
     @bp.get("/prices")
     async def prices():

@@ -293,7 +293,7 @@ class AdminGate:
                                   f"(it has {', '.join(sorted(principal.scopes))})", "insufficient_scope")
             await self._audit(principal, method, path, 403, request=_redact(_json_or_none(body)))
             return 403, [(b"content-type", JSON)], out
-        changes = method != "GET"
+        changes = method not in ("GET", "HEAD", "OPTIONS")
         target_path = _target_path(path) if changes else None
         before = await self._state(target_path) if target_path else None
         scope = {**scope, SCOPE_KEY: principal}

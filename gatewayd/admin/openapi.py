@@ -231,7 +231,11 @@ def document() -> dict:
                      params=[_query("account", "One account (id or email); all when absent."), *USAGE_FILTERS]),
         },
         "/admin/v1/audit": {"get": op(READ, "Check the ledger's invariant from the stored rows", OBJECT)},
-        "/admin/v1/routes": {"get": op(READ, "Every model route and its health on this instance", _list(ROUTE))},
+        "/admin/v1/routes": {"get": op(READ, "Every model route and its health on this instance (or every one)",
+                                       _list(ROUTE), params=[_query(
+                                           "instances", "all: every instance's routes, each with its instance, "
+                                           "host and reported_at (PostgreSQL); absent: this instance's.",
+                                           {"enum": ["all"]})])},
         "/admin/v1/reload": {"post": op(WRITE, "Re-read the config file (as SIGHUP does)", OBJECT,
                                        errors=("501",))},
         "/admin/v1/prices": {

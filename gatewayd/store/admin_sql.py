@@ -172,6 +172,24 @@ class AdminSQL:
         rows = await self._read(lambda tx: tx.rows(sql, tuple(args)))
         return [entry_from_row(r) for r in rows]
 
+    async def publish_route_report(self, instance_id: str, host: str, report: list[dict[str, Any]], now: str) -> None:
+        """This instance's route health (``Router.report``), replacing its previous report."""
+        text = orjson.dumps(report).decode()
+        await self._write(lambda tx: tx.run(
+            "INSERT INTO route_reports (instance_id, host, report, reported_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (instance_id) DO UPDATE SET host = excluded.host, report = excluded.report,"
+            " reported_at = excluded.reported_at", (instance_id, host, text, now)))
+
+    async def route_reports(self, since: str) -> list[tuple[str, str, str, list[dict[str, Any]]]]:
+        """(instance id, host, reported at, report) of every instance that reported at ``since`` or later."""
+        rows = await self._read(lambda tx: tx.rows(
+            "SELECT instance_id, host, report, reported_at FROM route_reports WHERE reported_at >= ?"
+            " ORDER BY host, instance_id", (since,)))
+        return [(r["instance_id"], r["host"], r["reported_at"], orjson.loads(r["report"])) for r in rows]
+
+    async def forget_route_report(self, instance_id: str) -> None:
+        await self._write(lambda tx: tx.run("DELETE FROM route_reports WHERE instance_id = ?", (instance_id,)))
+
     async def operator_setting(self, name: str) -> str | None:
         row = await self._read(lambda tx: tx.one("SELECT value FROM operator_settings WHERE name = ?", (name,)))
         return None if row is None else row["value"]

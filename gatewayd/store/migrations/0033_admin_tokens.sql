@@ -38,3 +38,11 @@ CREATE TABLE operator_settings (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+-- Each instance's route health (Router.report), published every few seconds, so the admin API and
+-- the operator console can show the routes as every instance sees them.
+CREATE TABLE route_reports (
+    instance_id TEXT PRIMARY KEY,
+    host        TEXT NOT NULL,
+    report      TEXT NOT NULL,
+    reported_at TEXT NOT NULL
+);
