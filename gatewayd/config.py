@@ -93,6 +93,7 @@ class AdminSettings:
     """``[admin]``: the admin API over HTTP (``gatewayd.admin.gate``), beside the Unix socket."""
 
     http: bool = True  # /admin/v1/ and the operator console /admin/ on the public listener(s)
+    listen: tuple[str, ...] = ()  # HOST:PORT: a listener of their own for them (an internal interface)
     requests_per_minute: int = 600  # per admin token (and per address for calls without a valid one)
     max_body_bytes: int = 4 << 20  # one admin request's body; its own budget, not the API's
     max_buffered_bytes: int = 16 << 20  # admin request bodies held at once (every caller together)
@@ -488,6 +489,7 @@ def _admin(raw: Any) -> AdminSettings:
     d = AdminSettings()
     return AdminSettings(
         http=s.bool("http", d.http),
+        listen=_listen_list(s.table["listen"], "admin.listen") if "listen" in s.table else (),
         requests_per_minute=s.number("requests_per_minute", d.requests_per_minute, minimum=1, integer=True),
         max_body_bytes=s.number("max_body_bytes", d.max_body_bytes, minimum=1024, integer=True),
         max_buffered_bytes=s.number("max_buffered_bytes", d.max_buffered_bytes, minimum=1024, integer=True),

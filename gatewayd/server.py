@@ -25,7 +25,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
 from gatewayd.admin.console_views import mount_operator_console
-from gatewayd.admin.gate import AdminGate
+from gatewayd.admin.gate import AdminGate, AdminOnly
 from gatewayd.admin.route_reports import publish_forever
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
@@ -88,6 +88,20 @@ def _public_config(config: Config, worker: WorkerSockets | None = None) -> Hyper
         hc.bind = binds
     else:
         hc.bind = binds
+    return hc
+
+
+def _admin_listen_config(config: Config) -> HypercornConfig:
+    """``[admin] listen``: the admin API and the operator console on a listener of their own
+    (TLS as the public listener has it)."""
+    binds = []
+    for listen in config.admin.listen:
+        host, port = parse_host_port(listen)
+        binds.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    hc = _hypercorn_config(bind=binds, graceful_timeout=5)
+    if config.server.tls_cert:
+        hc.certfile = config.server.tls_cert
+        hc.keyfile = config.server.tls_key
     return hc
 
 
@@ -231,8 +245,9 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             # one gate for the socket, HTTP and the operator console: scopes, throttle, audit log
             admin_gate = AdminGate(admin_app, store, openapi.document(), lambda: relay.config.admin,
                                    lambda: relay.config.server.trusted_proxies)
-            if config.admin.http:  # the operator console, /admin/ (an [admin] http = false needs a restart)
-                await mount_operator_console(public_app, admin_gate, store, console)
+            # the operator console, /admin/: on the public listener unless [admin] http is false, and on
+            # [admin] listen (the blueprint says where it is served: gatewayd.admin.console_views)
+            await mount_operator_console(public_app, admin_gate, store, console)
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket
@@ -253,6 +268,15 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
+                if config.admin.listen and (worker is None or worker.index == 0):
+                    fields_admin = await servers.start(lambda task_status: hypercorn_serve(
+                        AdminOnly(Listener(public_app, config.admin.max_body_bytes, relay.metrics,
+                                           body_timeout_s=config.server.body_timeout_s,
+                                           admin=admin_gate.dedicated_app)),
+                        _admin_listen_config(config), shutdown_trigger=shutdown.wait, task_status=task_status))
+                    # (not "listening on": that line names the public listener, which scripts wait for)
+                    logs.event(f"gatewayd admin API and operator console at {', '.join(fields_admin)}",
+                               admin_listen=fields_admin)
                 loopwatch.freeze_startup_heap()  # full GC passes stop walking the startup objects
                 fields = {"listen": binds, "admin_socket": admin_path, "models": len(config.models),
                           "providers": len(config.providers), "database": _database_label(config.database_url)}

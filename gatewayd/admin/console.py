@@ -126,10 +126,11 @@ async def api(operator: OperatorConsole, method: str, path: str, body: Any = Non
 
 async def page(operator: OperatorConsole, template: str, status: int = 200, **context: Any) -> Response:
     principal: Principal | None = getattr(g, "principal", None)
+    session = getattr(g, "session", None)
     html = await render_template(template, principal=principal,
                                  scopes=sorted(principal.scopes) if principal else [],
                                  may=(lambda scope: principal is not None and principal.may(scope)),
-                                 csrf_token=operator.sessions.csrf_token(g.session), **context)
+                                 csrf_token=operator.sessions.csrf_token(session) if session else "", **context)
     return Response(html, status=status, content_type="text/html; charset=utf-8")
 
 

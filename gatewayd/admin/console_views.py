@@ -38,7 +38,7 @@ from gatewayd.admin.console import (
 from gatewayd.admin.gate import Principal
 from gatewayd.admin.route_reports import REPORT_EVERY_S
 from gatewayd.billing.price_list import CatalogueModel, PriceListError, import_price_list
-from gatewayd.admin.gate import AdminGate
+from gatewayd.admin.gate import ADMIN_LISTENER, AdminGate
 from gatewayd.console.charts import daily_spend_svg
 from gatewayd.console.session import Sessions, SignInThrottle, load_secret
 from gatewayd.console.web import caller_address
@@ -79,6 +79,10 @@ async def mount_operator_console(app, gate: AdminGate, store, console) -> Operat
 
     @bp.before_request
     async def before() -> None:
+        if not operator.config.admin.http and not request.scope.get(ADMIN_LISTENER):
+            g.session = g.principal = None
+            raise PageError(404, "Not found", "The operator console is not served on this listener "
+                                              "([admin] http is false).")
         await load_session(operator)
 
     @bp.after_request

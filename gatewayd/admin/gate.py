@@ -43,6 +43,7 @@ log = logging.getLogger("gatewayd.admin")
 PREFIX = "/admin/v1/"
 JSON = b"application/json"
 SCOPE_KEY = "gateway.admin_principal"  # where the admin app finds the caller (``principal_of``)
+ADMIN_LISTENER = "gateway.admin_listener"  # set on requests to [admin] listen (``AdminOnly``)
 TOUCH_EVERY_S = 60.0  # a token's last_used_at is written at most this often per instance
 REDACTED = "(shown once, not kept)"
 SECRET_FIELDS = frozenset({"secret", "token", "code", "password"})
@@ -88,10 +89,14 @@ class Throttle:
     minute's worth (at least 10). In memory, per instance; idle buckets are dropped."""
 
     def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate = per_minute / 60.0
-        self.burst = max(10.0, per_minute / 6.0)
         self.clock = clock
         self.buckets: dict[str, tuple[float, float]] = {}  # who -> (tokens, at)
+        self.set_rate(per_minute)
+
+    def set_rate(self, per_minute: int) -> None:
+        """(A reload may change ``[admin] requests_per_minute``.)"""
+        self.rate = per_minute / 60.0
+        self.burst = max(10.0, per_minute / 6.0)
 
     def take(self, who: str) -> float | None:
         """None when the call may go; else the seconds until it could."""
@@ -182,12 +187,19 @@ class AdminGate:
 
     async def __call__(self, scope, receive, send) -> None:
         """HTTP on the public listener: an admin token, or 401."""
+        await self._http(scope, receive, send, dedicated=False)
+
+    async def dedicated_app(self, scope, receive, send) -> None:
+        """HTTP on the admin API's own listener (``[admin] listen``): served whatever ``[admin] http`` says."""
+        await self._http(scope, receive, send, dedicated=True)
+
+    async def _http(self, scope, receive, send, *, dedicated: bool) -> None:
         address = client_address(
             (scope.get("client") or (None,))[0],
             ", ".join(v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-forwarded-for") or None,
             self.trusted_proxies())
         try:
-            if not self.settings().http:
+            if not dedicated and not self.settings().http:
                 raise AdminRefusal(404, f"no admin API over HTTP on this gateway ({scope['path']}): "
                                         "[admin] http is false; use gatewayctl on the admin socket", "not_found")
             principal = await self.authenticate(scope, address)
@@ -233,6 +245,7 @@ class AdminGate:
             await self._audit(Principal(token.id, token.name, frozenset(token.scopes), "http", address),
                               scope["method"], scope["path"], 403)
             raise AdminRefusal(403, f"admin token {token.id} may not be used from {address}", "ip_not_allowed")
+        self.throttle.set_rate(self.settings().requests_per_minute)
         wait = self.throttle.take(token.id)
         if wait is not None:
             raise _too_many(wait)
@@ -249,6 +262,7 @@ class AdminGate:
 
     async def _serve(self, principal: Principal, scope, receive, send) -> None:
         settings = self.settings()
+        self.bodies.limit = settings.max_buffered_bytes  # as reloaded
         declared = _declared_length(scope)
         if declared is not None and declared > settings.max_body_bytes:
             await _respond(send, 413, error_body(413, f"an admin request body is at most {settings.max_body_bytes} "
@@ -327,6 +341,24 @@ class AdminGate:
                            method, path, status, **change)
         with trio.CancelScope(shield=True):  # a client gone mid-call does not erase the call's trace
             await self.store.append_admin_audit(entry)
+
+
+class AdminOnly:
+    """The app of the admin API's own listener (``[admin] listen``): the admin API, the operator
+    console and the stylesheets it uses; every other path is 404 there (the API and the account
+    console are on the public listener)."""
+
+    SERVED = ("/admin/", "/console/static/")
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith(self.SERVED) and scope["path"] != "/admin":
+            message = f"{scope['path']} is not served on the admin listener: it serves /admin/ and /admin/v1/ only"
+            await _respond(send, 404, error_body(404, message, "not_found"))
+            return
+        await self.app({**scope, ADMIN_LISTENER: True}, receive, send)
 
 
 def _too_many(wait: float) -> AdminRefusal:
