@@ -179,7 +179,29 @@ async def test_admin_bodies_have_their_own_cap_and_never_use_the_apis_budget(tmp
                                     headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
         _error(big, 413, "request_too_large")
         assert admin.gate.bodies.held == 0
-        assert prices  # (a prices body itself is covered by the schemathesis run)
+
+        async def chunks():  # no Content-Length: counted as it comes, cut at the cap
+            for _ in range(20):
+                yield b" " * 8192
+
+        chunked = await admin.http.post("/admin/v1/prices", content=chunks(),
+                                        headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+        _error(chunked, 413, "request_too_large")
+        assert admin.gate.bodies.held == 0
+        applied = await admin.as_(token, "POST", "/admin/v1/prices", prices)
+        assert applied.status_code == 200, applied.text
+    finally:
+        await admin.aclose()
+
+
+async def test_admin_bodies_held_at_once_have_a_budget_of_their_own(tmp_path):
+    admin = await admin_http(tmp_path, "[admin]\nmax_body_bytes = 4096\nmax_buffered_bytes = 2048\n")
+    try:
+        token = await admin.token("admin")
+        busy = await admin.http.post("/admin/v1/admin-tokens", content=b" " * 3000,
+                                     headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+        _error(busy, 503, "server_busy")
+        assert busy.headers["retry-after"] == "1" and admin.gate.bodies.held == 0
     finally:
         await admin.aclose()
 
