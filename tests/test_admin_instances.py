@@ -88,3 +88,37 @@ async def test_an_instance_publishes_its_routes_and_withdraws_them_when_it_stops
                 await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
     assert await a.store.route_reports("2000-01-01T00:00:00.000Z") == []
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_with_the_database_away_a_token_call_is_a_503_and_nothing_is_left_half_done(tmp_path, caplog):
+    """(Waits on a real socket through a black-hole proxy: the live layer, as tests/test_store_outage.py.)"""
+    if not postgres_ready():
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432 (or psycopg missing)")
+    from gatewayd.store.postgres import PostgresStore
+    from tests import pg
+    from tests.pgproxy import Proxy
+
+    name, url = pg.create_database(migrated=True)
+    proxy = Proxy()
+    admin = await admin_http(tmp_path, store=await PostgresStore.open(url.replace(":5432/", f":{proxy.port}/"),
+                                                                      pool_size=2))
+    try:
+        token = await admin.token("read")
+        assert (await admin.as_(token, "GET", "/admin/v1/me")).status_code == 200
+        proxy.cut()
+        away = await admin.as_(token, "GET", "/admin/v1/me")
+        assert away.status_code == 503 and away.json()["error"]["code"] == "store_unavailable"
+        assert away.headers["retry-after"] == "5"
+        # the socket's operator is served what needs no database; the audit row it could not
+        # write is in the log instead
+        status, me = await admin.gate.call(LOCAL_OPERATOR, "GET", "/admin/v1/me")
+        assert status == 200 and me["actor"] == "socket"
+        assert any("admin audit entry not stored" in r.getMessage() and "/admin/v1/me" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        proxy.restore()
+        await admin.aclose()
+        proxy.close()
+        pg.drop_database(name)

@@ -38,6 +38,7 @@ from gatewayd.admin import tokens
 from gatewayd.errors import GatewayError
 from gatewayd.records import utc_now_iso
 from gatewayd.store.admin_sql import AuditEntry
+from gatewayd.store.base import StoreError
 
 log = logging.getLogger("gatewayd.admin")
 PREFIX = "/admin/v1/"
@@ -234,7 +235,11 @@ class AdminGate:
             raise AdminRefusal(401, f"invalid admin token: this is {what}; the admin API takes an admin token "
                                     "(gwa-..., gatewayctl admin-token create)", "invalid_admin_token",
                                [(b"www-authenticate", b'Bearer realm="gatewayd admin", error="invalid_token"')])
-        token = await self.store.admin_token_by_hash(tokens.token_hash(secret))
+        try:
+            token = await self.store.admin_token_by_hash(tokens.token_hash(secret))
+        except StoreError as e:
+            raise AdminRefusal(503, f"the admin token cannot be checked: the database is unavailable ({e})",
+                               "store_unavailable", [(b"retry-after", b"5")]) from None
         now = utc_now_iso()
         if token is None or token.state(now) != "active":
             self._anonymous_throttle(address)
@@ -251,7 +256,10 @@ class AdminGate:
             raise _too_many(wait)
         if self.clock() - self._touched.get(token.id, -math.inf) >= TOUCH_EVERY_S:
             self._touched[token.id] = self.clock()
-            await self.store.touch_admin_token(token.id, now)
+            try:
+                await self.store.touch_admin_token(token.id, now)
+            except StoreError:
+                pass  # last_used_at is a hint; the call itself may still be served
         return Principal(token.id, token.name, frozenset(token.scopes), "http", address)
 
     def _anonymous_throttle(self, address: str | None) -> None:
@@ -340,7 +348,11 @@ class AdminGate:
         entry = AuditEntry(utc_now_iso(), principal.actor, principal.name, principal.via, principal.address,
                            method, path, status, **change)
         with trio.CancelScope(shield=True):  # a client gone mid-call does not erase the call's trace
-            await self.store.append_admin_audit(entry)
+            try:
+                await self.store.append_admin_audit(entry)
+            except StoreError as e:
+                # the call happened (or was refused) all the same: its trace goes to the log instead
+                log.error("admin audit entry not stored (%s): %s", e, orjson.dumps(entry.doc()).decode())
 
 
 class AdminOnly:
