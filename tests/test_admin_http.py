@@ -217,6 +217,17 @@ async def test_answers_carry_usd_strings_beside_the_nano_integers(admin):
     assert balance["balance_usd"] == "1.5"
 
 
+async def test_accounts_are_searched_and_limited_by_email(admin):
+    for email in ("zed@example.com", "amy@example.org", "bob@example.com"):
+        await _account(admin, email)
+    token = await admin.token("read")
+    found = (await admin.as_(token, "GET", "/admin/v1/accounts?q=EXAMPLE.COM")).json()["data"]
+    assert sorted(a["email"] for a in found) == ["bob@example.com", "zed@example.com"]
+    first = (await admin.as_(token, "GET", "/admin/v1/accounts?limit=2")).json()["data"]
+    assert [a["email"] for a in first] == ["amy@example.org", "bob@example.com"]
+    _error(await admin.as_(token, "GET", "/admin/v1/accounts?limit=0"), 400, "invalid_request")
+
+
 async def test_me_names_the_caller_and_its_scopes(admin):
     token = await admin.token("read", "keys")
     me = (await admin.as_(token, "GET", "/admin/v1/me")).json()

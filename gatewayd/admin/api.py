@@ -110,7 +110,15 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
 
     @app.get("/admin/v1/accounts")
     async def list_accounts():
+        """Every account, or (``q``) those whose email, name or id holds ``q`` (any case); at most
+        ``limit`` of them (by email). Only those shown have their balance refreshed."""
         accounts = list(directory.accounts.values())
+        q = (request.args.get("q") or "").strip().lower()
+        if q:
+            accounts = [a for a in accounts if q in a.email.lower() or q in a.name.lower() or q in a.id]
+        limit = _int_arg("limit", None, 1, None)
+        if limit is not None:
+            accounts = sorted(accounts, key=lambda a: a.email.lower())[:limit]
         for account in accounts:
             await store.refresh_balance(account)
         return _json({"data": [a.public() for a in accounts]})

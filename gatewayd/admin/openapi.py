@@ -159,7 +159,9 @@ def document() -> dict:
                        note={"type": "string", "maxLength": 500})
     paths: dict[str, dict] = {
         "/admin/v1/accounts": {
-            "get": op(READ, "List accounts with their balances", _list(ACCOUNT)),
+            "get": op(READ, "List accounts with their balances", _list(ACCOUNT), params=[
+                _query("q", "Only accounts whose email, name or id holds this (any case)."),
+                _query("limit", "At most this many (by email).", {"type": "integer"})]),
             "post": op(WRITE, "Create an account", ACCOUNT, status="201", errors=("409",), body=_body(
                 ["email"], email={"type": "string"}, name={"type": "string"}, timezone={"type": "string"},
                 password={"type": "string"})),
