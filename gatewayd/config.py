@@ -27,6 +27,7 @@ from gatewayd.config_tables import ConfigError, Section as _Section
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
+from gatewayd.self_service import ConsoleSettings, read_settings as read_console_settings
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
     "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
@@ -124,6 +125,7 @@ class Config:
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
     admin: AdminSettings = AdminSettings()  # [admin]: the admin API over HTTP
+    console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -531,7 +533,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "admin"}
+               "payments", "console", "admin"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -561,6 +563,7 @@ def load_config(
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
+    alert_settings = alerts.read_settings(raw.get("alerts"), env)
     return Config(
         server=server,
         database_url=database_url,
@@ -573,7 +576,9 @@ def load_config(
         log=_log(raw.get("log"), env, overrides),
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
-        alerts=alerts.read_settings(raw.get("alerts"), env),
+        alerts=alert_settings,
         stripe=read_payments(raw.get("payments"), env),
+        console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
+                                      and alert_settings.smtp is not None, env=env),
         admin=_admin(raw.get("admin", {})),
     )

@@ -38,6 +38,11 @@ from gatewayd.store.base import EmailTaken, KeyRevoked, PaymentTooLarge, TooMany
 MAX_KEYS_PER_ACCOUNT = 1000
 MAX_KEY_NAME = 50
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def valid_email(email: str) -> bool:
+    """The shape an account's email must have (no more is checked: the mail is the proof)."""
+    return bool(_EMAIL.match(email.strip()))
 _UNSET: Any = object()
 
 

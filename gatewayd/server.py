@@ -34,6 +34,7 @@ from gatewayd.bodies import BodyBudget
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
+from gatewayd.console.views_self_service import invite
 from gatewayd.payments.stripe_webhook import mount_stripe_webhook
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
@@ -236,12 +237,14 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 metrics_listen = worker.metrics_listen(metrics_listen)
             public_app = create_app(readiness if metrics_listen is None else None)
             console = await mount_console(public_app, directory, store, config)
+            nursery.start_soon(console.outbox.run)  # the console's sign-up and reset emails
             mount_stripe_webhook(public_app, console)  # the console holds the config in force
             first = config
             reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], metrics)
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
             admin_app = create_admin_app(directory, store, time.time, reload=reload,
-                                         routes=lambda: relay.router.report(relay.config.models))
+                                         routes=lambda: relay.router.report(relay.config.models),
+                                         invite=lambda email: invite(console, email))
             # one gate for the socket, HTTP and the operator console: scopes, throttle, audit log
             admin_gate = AdminGate(admin_app, store, openapi.document(), lambda: relay.config.admin,
                                    lambda: relay.config.server.trusted_proxies)

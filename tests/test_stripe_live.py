@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from gatewayd.money import usd_to_nano
+from gatewayd.console.formatting import usd_html
 from tests.console_helpers import ConsoleClient, account_with_password
 from tests.faults import chat_body, gatewayctl_audit, headers
 from tests.live import Daemon, unique_email
@@ -60,7 +61,7 @@ def _audit_ok(daemon) -> None:
 def test_add_funds_creates_one_checkout_session_and_redirects_to_it(daemon, fake):
     console, account = _signed_in(daemon)
     page = console.get("/console/balance")
-    assert 'id="add-funds-form"' in page.text and "Between $5.00 and $1000.00" in page.text
+    assert 'id="add-funds-form"' in page.text and f"Between {usd_html(5 * 10**9)} and {usd_html(1000 * 10**9)}" in page.text
     # Chrome follows the form's 303 only to a place the page's CSP form-action allows
     form_action = page.headers["content-security-policy"].split("form-action ")[1].split(";")[0].split()
     assert form_action == ["'self'", "https://checkout.stripe.com", fake.url]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import orjson
 from quart import Response, request
@@ -36,8 +36,10 @@ KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "
 
 
 def create_admin_app(directory: Directory, store, clock, reload=None,
-                     routes: Callable[[], list[dict]] | None = None) -> QuartTrio:
-    """``routes`` reports every model route's health (``Router.report``), for ``gatewayctl routes``."""
+                     routes: Callable[[], list[dict]] | None = None,
+                     invite: Callable[[Any], Awaitable[dict]] | None = None) -> QuartTrio:
+    """``routes`` reports every model route's health (``Router.report``), for ``gatewayctl routes``;
+    ``invite`` sends a sign-up link (``gatewayd.console.views_self_service.invite``)."""
     app = QuartTrio(__name__ + ".admin")
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None)
 
@@ -107,6 +109,13 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
             doc.get("email"), given(doc, "name", ""), given(doc, "timezone", "UTC"), doc.get("password")
         )
         return _json(account.public(), 201)
+
+    @app.post("/admin/v1/invitations")
+    async def invite_account():
+        doc = await body("email")
+        if invite is None:
+            raise DirectoryError("this gateway has no console to invite to", status=409, code="signup_off")
+        return _json(await invite(doc.get("email")), 201)
 
     @app.get("/admin/v1/accounts")
     async def list_accounts():

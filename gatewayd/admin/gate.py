@@ -47,7 +47,7 @@ SCOPE_KEY = "gateway.admin_principal"  # where the admin app finds the caller (`
 ADMIN_LISTENER = "gateway.admin_listener"  # set on requests to [admin] listen (``AdminOnly``)
 TOUCH_EVERY_S = 60.0  # a token's last_used_at is written at most this often per instance
 REDACTED = "(shown once, not kept)"
-SECRET_FIELDS = frozenset({"secret", "token", "code", "password"})
+SECRET_FIELDS = frozenset({"secret", "token", "code", "password", "link"})  # link: a sign-up invitation
 
 
 @attrs.frozen

@@ -166,6 +166,14 @@ def document() -> dict:
                 ["email"], email={"type": "string"}, name={"type": "string"}, timezone={"type": "string"},
                 password={"type": "string"})),
         },
+        "/admin/v1/invitations": {
+            "post": op(WRITE, "Invite an email to sign up in the console (the link is in this answer, and emailed "
+                              "when mail is set up)",
+                       {"type": "object", "required": ["email", "link", "emailed"],
+                        "properties": {"email": {"type": "string"}, "link": {"type": "string"},
+                                       "emailed": {"type": "boolean"}, "expires_in_s": {"type": "number"}}},
+                       status="201", errors=("409",), body=_body(["email"], email={"type": "string"})),
+        },
         "/admin/v1/accounts/{account}": {
             "parameters": [ACCOUNT_PARAM],
             "get": op(READ, "Show an account", ACCOUNT),

@@ -60,6 +60,7 @@ class Session:
     dirty: bool = False  # the cookie must be (re)written on the response
     reveal: tuple[str, str] | None = None  # (key id, secret) of a key just created, until it is shown
     reveal_at: float = 0.0
+    oidc: list | None = None  # an OpenID Connect sign-in under way (gatewayd.oidc.PendingFlow.dump)
 
 
 class Sessions:
@@ -89,6 +90,8 @@ class Sessions:
                     issued_at=issued.timestamp(),
                 )
                 self._read_reveal(session, data.get("r"))
+                if isinstance(data.get("o"), list):
+                    session.oidc = data["o"]
                 if self._clock() - session.issued_at > REFRESH_AFTER_S:
                     session.issued_at = self._clock()
                     session.dirty = True
@@ -97,6 +100,8 @@ class Sessions:
 
     def dump(self, session: Session) -> str:
         data: dict[str, Any] = {"s": session.sid, "a": session.account_id, "p": session.fingerprint}
+        if session.oidc is not None:
+            data["o"] = session.oidc
         if session.reveal is not None:
             nonce = secrets.token_bytes(16)
             key_id, secret = session.reveal

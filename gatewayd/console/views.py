@@ -16,7 +16,9 @@ from importlib import resources
 
 from quart import Blueprint, Response, g, redirect, url_for
 
-from gatewayd.console import queries, views_alerts, views_codes, views_funds, views_keys, views_usage
+from gatewayd.console import (
+    queries, views_alerts, views_codes, views_funds, views_keys, views_models, views_oidc, views_self_service, views_usage,
+)
 from gatewayd.console.formatting import FILTERS
 from gatewayd.console.web import (
     Console,
@@ -80,7 +82,7 @@ def create_blueprint(console: Console) -> Blueprint:
     async def signin():
         if g.account is not None:
             return redirect(url_for("console.keys"))
-        return await page(console, "signin.html", email="", error=None)
+        return await page(console, "signin.html", email="", error=None, **_signin_links(console))
 
     @bp.post("/signin")
     async def signin_post():
@@ -100,7 +102,7 @@ def create_blueprint(console: Console) -> Blueprint:
         stored = account.password_hash if account is not None else None
         if not await passwords.matches(password, stored) or account is None or not stored:
             return await page(console, "signin.html", 400, email=email,
-                              error="Wrong email or password.")
+                              error="Wrong email or password.", **_signin_links(console))
         await console.throttle.succeeded(email, address)
         if passwords.needs_rehash(stored):
             await console.directory.upgrade_password_hash(account, stored, await passwords.hashed(password))
@@ -128,10 +130,22 @@ def create_blueprint(console: Console) -> Blueprint:
     views_usage.register(bp, console)
     views_codes.register(bp, console)
     views_alerts.register(bp, console)
+    views_self_service.register(bp, console)
+    views_oidc.register(bp, console)
+    views_models.register(bp, console)
 
     @bp.route("/<path:rest>", methods=["GET", "POST"])
     async def unknown(rest: str):
         raise not_found("This page")
 
     return bp
+
+
+def _signin_links(console: Console) -> dict:
+    """What the sign-in page offers beside the form: identity providers, sign-up, reset by email."""
+    alerts = console.config.alerts
+    mail = alerts is not None and alerts.smtp is not None
+    return {"signup_open": console.config.console.signup == "open",
+            "reset_possible": console.config.console.links_possible(mail),
+            "oidc_providers": console.config.console.oidc}
 

@@ -18,7 +18,7 @@ from typing import Any
 from quart import Blueprint, Response, redirect, request, url_for
 
 from gatewayd.console import queries
-from gatewayd.console.formatting import usd
+from gatewayd.console.formatting import usd, usd_html
 from gatewayd.console.web import CSP, Console, ConsoleError, checked_form, is_tls, page, signed_in
 from gatewayd.payments import stripe_api
 from gatewayd.payments.stripe_settings import NANO_PER_CENT, StripeSettings
@@ -59,7 +59,8 @@ def register(bp: Blueprint, console: Console) -> None:
         return {
             "add_funds": {
                 "min": f"{settings.min_cents / 100:.2f}", "max": f"{settings.max_cents / 100:.2f}",
-                "min_usd": usd(settings.min_cents * NANO_PER_CENT), "max_usd": usd(settings.max_cents * NANO_PER_CENT),
+                "min_usd": usd_html(settings.min_cents * NANO_PER_CENT),
+                "max_usd": usd_html(settings.max_cents * NANO_PER_CENT),
                 "nonce": secrets.token_hex(16),
             },
             "checkout_notice": CHECKOUT_NOTICES.get(request.args.get("checkout", "")),
