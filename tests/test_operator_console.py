@@ -4,6 +4,7 @@ pages in Chromium, at phone width: tests/test_operator_console_browser.py."""
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import re
 from pathlib import Path
@@ -129,6 +130,10 @@ async def test_codes_usage_csv_routes_and_prices_pages(admin):
     csv = await admin.http.get("/admin/usage.csv?since=2026-01-01&until=2026-01-31")
     assert csv.status_code == 200 and csv.headers["content-type"].startswith("text/csv")
     assert csv.text.splitlines()[0].startswith("day,model,requests")
+    per_account = await admin.http.get("/admin/usage.csv?since=2026-01-01&until=2026-01-31&by=account")
+    assert per_account.text.splitlines()[0].startswith("day,account_id,email,requests")
+    assert (await admin.http.get("/admin/usage?by=account")).status_code == 200
+    assert (await admin.http.get("/admin/usage?by=nothing")).status_code == 400
     assert (await admin.http.get("/admin/usage?since=2026-01-01&until=2026-12-31")).status_code == 400
     assert (await admin.http.get("/admin/usage?since=nope")).status_code == 400
     routes = await admin.http.get("/admin/routes")
@@ -155,3 +160,27 @@ async def test_a_price_list_is_diffed_then_applied_with_the_write_scope(admin):
     not_json = await admin.http.post("/admin/prices/import", data={"csrf_token": await _csrf(admin, "/admin/prices")},
                                      files={"price_list": ("p.json", b"{nope", "application/json")})
     assert not_json.status_code == 400
+
+
+async def test_revenue_per_day_by_model_and_by_account_in_the_page_and_the_csv(admin):
+    from gatewayd.store.base import Hold, Settlement
+
+    account_id = await _account(admin, "rev@example.com", paid=10 * USD)
+    account = admin.directory.accounts[account_id]
+    key, _ = await admin.directory.create_key(account, name="k")
+    hold = await admin.store.reserve(account, key, 5_000_000, request_id="req_rev", model="gpt-4.1-mini",
+                                     endpoint="chat", stream=False)
+    assert isinstance(hold, Hold)
+    await admin.store.settle(hold, Settlement("ok", 200, input_tokens=1000, output_tokens=100, cost_nano=1_234_567))
+    await admin.store.flush()
+    token = await admin.token("read")
+    await _sign_in(admin, token=token)
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    page = await admin.http.get("/admin/usage")
+    text = re.sub(r"<[^>]+>", "", page.text)  # (the sub-cent digits are in a span of their own)
+    assert page.status_code == 200 and "Revenue$0.001235" in text.replace("\n", "").replace(" ", "")
+    assert "gpt-4.1-mini" in text and "rev@example.com" in text  # the per-account table names the account
+    by_model = (await admin.http.get(f"/admin/usage.csv?since={today}&until={today}")).text.splitlines()
+    assert by_model[1] == f"{today},gpt-4.1-mini,1,1000,100,0,0,1234567,0.001234567"
+    by_account = (await admin.http.get(f"/admin/usage.csv?since={today}&until={today}&by=account")).text.splitlines()
+    assert by_account[1] == f"{today},{account_id},rev@example.com,1,1000,100,0,0,1234567,0.001234567"

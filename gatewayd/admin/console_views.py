@@ -273,6 +273,8 @@ def add_views(bp, operator: OperatorConsole) -> None:
         until = request.args.get("until") or today.isoformat()
         args = {"since": since, "until": until,
                 "account": request.args.get("account") or None, "model": request.args.get("model") or None}
+        if request.args.get("by", "model") not in ("model", "account"):
+            raise PageError(400, "Not possible", "by must be model or account.")
         try:
             first, last = dt.date.fromisoformat(since), dt.date.fromisoformat(until)
         except ValueError:
@@ -280,15 +282,23 @@ def add_views(bp, operator: OperatorConsole) -> None:
         if last < first or (last - first).days >= MAX_DAYS:
             raise PageError(400, "Range refused", f"The range must run forward and be at most {MAX_DAYS} days.")
         doc = await api(operator, "GET", f"{A}/report", query=args)
-        return doc, [first + dt.timedelta(days=i) for i in range((last - first).days + 1)], args
+        return doc, [first + dt.timedelta(days=i) for i in range((last - first).days + 1)], \
+            {**args, "by": request.args.get("by", "model")}
+
+    def emails() -> dict[str, str]:
+        """Account id -> email, to label the rows (the directory's cache, as the API lists it)."""
+        return {a.id: a.email for a in operator.console.directory.accounts.values()}
 
     @bp.get("/usage")
     async def usage():
         signed_in()
         doc, days, args = await report()
         spend: dict[str, dict[dt.date, int]] = {}
-        for row in doc["by_day"]:
-            spend.setdefault(row["model"], {})[dt.date.fromisoformat(row["day"])] = row["cost_nano"]
+        names = emails()
+        rows, label = (doc["by_day_account"], lambda r: names.get(r["account_id"], r["account_id"])) \
+            if args["by"] == "account" else (doc["by_day"], lambda r: r["model"])
+        for row in rows:
+            spend.setdefault(label(row), {})[dt.date.fromisoformat(row["day"])] = row["cost_nano"]
         chart, series = daily_spend_svg(days, spend)
         by_account: dict[str, dict] = {}
         for row in doc["by_key"]:
@@ -296,7 +306,8 @@ def add_views(bp, operator: OperatorConsole) -> None:
                                                               "cost_nano": 0})
             sums["requests"] += row["requests"]
             sums["cost_nano"] += row["cost_nano"]
-        ranked = sorted(by_account.values(), key=lambda r: -r["cost_nano"])
+        ranked = [{**r, "email": names.get(r["account_id"], "")}
+                  for r in sorted(by_account.values(), key=lambda r: -r["cost_nano"])]
         return await page(operator, "op_usage.html", nav="usage", report=doc, chart=chart, series=series,
                           by_account=ranked, args=args)
 
@@ -306,12 +317,15 @@ def add_views(bp, operator: OperatorConsole) -> None:
         doc, _, args = await report()
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["day", "model", "requests", "input_tokens", "output_tokens", "cached_tokens",
-                         "cache_write_tokens", "cost_nano", "cost_usd"])
-        for row in doc["by_day"]:
-            writer.writerow([row["day"], row["model"], row["requests"], row["input_tokens"], row["output_tokens"],
+        per_account = args["by"] == "account"
+        names = emails()
+        writer.writerow(["day", *(("account_id", "email") if per_account else ("model",)), "requests", "input_tokens",
+                         "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "cost_usd"])
+        for row in doc["by_day_account" if per_account else "by_day"]:
+            who = (row["account_id"], names.get(row["account_id"], "")) if per_account else (row["model"],)
+            writer.writerow([row["day"], *who, row["requests"], row["input_tokens"], row["output_tokens"],
                              row["cached_tokens"], row["cache_write_tokens"], row["cost_nano"], row["cost_usd"]])
-        name = f"gatewayd-usage-{args['since']}-{args['until']}.csv"
+        name = f"gatewayd-usage-by-{args['by']}-{args['since']}-{args['until']}.csv"
         return Response(out.getvalue(), content_type="text/csv; charset=utf-8",
                         headers={"content-disposition": f'attachment; filename="{name}"'})
 
