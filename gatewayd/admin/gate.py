@@ -21,7 +21,6 @@ and one audit row (who, what, when, from where, before and after).
 
 from __future__ import annotations
 
-import datetime
 import logging
 import math
 import re
@@ -499,7 +498,3 @@ async def _respond(send, status: int, body: bytes, headers: list | None = None, 
     await send({"type": "http.response.start", "status": status, "headers": out})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
-
-def utc_text(moment: datetime.datetime) -> str:
-    utc = moment.astimezone(datetime.timezone.utc)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
