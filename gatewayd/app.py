@@ -76,7 +76,8 @@ class Listener:
                  api: ApiRoutes | None = None, *, bodies: BodyBudget | None = None,
                  body_timeout_s: float | None = None, admin: Any = None) -> None:
         self.app = app
-        # the admin API over HTTP (gatewayd.admin.gate): its own body cap, budget and throttle
+        # the admin API over HTTP and the operator console (gatewayd.admin.gate.AdminDoor): their
+        # own body cap, budget and throttle
         self.admin = admin
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
@@ -172,7 +173,8 @@ class Listener:
             elif name == b"transfer-encoding":
                 has_body = True
         scope["gateway.content_length"] = declared
-        admin = self.admin is not None and t.path.startswith(ADMIN_API_PREFIX)
+        # the admin API and the operator console: bodies under the admin door's own cap and budget
+        admin = self.admin is not None and (t.path == "/admin" or t.path.startswith("/admin/"))
         if admin:
             t.endpoint = "admin"
         lease = self.bodies.lease() if self.bodies is not None and not admin else None
@@ -207,7 +209,7 @@ class Listener:
 
         app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
         if admin:
-            app = self.admin
+            app = self.admin.api if t.path.startswith(ADMIN_API_PREFIX) else self.admin.console(self.app)
         try:
             if app is None and lease is not None and declared:
                 # the rest of the app (console forms, paths not served) shares one owner's quarter

@@ -25,7 +25,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
 from gatewayd.admin.console_views import mount_operator_console
-from gatewayd.admin.gate import AdminGate, AdminOnly
+from gatewayd.admin.gate import AdminGate, AdminOnly, door
 from gatewayd.admin.route_reports import publish_forever
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
@@ -275,7 +275,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                     fields_admin = await servers.start(lambda task_status: hypercorn_serve(
                         AdminOnly(Listener(public_app, config.admin.max_body_bytes, relay.metrics,
                                            body_timeout_s=config.server.body_timeout_s,
-                                           admin=admin_gate.dedicated_app)),
+                                           admin=door(admin_gate, dedicated=True))),
                         _admin_listen_config(config), shutdown_trigger=shutdown.wait, task_status=task_status))
                     # (not "listening on": that line names the public listener, which scripts wait for)
                     logs.event(f"gatewayd admin API and operator console at {', '.join(fields_admin)}",
@@ -313,7 +313,7 @@ def _public_listener(app, config: Config, relay: Relay, admin: AdminGate | None 
     server = config.server
     return Listener(app, server.max_body_bytes, relay.metrics, ApiRoutes(relay),
                     bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s,
-                    admin=admin)
+                    admin=door(admin) if admin is not None else None)
 
 
 def _keep(config: Config) -> Config:

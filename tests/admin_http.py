@@ -15,7 +15,7 @@ import httpx
 from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
 from gatewayd.admin.console_views import mount_operator_console
-from gatewayd.admin.gate import LOCAL_OPERATOR, AdminGate
+from gatewayd.admin.gate import LOCAL_OPERATOR, AdminGate, door
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
 from gatewayd.bodies import BodyBudget
@@ -76,7 +76,7 @@ async def admin_http(tmp: Path, config_text: str = "", *, api_buffered_bytes: in
     await mount_operator_console(public, gate, store, console)
     listener = Listener(public, config.server.max_body_bytes, relay.metrics, ApiRoutes(relay),
                         bodies=BodyBudget(api_buffered_bytes or config.server.max_buffered_bytes),
-                        body_timeout_s=config.server.body_timeout_s, admin=gate)
+                        body_timeout_s=config.server.body_timeout_s, admin=door(gate))
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=listener, client=("127.0.0.1", 50000)),
                              base_url="http://gateway.test")
     return AdminHTTP(directory, store, gate, listener, http)

@@ -184,3 +184,20 @@ async def test_revenue_per_day_by_model_and_by_account_in_the_page_and_the_csv(a
     assert by_model[1] == f"{today},gpt-4.1-mini,1,1000,100,0,0,1234567,0.001234567"
     by_account = (await admin.http.get(f"/admin/usage.csv?since={today}&until={today}&by=account")).text.splitlines()
     assert by_account[1] == f"{today},{account_id},rev@example.com,1,1000,100,0,0,1234567,0.001234567"
+
+
+async def test_console_forms_use_the_admin_body_budget_not_the_apis(tmp_path):
+    # the API may hold 1 KiB of bodies (an owner a quarter of it): a 600-byte form would be a 503 there
+    admin = await admin_http(tmp_path, "[admin]\nmax_body_bytes = 2048\n", api_buffered_bytes=1024)
+    try:
+        account = await _account(admin)
+        await _sign_in(admin, token=await admin.token("money"))
+        page = f"/admin/accounts/{account}"
+        paid = await _post(admin, f"{page}/pay", {"amount": "1", "note": "n" * 500}, page)
+        assert paid.status_code == 303, paid.text
+        assert admin.directory.accounts[account].total_paid_nano == USD
+        too_big = await _post(admin, f"{page}/pay", {"amount": "1", "note": "n" * 3000}, page)
+        assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "request_too_large"
+        assert admin.directory.accounts[account].total_paid_nano == USD and admin.gate.bodies.held == 0
+    finally:
+        await admin.aclose()

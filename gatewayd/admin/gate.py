@@ -21,6 +21,8 @@ and one audit row (who, what, when, from where, before and after).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 import re
@@ -268,23 +270,56 @@ class AdminGate:
             raise _too_many(wait)
 
     async def _serve(self, principal: Principal, scope, receive, send) -> None:
+        async with self._body(scope, receive, send) as body:
+            if body is None:
+                return  # refused (answered) or the client left
+            status, headers, out = await self._run(principal, scope, body)
+        await _respond(send, status, out, headers, content_type=None)
+
+    async def console_app(self, app: Any, scope, receive, send) -> None:
+        """The operator console's pages (``/admin/`` on the public app): their bodies, too, are
+        admin traffic, read under the admin API's cap and budget and never the API's."""
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        async with self._body(scope, receive, send) as body:
+            if body is None:
+                return
+            replayed = False
+
+            async def replay():
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await app(scope, replay, send)
+
+    @contextlib.asynccontextmanager
+    async def _body(self, scope, receive, send):
+        """The request body, whole, under ``[admin] max_body_bytes`` and counted in the admin
+        budget until the block ends; None when it was refused (413, 503: answered here) or the
+        client left."""
         settings = self.settings()
         self.bodies.limit = settings.max_buffered_bytes  # as reloaded
         declared = _declared_length(scope)
         if declared is not None and declared > settings.max_body_bytes:
             await _respond(send, 413, error_body(413, f"an admin request body is at most {settings.max_body_bytes} "
                                                       "bytes", "request_too_large"), [(b"connection", b"close")])
+            yield None
             return
         reserved = declared or 0
         if not self.bodies.take(reserved):
             await _respond(send, 503, error_body(503, "the admin API is holding too many request bodies right "
                                                       "now; retry shortly", "server_busy"), [(b"retry-after", b"1")])
+            yield None
             return
         try:
             chunks, size = [], 0
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
+                    yield None
                     return
                 chunk = message.get("body", b"")
                 size += len(chunk)
@@ -294,16 +329,16 @@ class AdminGate:
                                                             if status == 413 else "the admin API is busy; retry",
                                                             "request_too_large" if status == 413 else "server_busy"),
                                    [(b"connection", b"close")])
+                    yield None
                     return
                 if size > reserved:
                     reserved = size
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     break
-            status, headers, out = await self._run(principal, scope, b"".join(chunks))
+            yield b"".join(chunks)
         finally:
             self.bodies.give(reserved)
-        await _respond(send, status, out, headers, content_type=None)
 
     async def _run(self, principal: Principal, scope: dict, body: bytes) -> tuple[int, list, bytes]:
         """Scope check, before, the app, after, the audit row."""
@@ -352,6 +387,24 @@ class AdminGate:
             except StoreError as e:
                 # the call happened (or was refused) all the same: its trace goes to the log instead
                 log.error("admin audit entry not stored (%s): %s", e, orjson.dumps(entry.doc()).decode())
+
+
+@attrs.frozen
+class AdminDoor:
+    """What a listener hands admin traffic to (``gatewayd.app.Listener``): ``api`` serves
+    ``/admin/v1/``; ``console(app)`` wraps the operator console's pages of the public ``app``.
+    Neither takes from the API's body budget."""
+
+    api: Any
+    console_app: Any
+
+    def console(self, app: Any) -> Any:
+        return functools.partial(self.console_app, app)
+
+
+def door(gate: AdminGate, *, dedicated: bool = False) -> AdminDoor:
+    """The public listener's door (``dedicated``: the one of ``[admin] listen``)."""
+    return AdminDoor(gate.dedicated_app if dedicated else gate, gate.console_app)
 
 
 class AdminOnly:
