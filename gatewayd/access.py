@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import attrs
 
-from gatewayd.config import Config, Model
+from gatewayd.config import Config, Group, Model
 from gatewayd.directory import Directory
 from gatewayd.errors import GatewayError, invalid_token, model_not_found
 from gatewayd.records import Account, Key
@@ -102,11 +102,11 @@ class Grant:
     group: str
 
 
-def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
-    """Model list, group, availability, price: the checks between the body and the rate limit."""
+def caller_group(config: Config, caller: Caller) -> Group:
+    """The group whose prices (and MCP list) apply to the caller: the key's pin, else the first
+    of the account's groups still in force, else ``default``; a pin the account cannot use, or
+    to a retired group, is the spec's 403."""
     key, account = caller.key, caller.account
-    if key.models is not None and model_id not in key.models:
-        raise GatewayError(403, f"This token has no access to model {model_id}", "")
     group_name = key.group
     if group_name is not None:
         if group_name not in account.groups:
@@ -114,11 +114,19 @@ def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str,
         group = config.groups.get(group_name)
         if group is None or group.retired:
             raise GatewayError(403, f"This token is pinned to group {group_name}, which has been retired", "")
-    else:
-        group = next(
-            (config.groups[g] for g in account.groups if g in config.groups and not config.groups[g].retired),
-            config.groups["default"],
-        )
+        return group
+    return next(
+        (config.groups[g] for g in account.groups if g in config.groups and not config.groups[g].retired),
+        config.groups["default"],
+    )
+
+
+def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
+    """Model list, group, availability, price: the checks between the body and the rate limit."""
+    key, account = caller.key, caller.account
+    if key.models is not None and model_id not in key.models:
+        raise GatewayError(403, f"This token has no access to model {model_id}", "")
+    group = caller_group(config, caller)
     model = config.models.get(model_id)
     if model is None or account.total_paid_nano < config.server.models_visible_after_paid_nano:
         raise model_not_found(model_id)

@@ -80,11 +80,14 @@ class ApiRoutes:
         # paths that name the model: few, tried in order after the fixed ones
         self._patterns = [(endpoint, self._relayed(endpoint)) for endpoint in ENDPOINTS if "{model}" in endpoint.path]
         self._gemini_model = self._gemini_listing(endpoints.gemini_model)
+        self.mcp: Callable | None = None  # /mcp and /mcp/{server}: gatewayd.mcp.gateway.McpGateway, once started
 
     def route(self, method: str, path: str) -> Callable | None:
         found = self._routes.get((method, path))
         if found is not None:
             return found
+        if self.mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):
+            return self.mcp
         for endpoint, serve in self._patterns:
             if endpoint.method == method and endpoint.path_match(path):
                 return serve
@@ -94,6 +97,23 @@ class ApiRoutes:
                 and len(path) > len(GEMINI_MODEL_PREFIX):
             return self._gemini_model
         return None
+
+    # what the MCP endpoints (gatewayd.mcp.gateway, handed this object) share with the API routes:
+    # the request's context, the body counted against the key and read, the disconnect watch
+    def mcp_context(self, scope: dict) -> Ctx:
+        return self._context(scope, Headers(scope["headers"]), "mcp")
+
+    @staticmethod
+    def count_body(scope: dict, caller: Caller) -> None:
+        _count_body_against(scope, caller)
+
+    @staticmethod
+    async def watch_disconnect(receive, scope: trio.CancelScope) -> None:
+        await _cancel_on_disconnect(receive, scope)
+
+    @staticmethod
+    async def read_body(receive) -> bytes | None:
+        return await _read_body(receive)
 
     def context(self, scope: dict, endpoint: Endpoint) -> Ctx:
         """The context of one request to ``endpoint``; a Responses WebSocket message

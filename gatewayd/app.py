@@ -65,6 +65,8 @@ def endpoint_of(path: str) -> str:
         return "models"
     if path.startswith("/console"):
         return "console"
+    if path == "/mcp" or path.startswith("/mcp/"):
+        return "mcp"
     return "other"
 
 

@@ -111,8 +111,9 @@ def check_config(path: str = typer.Argument(..., metavar="FILE", help="The TOML 
     except ConfigError as e:
         print(f"gatewayd: config error: {e}", file=sys.stderr)
         raise typer.Exit(2)
+    mcp = f", {len(cfg.mcp_servers)} MCP servers" if cfg.mcp_servers else ""
     print(f"gatewayd: {path}: config ok ({len(cfg.providers)} providers, {len(cfg.models)} models, "
-          f"{len(cfg.groups)} groups)")
+          f"{len(cfg.groups)} groups{mcp})")
 
 
 @app.command()

@@ -24,6 +24,8 @@ from gatewayd.alerts import AlertSettings
 from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
+from gatewayd.mcp import access as mcp_access
+from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
@@ -64,6 +66,7 @@ class Group:
     name: str
     price_ratio: Fraction
     retired: bool
+    mcp: tuple[str, ...] | None = None  # MCP servers / server:tool patterns its accounts may use; None: all
 
 
 @attrs.frozen
@@ -126,6 +129,7 @@ class Config:
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
     admin: AdminSettings = AdminSettings()  # [admin]: the admin API over HTTP
     console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
+    mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -471,7 +475,7 @@ def _groups(raw: Any) -> dict[str, Group]:
     groups: dict[str, Group] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"groups[{i}]")
-        s.unknown({"name", "price_ratio", "retired"})
+        s.unknown({"name", "price_ratio", "retired", "mcp"})
         name = s.str("name")
         if name in groups:
             raise ConfigError(f"groups[{i}].name: duplicate group {name!r}")
@@ -479,7 +483,13 @@ def _groups(raw: Any) -> dict[str, Group]:
             price_ratio = ratio(s.number("price_ratio", 1.0))
         except MoneyError as e:
             raise ConfigError(f"groups[{i}].price_ratio: {e}") from None
-        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False))
+        mcp = None
+        if "mcp" in s.table:
+            try:
+                mcp = mcp_access.parse_list(s.table["mcp"])
+            except mcp_access.AccessListError as e:
+                raise ConfigError(f"groups[{i}].mcp: {e}") from None
+        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False), mcp=mcp)
     if "default" not in groups:
         groups["default"] = Group(name="default", price_ratio=Fraction(1), retired=False)
     return groups
@@ -533,7 +543,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "console", "admin"}
+               "payments", "console", "mcp_servers", "admin"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -564,6 +574,12 @@ def load_config(
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
     alert_settings = alerts.read_settings(raw.get("alerts"), env)
+    mcp_servers = read_mcp_servers(raw.get("mcp_servers"), env)
+    for group in groups.values():
+        unknown = [e for e in group.mcp or () if e.partition(":")[0] not in mcp_servers]
+        if unknown:
+            raise ConfigError(f"groups: group {group.name!r} names MCP server {unknown[0].partition(':')[0]!r}, "
+                              "which is not in [[mcp_servers]]")
     return Config(
         server=server,
         database_url=database_url,
@@ -580,5 +596,6 @@ def load_config(
         stripe=read_payments(raw.get("payments"), env),
         console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
                                       and alert_settings.smtp is not None, env=env),
+        mcp_servers=mcp_servers,
         admin=_admin(raw.get("admin", {})),
     )

@@ -47,9 +47,10 @@ from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.features import check_cap_fields, check_n
 from gatewayd.errors import BodyError, GatewayError
 from gatewayd.formats.embeddings import embedding_inputs
-from gatewayd.formats.raw_json import duplicate_top_level_key
+from gatewayd.formats.gemini_body import canonical_count_tokens, canonical_gemini
+from gatewayd.formats.raw_json import duplicate_key
 from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
-from gatewayd.providers.base import translate
+from gatewayd.providers.base import encode_body, translate
 
 LARGE_BODY_BYTES = 256 * 1024  # bodies over this get checkpoints between parsing, routing and building
 
@@ -76,6 +77,10 @@ class Asked:
     stream: bool = False
     response_ids: tuple[tuple[str, str], ...] = ()  # (param, id) of stored responses named: the account must own them
     sse: bool = True  # a stream framed as SSE events (a Gemini client without ``?alt=sse``: one JSON array)
+    # the body in its canonical form when that differs from the client's (a Gemini body with a
+    # snake_case field): everything after the reader reads it, and it is what goes upstream,
+    # re-encoded (``Relay._read``); None: the client's body and bytes are canonical as they are
+    canonical: dict | None = None
 
 
 @attrs.frozen
@@ -112,10 +117,19 @@ def parse_body(raw: bytes) -> dict:
         raise BodyError(f"the request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise BodyError("the request body must be a JSON object")
-    twice = duplicate_top_level_key(raw, body)
-    if twice is not None:  # the gateway would read the last one, a provider perhaps the first
-        raise BodyError(f"the request body has the key {twice!r} more than once; send each field once", param=twice)
+    refuse_duplicate_keys(raw, body)
     return body
+
+
+def refuse_duplicate_keys(raw: bytes | str, body: Any, what: str = "the request body") -> None:
+    """400 for a key given twice in one object of ``raw`` at any depth (``body`` is its parse):
+    the gateway would read the last one, a provider perhaps the first."""
+    twice = duplicate_key(raw.encode() if isinstance(raw, str) else raw, body)
+    if twice is not None:
+        key, path = twice
+        where = "" if path == key else f" (at {path})"
+        raise BodyError(f"{what} has the key {key!r} more than once in one object{where}; send each field once",
+                        param=path)
 
 
 async def read_body(raw: bytes) -> dict:
@@ -126,6 +140,17 @@ async def read_body(raw: bytes) -> dict:
     if len(raw) > LARGE_BODY_BYTES:
         await trio.lowlevel.checkpoint()
     return body
+
+
+def read_canonical(endpoint: "Endpoint", body: dict, raw: bytes, ctx: Ctx) -> tuple[dict, bytes, Asked]:
+    """The endpoint's reader over a parsed body, and the body and bytes every later step reads
+    and sends upstream: the client's when they are canonical, else the reader's canonical form
+    and its encoding (issue 30: never the client's bytes when they say something else). The
+    re-encoding is paid only by a body the reader rewrote (agent bodies are 100-600 KB)."""
+    asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+    if asked.canonical is None:
+        return body, raw, asked
+    return asked.canonical, encode_body(asked.canonical), asked
 
 
 def field(body: dict, name: str, kind: type | tuple, *, required: bool = False, what: str = "") -> Any:
@@ -256,26 +281,33 @@ def _gemini_contents(body: dict) -> None:
         raise BodyError("contents must be a non-empty array of Content objects", param="contents")
 
 
+def _gemini_body(body: dict) -> tuple[dict, dict | None]:
+    """The canonical Gemini body (one camelCase spelling a field, types checked:
+    ``gatewayd.formats.gemini_body``), and it again when it differs from the client's."""
+    canonical, changed = translate(canonical_gemini, body)
+    _gemini_contents(canonical)
+    return canonical, canonical if changed else None
+
+
 def read_gemini(body: dict, ctx: Ctx) -> Asked:
-    """``:generateContent``: the model from the path; the body's contents checked (the rest is
-    the translator's, or the Gemini provider's)."""
-    _gemini_contents(body)
-    return Asked(path_model(ctx.path))
+    """``:generateContent``: the model from the path; the body canonicalised and its contents
+    checked (the rest is the translator's, or the Gemini provider's)."""
+    _, changed = _gemini_body(body)
+    return Asked(path_model(ctx.path), canonical=changed)
 
 
 def read_gemini_stream(body: dict, ctx: Ctx) -> Asked:
     """``:streamGenerateContent``: SSE with ``?alt=sse``, else one JSON array as it grows."""
-    _gemini_contents(body)
-    return Asked(path_model(ctx.path), stream=True, sse=query_value(ctx, "alt") == "sse")
+    _, changed = _gemini_body(body)
+    return Asked(path_model(ctx.path), stream=True, sse=query_value(ctx, "alt") == "sse", canonical=changed)
 
 
 def read_gemini_count(body: dict, ctx: Ctx) -> Asked:
     """``:countTokens``: the contents, or a whole ``generateContentRequest``."""
-    inner = body.get("generateContentRequest")
-    if inner is not None and not isinstance(inner, dict):
-        raise BodyError("generateContentRequest must be an object", param="generateContentRequest")
-    _gemini_contents(inner if inner is not None else body)
-    return Asked(path_model(ctx.path))
+    canonical, changed = translate(canonical_count_tokens, body)
+    inner = canonical.get("generateContentRequest")
+    _gemini_contents(inner if inner is not None else canonical)
+    return Asked(path_model(ctx.path), canonical=canonical if changed else None)
 
 
 async def count_gemini_tokens(body: dict, grant: Grant) -> bytes:

@@ -4,7 +4,7 @@
     model] -> the endpoint's body reader (fields, caps, stored objects) -> stored responses
     the account may name -> [an answer the gateway makes itself: the model step, then the
     answer; no route, no hold] -> authorize (model list, group, availability, price, rate limit)
-    -> requests in flight (key, account) -> route plan and upstream requests -> hold (the
+    -> requests in flight (key, account) -> route plan, non-ASCII text counted, upstream requests -> hold (the
     tab) -> attempts and failover -> respond / stream -> settle (charge, release, usage row)
 
 What differs between endpoints is data (:class:`gatewayd.endpoints.Endpoint`: path, body
@@ -38,10 +38,11 @@ from typing import Any
 
 import trio
 
-from gatewayd import logs, trace
+from gatewayd import logs, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.attempt import AttemptFailed
 from gatewayd.billing.estimate import route_hold
+from gatewayd.billing.foreign_text import ForeignText, counted_text
 from gatewayd.billing.ledger import Ledger, refusal_error, store_unavailable
 from gatewayd.billing.pricing import Bill
 from gatewayd.billing.tab import Outcome, store_failed_while_settling
@@ -49,7 +50,7 @@ from gatewayd.concurrency import InFlight
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
-from gatewayd.endpoints import LARGE_BODY_BYTES, Asked, Ctx, Endpoint, query_value, read_body
+from gatewayd.endpoints import LARGE_BODY_BYTES, Asked, Ctx, Endpoint, query_value, read_body, read_canonical
 from gatewayd.errors import BodyError, GatewayError, model_not_found, our_fault
 from gatewayd.failover import Failover
 from gatewayd.formats.usage import Usage
@@ -103,7 +104,7 @@ class Relay:
     async def serve(self, endpoint: Endpoint, ctx: Ctx, raw: bytes):
         """One request to a model endpoint, every step in its order (module doc). Returns
         (status, headers, body bytes or :class:`AnswerStream`), or raises the refusal."""
-        caller, body, asked = await self._read(endpoint, ctx, raw)
+        caller, body, raw, asked = await self._read(endpoint, ctx, raw)
         if endpoint.answer_here is not None:  # counted here (countTokens): nothing consumed, nothing held
             local = authorize_model(self.config, caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
             t = trace.get()
@@ -135,20 +136,24 @@ class Relay:
         answers itself, asking the provider nothing and charging nothing (a Responses
         WebSocket warm-up, ``gatewayd.responses_ws``), stops here, refused exactly as it
         would be on its way to a provider."""
-        caller, body, asked = await self._read(endpoint, ctx, raw)
+        caller, body, _, asked = await self._read(endpoint, ctx, raw)
         grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
         return caller, body, asked, grant
 
-    async def _read(self, endpoint: Endpoint, ctx: Ctx, raw: bytes) -> tuple[Caller, dict[str, Any], Asked]:
-        """Admit, parse, read: the first steps of every request, in their order."""
+    async def _read(self, endpoint: Endpoint, ctx: Ctx,
+                    raw: bytes) -> tuple[Caller, dict[str, Any], bytes, Asked]:
+        """Admit, parse, read: the first steps of every request, in their order. The body and
+        bytes returned are the canonical ones every later step reads and sends upstream: the
+        client's, or, when the reader rewrote the body (``Asked.canonical``), its re-encoding
+        (never the client's bytes when they say something else)."""
         caller = self.admit(ctx, endpoint=endpoint)  # key, then IP
-        body = await read_body(raw)  # JSON object, each top-level key once
+        body = await read_body(raw)  # JSON object, each key once in every object
         if len(raw) > LARGE_BODY_BYTES:
             self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
-        asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+        body, raw, asked = read_canonical(endpoint, body, raw, ctx)  # the fields the gateway reads, caps...
         if asked.response_ids:
             await self.received_ids.check(caller.account.id, list(asked.response_ids))
-        return caller, body, asked
+        return caller, body, raw, asked
 
     def admit(self, ctx: Ctx, *, endpoint: Endpoint | None = None, key_headers: tuple[str, ...] = ()) -> Caller:
         """Key, then IP; once a request: ``api_routes`` admits it from its headers before
@@ -223,7 +228,7 @@ class Relay:
         plan = self.router.plan(model, call.client_format, key)
         if not plan:
             raise model_not_found(model.id)  # authorize() checked some route serves this format
-        attempts = await self._build_plan(call, plan[:self.config.routing.max_attempts])
+        attempts = await self._build_counted(call, plan[:self.config.routing.max_attempts])
         # all that any route of the plan can bill for the body it sends: the charge never
         # escapes the hold, whichever route serves
         estimate = max(route_hold(grant.model, route, grant.price_ratio) for _, route in attempts)
@@ -246,6 +251,24 @@ class Relay:
             except Exception as e:  # a route callback or a translator failed: ours, not the provider's
                 await tab.release(Outcome.INTERNAL_ERROR, 500)
                 raise our_fault(ctx.request_id, "while relaying the request", e) from None
+
+    async def _build_counted(self, call: Call, plan: list[ModelRoute]) -> list[tuple[ModelRoute, Route]]:
+        """:meth:`_build_plan`, with the body's non-ASCII text held at its worst case (a token a
+        byte), or, when that would weigh on the hold, counted by the model family's tokenizer
+        (off the event loop when large) and the plan built again on the counts (docs/billing.md,
+        "Text outside ASCII"). The estimates record the parts as they read them: ASCII text
+        pays nothing."""
+        foreign = ForeignText()
+        with counted_text(foreign):
+            attempts = await self._build_plan(call, plan)
+        if not foreign.weighs(len(call.raw)):
+            return attempts
+        if foreign.chars <= tokens.INLINE_CHARS:
+            foreign.count(call.model.family)
+        else:
+            await trio.to_thread.run_sync(foreign.count, call.model.family)
+        with counted_text(foreign):
+            return await self._build_plan(call, plan)
 
     async def _build_plan(self, call: Call, plan: list[ModelRoute]) -> list[tuple[ModelRoute, Route]]:
         """Each route of the plan with its upstream request. A body the first route's

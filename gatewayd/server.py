@@ -48,6 +48,8 @@ from gatewayd.providers.upstream import Upstream
 from gatewayd.changes import ChangeFollower
 from gatewayd.ratelimit import StoreWindows, open_rate_limiter
 from gatewayd.relay import Relay
+from gatewayd.console.session import load_secret
+from gatewayd.mcp.gateway import McpGateway
 from gatewayd.reload import Reloader
 from gatewayd.workers import WorkerSockets
 from gatewayd.store import open_store
@@ -239,8 +241,13 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             console = await mount_console(public_app, directory, store, config)
             nursery.start_soon(console.outbox.run)  # the console's sign-up and reset emails
             mount_stripe_webhook(public_app, console)  # the console holds the config in force
+            # /mcp: its sessions are signed with the store's shared secret (valid on every instance)
+            api = ApiRoutes(relay)
+            mcp = McpGateway(api, await load_secret(config, store))
+            await nursery.start(mcp.run)
+            api.mcp = mcp
             first = config
-            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], metrics)
+            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console, mcp], metrics)
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
             admin_app = create_admin_app(directory, store, time.time, reload=reload,
                                          routes=lambda: relay.router.report(relay.config.models),
@@ -267,7 +274,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        _public_listener(public_app, config, relay, admin_gate), _public_config(config, worker),
+                        _public_listener(public_app, config, api, admin_gate), _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
@@ -307,11 +314,11 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
     logs.event("gatewayd stopped")
 
 
-def _public_listener(app, config: Config, relay: Relay, admin: AdminGate | None = None) -> Listener:
+def _public_listener(app, config: Config, api: ApiRoutes, admin: AdminGate | None = None) -> Listener:
     """The public listener: bodies read after the key, within the deadline and the budget; the
-    admin API (``/admin/v1/``) behind its own gate."""
+    admin API (``/admin/v1/``) and the operator console behind their own door."""
     server = config.server
-    return Listener(app, server.max_body_bytes, relay.metrics, ApiRoutes(relay),
+    return Listener(app, server.max_body_bytes, api.relay.metrics, api,
                     bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s,
                     admin=door(admin) if admin is not None else None)
 

@@ -24,6 +24,7 @@ from gatewayd.ops import Readiness
 from gatewayd.providers.upstream import Upstream
 from gatewayd.relay import Relay
 from gatewayd.store.base import UsageQuery
+from gatewayd.store.contract import Store
 from gatewayd.store.sqlite import SQLiteStore
 from tests.live import catalogue_pointed_at
 
@@ -32,14 +33,17 @@ UPSTREAM = "http://provider.test"
 
 class Gateway:
     """``handler`` answers as the provider; or, with ``upstream`` (a real ``Upstream``, its
-    connection pool included), ``upstream_url`` is a real provider (the simulator)."""
+    connection pool included), ``upstream_url`` is a real provider (the simulator). ``store``: a
+    store of the test's (conftest's ``store`` fixture: SQLite and PostgreSQL), else a SQLite file."""
 
     def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response] | None,
-                 *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "") -> None:
+                 *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "",
+                 store: Store | None = None) -> None:
         config_file = tmp / "gatewayd.toml"
         config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url))
         self.config = load_config(config_file)
-        self.store = SQLiteStore(str(tmp / "gateway.db"))
+        self._own_store = store is None
+        self.store = store if store is not None else SQLiteStore(str(tmp / "gateway.db"))
         self.directory = Directory(self.config, self.store)  # empty database: nothing to load
         if upstream is None:
             upstream = Upstream(connect_timeout_s=5, stream_idle_timeout_s=5)
@@ -68,7 +72,8 @@ class Gateway:
 
     async def aclose(self) -> None:
         await self.http.aclose()
-        await self.store.close()
+        if self._own_store:
+            await self.store.close()
 
 
 def post_scope(path: str, secret: str, raw: bytes, query: bytes = b"") -> dict:

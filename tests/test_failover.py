@@ -23,6 +23,7 @@ from gatewayd.errors import GatewayError
 from gatewayd.providers.upstream import Upstream
 from gatewayd.relay import Ctx, Relay
 from gatewayd.store.base import UsageQuery
+from tests.clocks import thread_aware_clock
 
 CONFIG = """
 [routing]
@@ -410,13 +411,13 @@ async def test_a_gemini_client_with_one_route_gets_retry_after_from_retry_info(w
 #
 # Providers send a non-streaming answer's status line only once the whole answer is generated,
 # so the default waits a minute before giving up on a route; a trio MockClock that jumps ahead
-# whenever every task waits (for longer than 50 ms of real time, so store threads finish first)
-# lets the tests run the defaults without waiting for them.
+# whenever every task waits, and no store thread is running (tests/clocks.py), lets the tests run
+# the defaults without waiting for them.
 
 
 @pytest.fixture
-def jumping_clock():
-    return trio.testing.MockClock(autojump_threshold=0.05)
+def jumping_clock(monkeypatch):
+    return thread_aware_clock(monkeypatch, 0.05)
 
 
 async def test_by_default_a_hung_provider_of_a_non_streaming_request_gives_way_after_60_s(world, jumping_clock):

@@ -23,6 +23,7 @@ from gatewayd.api_routes import ApiRoutes
 from gatewayd.errors import BodyError, GatewayError, error_body
 from gatewayd.formats import usage as usage_mod
 from gatewayd.store.base import StoreUnavailable
+from tests.clocks import thread_aware_clock
 from tests.inproc import Gateway
 
 COMPLETION = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
@@ -95,10 +96,10 @@ async def gw(tmp_path):
 
 
 @pytest.fixture
-def mock_clock():
-    """Jumps ahead whenever every task waits for longer than 20 ms of real time (so the store's
-    threads finish first)."""
-    return trio.testing.MockClock(autojump_threshold=0.02)
+def mock_clock(monkeypatch):
+    """Jumps ahead whenever every task waits for longer than 20 ms of real time and no store
+    thread is running (tests/clocks.py)."""
+    return thread_aware_clock(monkeypatch)
 
 
 async def post(gw: Gateway, secret: str, body: dict | bytes, path: str = "/v1/chat/completions") -> httpx.Response:

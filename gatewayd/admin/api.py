@@ -32,7 +32,7 @@ from gatewayd.store.usage_queries import UsageFilter
 JSON = "application/json"
 log = logging.getLogger("gatewayd.admin")
 KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
-              "budget_nano", "budget_period")
+              "budget_nano", "budget_period", "mcp")
 
 
 def create_admin_app(directory: Directory, store, clock, reload=None,
