@@ -1,4 +1,8 @@
-"""The admin API: JSON over the local Unix socket (mode 0600), spoken by ``gatewayctl``.
+"""The admin API: JSON, spoken by ``gatewayctl`` over the local Unix socket (mode 0600) and by
+anyone with an admin token over HTTP under ``/admin/v1/``. This app is the one implementation;
+every door reaches it through the gate (``gatewayd.admin.gate``: who may call what, the
+throttle, the audit log), and its routes are described, each with its scope, in the OpenAPI
+document (``gatewayd.admin.openapi``).
 
 Every change goes through the ``Directory`` (validation, write-through), so it takes
 effect on the very next public request. Reads of history (payments, usage) go to the
