@@ -135,6 +135,17 @@ def account_password(account: AccountArg, socket: SocketOpt = None,
     s.emit(updated, lambda c: c.print(done, markup=False))
 
 
+@account_app.command("unlock")
+def account_unlock(account: AccountArg, socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """Lift the console's sign-in lockouts of the account's email, from every address."""
+    s = session(socket, json_output)
+    answer = s.api.post(account_path(account, "unlock"), {})
+    email = (answer.get("account") or {}).get("email", account)
+    done = escape_control_characters(f"Sign-in unlocked for {email} ({answer.get('buckets_cleared', 0)} "
+                                     "throttle entries cleared).")
+    s.emit(answer, lambda c: c.print(done, markup=False))
+
+
 @account_app.command("pay")
 def account_pay(
     account: AccountArg,

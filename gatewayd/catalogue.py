@@ -31,12 +31,15 @@ class Provider:
 @attrs.frozen
 class ModelRoute:
     """One way to reach a model: a provider, the provider's id for it, and where it stands
-    among the model's other routes (higher priority first; weight shares equal priorities)."""
+    among the model's other routes (higher priority first; weight shares equal priorities).
+    ``auto_cache``: the gateway places prompt-cache breakpoints in requests it translates to
+    this route's Anthropic Messages (on by default for routes that serve Claude)."""
 
     provider: Provider
     upstream_id: str
     priority: int = 0
     weight: int = 1
+    auto_cache: bool = False
 
     @property
     def name(self) -> str:

@@ -25,7 +25,9 @@ Adding an endpoint (a Gemini-API ``/v1beta/models/{model}:generateContent``, say
 An endpoint may take the key in more places than ``Authorization: Bearer``
 (``key_headers``, ``key_query``), and one whose answer the gateway makes itself once the
 model is authorized (``answer_here``: Gemini's ``countTokens``) has no route, no hold and no
-usage row.
+usage row; it runs under the same rate limit and in-flight caps as a billable request, on a
+body of at most ``[server] max_free_body_bytes``, its work in threads of its own
+(``Relay.free_threads``).
 
 A transport that is not one HTTP request (Responses over WebSocket, ``gatewayd.responses_ws``)
 calls ``Relay.serve`` once a message with the same spec; the steps and the money do not change.
@@ -96,8 +98,8 @@ class Endpoint:
     envelope: str = "openai"  # errors at the model step and after
     key_headers: tuple[str, ...] = ()  # headers read for the key when no Authorization came (x-api-key)
     key_query: str | None = None  # a query parameter read for the key last (Gemini's ``?key=``)
-    # the gateway answers itself once the model is authorized: (body, grant) -> the answer's bytes
-    answer_here: Callable[[dict, Grant], Awaitable[bytes]] | None = None
+    # the gateway answers itself once the model is authorized: (body, grant, threads) -> the answer's bytes
+    answer_here: Callable[[dict, Grant, trio.CapacityLimiter], Awaitable[bytes]] | None = None
 
     def path_match(self, path: str) -> bool:
         """Whether ``path`` is this endpoint's (a ``{model}`` in its path matches any model id)."""
@@ -236,6 +238,14 @@ def read_responses(body: dict, ctx: Ctx) -> Asked:
     return Asked(model_id, stream, response_ids)
 
 
+def read_compact(body: dict, ctx: Ctx) -> Asked:
+    """``POST /v1/responses/compact``: a responses body that is answered whole (never streamed)."""
+    if body.get("stream") is True:
+        raise BodyError("responses/compact does not stream; leave stream out", param="stream")
+    asked = read_responses({**body, "stream": False}, ctx)
+    return attrs.evolve(asked, stream=False)
+
+
 def read_embeddings(body: dict, ctx: Ctx) -> Asked:
     model_id = field(body, "model", str, required=True, what="a string")
     if body.get("input") is None:
@@ -253,6 +263,8 @@ CHAT = Endpoint("chat", "POST", "/v1/chat/completions", read_chat, client_format
 MESSAGES = Endpoint("messages", "POST", "/v1/messages", read_messages, client_format="messages",
                     envelope="anthropic", key_headers=("x-api-key",))
 RESPONSES = Endpoint("responses", "POST", "/v1/responses", read_responses, client_format="responses")
+# usage rows and metrics name it a responses request: it is one (a summarising turn), billed as such
+COMPACT = Endpoint("responses", "POST", "/v1/responses/compact", read_compact, client_format="compact")
 EMBEDDINGS = Endpoint("embeddings", "POST", "/v1/embeddings", read_embeddings, client_format="embeddings",
                       kind="embedding")
 
@@ -310,11 +322,18 @@ def read_gemini_count(body: dict, ctx: Ctx) -> Asked:
     return Asked(path_model(ctx.path), canonical=canonical if changed else None)
 
 
-async def count_gemini_tokens(body: dict, grant: Grant) -> bytes:
-    """Counted here with the model family's tokenizer, as the hold estimates a prompt: free."""
+def free_body_too_large(limit: int) -> GatewayError:
+    """The 413 for a body over ``[server] max_free_body_bytes`` to an answer the gateway makes itself."""
+    return GatewayError(413, f"the request body is larger than {limit} bytes, the limit for requests the "
+                        "gateway answers itself (max_free_body_bytes)", "request_too_large")
+
+
+async def count_gemini_tokens(body: dict, grant: Grant, threads: trio.CapacityLimiter | None = None) -> bytes:
+    """Counted here with the model family's tokenizer, as the hold estimates a prompt: free,
+    in the free answers' own ``threads`` (``Relay.counting``)."""
     inner = body.get("generateContentRequest")
     text, flat = prompt_transcript(inner if isinstance(inner, dict) else body, "gemini")
-    total = await tokens.count_off_loop(text, grant.model.family) + flat
+    total = await tokens.count_off_loop(text, grant.model.family, limiter=threads) + flat
     return orjson.dumps({"totalTokens": total})
 
 
@@ -326,7 +345,7 @@ GEMINI_STREAM = attrs.evolve(GEMINI_GENERATE, path=GEMINI_MODELS + "/{model}:str
 GEMINI_COUNT = attrs.evolve(GEMINI_GENERATE, path=GEMINI_MODELS + "/{model}:countTokens", read=read_gemini_count,
                             answer_here=count_gemini_tokens)
 
-ENDPOINTS = (CHAT, MESSAGES, RESPONSES, EMBEDDINGS, GEMINI_GENERATE, GEMINI_STREAM, GEMINI_COUNT)
+ENDPOINTS = (CHAT, MESSAGES, RESPONSES, COMPACT, EMBEDDINGS, GEMINI_GENERATE, GEMINI_STREAM, GEMINI_COUNT)
 
 
 def model_entries(config, caller: Caller, ctx: Ctx) -> list[dict]:

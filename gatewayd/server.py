@@ -15,7 +15,7 @@ import signal
 import stat
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import attrs
 import trio
@@ -30,7 +30,7 @@ from gatewayd.admin.route_reports import publish_forever
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
-from gatewayd.bodies import BodyBudget
+from gatewayd.bodies import BodyPools
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
@@ -55,6 +55,9 @@ from gatewayd.workers import WorkerSockets
 from gatewayd.store import open_store
 
 log = logging.getLogger("gatewayd")
+
+if TYPE_CHECKING:
+    from gatewayd.telemetry.otel import Telemetry
 
 
 def _hypercorn_config(**kwargs) -> HypercornConfig:
@@ -226,6 +229,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             drain, metrics = Drain(), Metrics()  # the shutdown and the metrics, shared by their users
             metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
             relay = Relay(config, directory, ledger, upstream, limiter, drain=drain, metrics=metrics)
+            telemetry = start_telemetry(config, metrics)
             nursery.start_soon(store.maintain)
             if store.kind == "postgres":  # route health across instances (gatewayd.admin.route_reports)
                 nursery.start_soon(publish_forever, store, lambda: relay.router.report(relay.config.models))
@@ -274,7 +278,8 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        _public_listener(public_app, config, api, admin_gate), _public_config(config, worker),
+                        _public_listener(public_app, config, api, telemetry, admin_gate),
+                        _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
@@ -308,19 +313,38 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             ops_shutdown.set()
             nursery.cancel_scope.cancel()
         await upstream.aclose()
+        if telemetry is not None:  # the last spans and metrics, bounded by the export timeout
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(telemetry.shutdown)
     finally:
         with trio.CancelScope(shield=True):
             await store.close()
     logs.event("gatewayd stopped")
 
 
-def _public_listener(app, config: Config, api: ApiRoutes, admin: AdminGate | None = None) -> Listener:
-    """The public listener: bodies read after the key, within the deadline and the budget; the
-    admin API (``/admin/v1/``) and the operator console behind their own door."""
+def _public_listener(app, config: Config, api: ApiRoutes, telemetry: "Telemetry | None" = None,
+                     admin: AdminGate | None = None) -> Listener:
+    """The public listener: bodies read after the key, within the deadline and their pool's budget;
+    the admin API (``/admin/v1/``) and the operator console behind their own door."""
     server = config.server
     return Listener(app, server.max_body_bytes, api.relay.metrics, api,
-                    bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s,
-                    admin=door(admin) if admin is not None else None)
+                    bodies=BodyPools.from_settings(server), body_timeout_s=server.body_timeout_s,
+                    telemetry=telemetry, admin=door(admin) if admin is not None else None)
+
+
+def start_telemetry(config: Config, metrics: Metrics) -> "Telemetry | None":
+    """OpenTelemetry when ``[telemetry]`` is on (the SDK is imported only then), else None."""
+    if config.telemetry is None:
+        return None
+    from gatewayd.telemetry.otel import Telemetry
+
+    telemetry = Telemetry(config.telemetry)
+    telemetry.watch(metrics)
+    settings = config.telemetry
+    logs.event("telemetry: exporting over OTLP", endpoint=settings.endpoint or "(OTEL_EXPORTER_OTLP_* / default)",
+               protocol=settings.protocol, traces=settings.traces, metrics=settings.metrics,
+               sample_ratio=settings.sample_ratio)
+    return telemetry
 
 
 def _keep(config: Config) -> Config:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import os
 import time
+from typing import Any
 
 import attrs
 
@@ -52,6 +53,9 @@ class Trace:
     upstream_ttfb_s: float | None = None  # request sent -> provider's status line
     first_byte_s: float | None = None  # request arrived -> first body byte to the client
     duration_s: float = 0.0
+    error_code: str | None = None  # the gateway's error code when it refused or failed the request
+    # the request's OpenTelemetry spans (gatewayd.telemetry.otel.RequestSpans); None: telemetry off
+    spans: Any = None
 
     def fields(self) -> dict:
         """The request log line's fields (and nothing a prompt or completion could be in)."""

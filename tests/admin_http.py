@@ -18,7 +18,7 @@ from gatewayd.admin.console_views import mount_operator_console
 from gatewayd.admin.gate import LOCAL_OPERATOR, AdminGate, door
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
-from gatewayd.bodies import BodyBudget
+from gatewayd.bodies import BodyPools
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import load_config
 from gatewayd.console import mount_console
@@ -54,12 +54,12 @@ class AdminHTTP:
         await self.store.close()
 
 
-async def admin_http(tmp: Path, config_text: str = "", *, api_buffered_bytes: int | None = None,
-                     store: Any = None) -> AdminHTTP:
-    """``store``: an open store to serve (a PostgreSQL one shared with another instance); by
-    default a new SQLite file in ``tmp``."""
+async def admin_http(tmp: Path, config_text: str = "", *, server_text: str = "", store: Any = None) -> AdminHTTP:
+    """``config_text``: more of the config file (``[admin]``); ``server_text``: more ``[server]``
+    keys (the public listener's body budgets); ``store``: an open store to serve (a PostgreSQL one
+    shared with another instance); by default a new SQLite file in ``tmp``."""
     config_file = tmp / "gatewayd.toml"
-    config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{config_text}\n')
+    config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server_text}\n{config_text}\n')
     config = load_config(config_file, environ={})
     store = store if store is not None else SQLiteStore(str(tmp / "gateway.db"))
     directory = Directory(config, store)
@@ -75,7 +75,7 @@ async def admin_http(tmp: Path, config_text: str = "", *, api_buffered_bytes: in
     console = await mount_console(public, directory, store, config)
     await mount_operator_console(public, gate, store, console)
     listener = Listener(public, config.server.max_body_bytes, relay.metrics, ApiRoutes(relay),
-                        bodies=BodyBudget(api_buffered_bytes or config.server.max_buffered_bytes),
+                        bodies=BodyPools.from_settings(config.server),
                         body_timeout_s=config.server.body_timeout_s, admin=door(gate))
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=listener, client=("127.0.0.1", 50000)),
                              base_url="http://gateway.test")

@@ -17,6 +17,7 @@ import trio
 
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
+from gatewayd.bodies import BodyPools
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
@@ -38,9 +39,9 @@ class Gateway:
 
     def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response] | None,
                  *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "",
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, extra: str = "", budgets: bool = False, telemetry=None) -> None:
         config_file = tmp / "gatewayd.toml"
-        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url))
+        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url, extra))
         self.config = load_config(config_file)
         self._own_store = store is None
         self.store = store if store is not None else SQLiteStore(str(tmp / "gateway.db"))
@@ -51,9 +52,23 @@ class Gateway:
         self.ledger = Ledger(self.store)
         self.relay = Relay(self.config, self.directory, self.ledger, upstream)
         readiness = Readiness(self.store, self.relay.metrics, self.relay.drain)
-        self.app = Listener(create_app(readiness), self.config.server.max_body_bytes, self.relay.metrics,
-                            ApiRoutes(self.relay))
+        self.quart = create_app(readiness)
+        # ``budgets``: the body pools and deadline of the public listener (gatewayd.bodies), as ``serve`` makes them
+        self.pools = BodyPools.from_settings(self.config.server) if budgets else None
+        self.app = Listener(self.quart, self.config.server.max_body_bytes, self.relay.metrics,
+                            ApiRoutes(self.relay), bodies=self.pools,
+                            body_timeout_s=self.config.server.body_timeout_s if budgets else None,
+                            telemetry=telemetry)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway.test")
+
+    async def mount_console(self):
+        """The console and the Stripe webhook on the public app, as ``serve`` mounts them."""
+        from gatewayd.console import mount_console
+        from gatewayd.payments.stripe_webhook import mount_stripe_webhook
+
+        self.console = await mount_console(self.quart, self.directory, self.store, self.config)
+        mount_stripe_webhook(self.quart, self.console)
+        return self.console
 
     async def funded_key(self, usd: int = 10) -> tuple[str, str]:
         """A new account with ``usd`` paid, embeddings enabled, and one key: (account id, secret)."""

@@ -167,8 +167,9 @@ async def test_the_throttle_is_per_token_and_answers_429_with_retry_after(tmp_pa
 
 
 async def test_admin_bodies_have_their_own_cap_and_never_use_the_apis_budget(tmp_path):
-    # the API may hold 1 KiB of bodies at once (a quarter per owner); an admin body of 3 KiB passes
-    admin = await admin_http(tmp_path, "[admin]\nmax_body_bytes = 65536\n", api_buffered_bytes=1024)
+    # the API and the console may each hold 1 KiB of bodies at once; an admin body of 3 KiB passes
+    admin = await admin_http(tmp_path, "[admin]\nmax_body_bytes = 65536\n",
+                             server_text="max_buffered_bytes = 1024\nconsole_buffered_bytes = 1024\n")
     try:
         token = await admin.token("admin")
         prices = {"models": {"gpt-4.1-mini": {"input_price": 1}}}

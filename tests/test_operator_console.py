@@ -187,8 +187,9 @@ async def test_revenue_per_day_by_model_and_by_account_in_the_page_and_the_csv(a
 
 
 async def test_console_forms_use_the_admin_body_budget_not_the_apis(tmp_path):
-    # the API may hold 1 KiB of bodies (an owner a quarter of it): a 600-byte form would be a 503 there
-    admin = await admin_http(tmp_path, "[admin]\nmax_body_bytes = 2048\n", api_buffered_bytes=1024)
+    # the account console's forms may hold 256 bytes at once: a 600-byte form would be a 503 there
+    admin = await admin_http(tmp_path, "[admin]\nmax_body_bytes = 2048\n",
+                             server_text="max_buffered_bytes = 1024\nconsole_buffered_bytes = 256\n")
     try:
         account = await _account(admin)
         await _sign_in(admin, token=await admin.token("money"))

@@ -115,7 +115,7 @@ def test_every_endpoint_spec_is_routed_and_names_its_envelope(tmp_path):
     gw = Gateway(tmp_path, lambda request: httpx.Response(500))
     routes = ApiRoutes(gw.relay)
     assert {e.path for e in endpoints.ENDPOINTS} == {
-        "/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/embeddings",
+        "/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/responses/compact", "/v1/embeddings",
         "/v1beta/models/{model}:generateContent", "/v1beta/models/{model}:streamGenerateContent",
         "/v1beta/models/{model}:countTokens"}
     for endpoint in endpoints.ENDPOINTS:

@@ -190,7 +190,9 @@ def test_refunds_and_a_lost_dispute_are_negative_payments(daemon, fake):
     fake.refund(charge_id, 700, status="failed")  # never left: nothing recorded
     assert _balance(daemon, account["id"]) == usd_to_nano("90")
     won = deliver(daemon.url, "charge.dispute.closed", fake.dispute(charge_id, "won"))
-    assert won.json()["entries"][0]["recorded"] is False
+    # held and given back (the opening event never came): the balance is where it was
+    assert [e["recorded"] for e in won.json()["entries"]] == [True, True]
+    assert _balance(daemon, account["id"]) == usd_to_nano("90")
     lost = fake.dispute(charge_id, "lost")
     for _ in range(3):
         assert deliver(daemon.url, "charge.dispute.closed", lost).status_code == 200
@@ -199,8 +201,9 @@ def test_refunds_and_a_lost_dispute_are_negative_payments(daemon, fake):
     payments = daemon.admin.call("GET", f"/accounts/{account['id']}/payments")["data"]
     assert sorted((p["source"], p["amount_nano"]) for p in payments) == sorted([
         ("operator", usd_to_nano(PAID)), ("card", usd_to_nano("100")), ("refund", -usd_to_nano("15")),
-        ("refund", -usd_to_nano("5")), ("dispute", -usd_to_nano("80"))])
-    assert {p["reference"] for p in payments if p["source"] == "dispute"} == {lost["id"]}
+        ("refund", -usd_to_nano("5")), ("dispute", -usd_to_nano("80")), ("dispute", -usd_to_nano("80")),
+        ("dispute_won", usd_to_nano("80"))])
+    assert {p["reference"] for p in payments if p["source"] == "dispute"} == {lost["id"], won.json()["entries"][0]["reference"]}
     page = console.get("/console/balance").text
     assert "Refund" in page and "Dispute" in page and "-$80.00" in page
     _audit_ok(daemon)

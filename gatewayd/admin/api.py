@@ -162,6 +162,16 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         doc = await body("password")
         return _json((await directory.set_password(account, doc.get("password"))).public())
 
+    @app.post("/admin/v1/accounts/<ref>/unlock")
+    async def unlock(ref: str):
+        """The console's sign-in lockouts of the account's email lifted, at every address."""
+        from gatewayd.console.session import SignInThrottle
+
+        account = directory.account(ref)
+        await body()
+        cleared = await SignInThrottle(store).unlock(account.email)
+        return _json({"account": account.public(), "buckets_cleared": cleared})
+
     @app.post("/admin/v1/accounts/<ref>/payments")
     async def pay(ref: str):
         account = directory.account(ref)

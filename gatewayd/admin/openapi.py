@@ -186,6 +186,12 @@ def document() -> dict:
             "put": op(WRITE, "Set an account's console password", ACCOUNT, body=_body(["password"],
                                                                                       password={"type": "string"})),
         },
+        "/admin/v1/accounts/{account}/unlock": {
+            "parameters": [ACCOUNT_PARAM],
+            "post": op(WRITE, "Lift the console's sign-in lockouts of an account's email, at every address",
+                       {"type": "object", "required": ["account", "buckets_cleared"],
+                        "properties": {"account": ACCOUNT, "buckets_cleared": {"type": "integer"}}}),
+        },
         "/admin/v1/accounts/{account}/payments": {
             "parameters": [ACCOUNT_PARAM],
             "get": op(READ, "List an account's payments, newest first", _list(PAYMENT)),

@@ -33,6 +33,7 @@ import attrs
 
 from gatewayd.catalogue import Model
 from gatewayd.errors import BodyError
+from gatewayd.formats.thinking import fit_budget
 
 # Vendor tool types -> the catalogue's ``tool_prices`` names (one table for every protocol).
 # Anthropic's server tools are versioned (``web_search_20250305``): matched by prefix below.
@@ -374,12 +375,22 @@ def messages_asks(body: dict[str, Any], model: Model) -> Asks:
 
 
 def messages_changes(body: dict[str, Any], model: Model) -> dict[str, Any]:
-    """``max_tokens`` lowered to the model's maximum; server tools given ``max_uses`` (and
-    web_fetch ``max_content_tokens``) when the client set none."""
+    """``max_tokens`` lowered to the model's maximum, and a thinking budget the lowered cap no
+    longer holds lowered with it (:func:`fit_budget`: Anthropic refuses a budget at or above
+    the cap); server tools given ``max_uses`` (and web_fetch ``max_content_tokens``) when the
+    client set none."""
     changes: dict[str, Any] = {}
     requested = _positive(body.get("max_tokens"))
     if requested is not None and requested > model.max_output_tokens:
         changes["max_tokens"] = model.max_output_tokens
+        thinking = body.get("thinking")
+        if not isinstance(thinking, dict):
+            thinking = {}
+        budget = _positive(thinking.get("budget_tokens"))
+        if budget is not None and thinking.get("type") == "enabled" and budget < requested:
+            fitted = fit_budget(budget, model.max_output_tokens)
+            if fitted is not None and fitted != budget:
+                changes["thinking"] = {**thinking, "budget_tokens": fitted}
     tools = body.get("tools")
     if isinstance(tools, list):
         bounded = []

@@ -2,7 +2,8 @@
 pages come from ``views_keys`` and ``views_usage``.
 
 Sign-in takes an attempt from the throttle first (in the store, shared by every
-instance: ``SignInThrottle``), then compares the password with the slow scrypt hash in a
+instance: ``SignInThrottle``), then a turn under the ceiling on password checks
+(``CheckCeiling``: it may wait, or answer 429, and locks nothing), then compares the password with the slow scrypt hash in a
 worker thread (an unknown email costs the same work, so timing does not tell which
 emails exist; ``gatewayd.passwords``), replaces a hash made with older parameters, and
 starts a new session id on success. Signing out records the session's end only for a
@@ -98,6 +99,11 @@ def create_blueprint(console: Console) -> Blueprint:
                 f"Too many failed sign-ins for {email}. Try again in {minutes} minute{'s' if minutes != 1 else ''}.",
                 {"Retry-After": str(wait)},
             )
+        busy = await console.ceiling.take()  # the global ceiling on password checks: wait, or 429
+        if busy is not None:
+            await console.throttle.give_back(email, address)  # not checked: no failure counted
+            raise ConsoleError(429, "Too many sign-ins", "The console is checking too many passwords right now. "
+                               f"Try again in {busy} second{'s' if busy != 1 else ''}.", {"Retry-After": str(busy)})
         account = console.directory.accounts_by_email.get(email.lower()) if email else None
         stored = account.password_hash if account is not None else None
         if not await passwords.matches(password, stored) or account is None or not stored:

@@ -19,7 +19,9 @@ from werkzeug.wrappers.response import Response as WerkzeugResponse  # what redi
 from gatewayd.access import client_address
 from gatewayd.config import Config
 from gatewayd.console.formatting import zone_label
-from gatewayd.console.session import COOKIE, MAX_AGE_S, Session, Sessions, SignInThrottle, password_fingerprint
+from gatewayd.console.session import (
+    COOKIE, MAX_AGE_S, CheckCeiling, Session, Sessions, SignInThrottle, password_fingerprint,
+)
 from gatewayd.directory import Directory
 from gatewayd.mail import Outbox
 from gatewayd.oidc import OidcClient
@@ -44,6 +46,8 @@ class Console:
     links: Links  # sign-up and reset links (gatewayd.self_service)
     outbox: Outbox  # their emails, sent by a task of the daemon (gatewayd.mail)
     oidc: OidcClient  # sign-in with identity providers ([[console.oidc]])
+    ceiling: CheckCeiling  # password checks a second, whoever asks ([server] password_checks_per_s)
+    checkouts: Any = None  # Checkout Sessions made per account (gatewayd.ratelimit windows; views_funds)
 
 
 class ConsoleError(Exception):

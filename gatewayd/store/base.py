@@ -116,9 +116,10 @@ class Payment:
         return attrs.asdict(self)
 
 
-# Where a payment comes from (``payments.source``); refunds and disputes are negative amounts, an
+# Where a payment comes from (``payments.source``); refunds and disputes are negative amounts
+# (dispute_won: a dispute closed in the card holder's favour gives back what its opening held), an
 # operator's adjustment (``POST /admin/v1/accounts/{ref}/adjustments``) either sign
-PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute", "adjustment")
+PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute", "dispute_won", "adjustment")
 NEGATIVE_SOURCES = frozenset({"refund", "dispute"})
 SIGNED_SOURCES = frozenset({"adjustment"})
 

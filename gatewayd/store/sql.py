@@ -398,6 +398,13 @@ class SQLStore(PaymentsSQL, AdminSQL):
 
         await self._write(lambda tx: signin_attempts.settle_success(tx, cleared, refunded))
 
+    async def unlock_signin(self, email_buckets: str) -> int:
+        """``signin_attempts.unlock``: every throttle bucket of one email deleted."""
+        from gatewayd.store import signin_attempts
+
+        deleted: int = await self._write(lambda tx: signin_attempts.unlock(tx, email_buckets))
+        return deleted
+
     async def forget_signin_attempts(self, quiet_since: float, now: float) -> int:
         from gatewayd.store import signin_attempts
 
