@@ -17,31 +17,30 @@ with the body unread (``gatewayd.app.Listener``), so a caller without a valid ke
 make the gateway hold nothing. The ``/v1/models`` routes never read a body.
 
 Like quart-trio, a request runs in a nursery beside a task that waits for the client's
-``http.disconnect``: a client that goes away cancels the handler (and so the upstream
-call) within a millisecond, and the relay's shielded settlement bills what was produced.
+``http.disconnect`` (``gatewayd.reply.Reply.watch``): a client that goes away cancels the
+handler (and so the upstream call) within a millisecond; a stream already answering is
+forwarded by a task the daemon owns, which finishes it within the hang-up grace and settles
+it (``gatewayd.reply``, ``gatewayd.hangups``).
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import orjson
 import trio
 
-from gatewayd import endpoints, telemetry, trace
+from gatewayd import endpoints, trace
 from gatewayd.access import Caller, client_address
 from gatewayd.bodies import account_owner
 from gatewayd.endpoints import ENDPOINTS, LARGE_BODY_BYTES, Ctx, Endpoint
-from gatewayd.errors import GatewayError, error_body, our_fault
+from gatewayd.errors import GatewayError
 from gatewayd.relay import Relay
+from gatewayd.reply import HttpReply
 
-log = logging.getLogger("gatewayd.app")
 
 MODEL_PREFIX = "/v1/models/"
 GEMINI_MODEL_PREFIX = endpoints.GEMINI_MODELS + "/"
-JSON_TYPE = (b"content-type", b"application/json")
-SSE_TYPE = (b"content-type", b"text/event-stream")
 
 
 class Headers:
@@ -152,14 +151,16 @@ class ApiRoutes:
                     self.relay.refuse_large_free_body(ctx, scope.get("gateway.content_length") or 0)
                 raw = await _read_body(receive, free_cap)
             except GatewayError as error:
-                await _send_error(send, error, ctx)  # body unread: the listener closes the connection
+                await HttpReply(send, self.relay.hangups).error(error, ctx.request_id, ctx.envelope)  # body unread: the listener closes the connection
                 return
             if raw is None:
                 return  # the client went away, or the listener refuses the body (too large, too slow, over budget)
+            reply = HttpReply(send, self.relay.hangups)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                await _answer(send, ctx, self.relay.serve(endpoint, ctx, raw))
+                nursery.start_soon(reply.watch, receive, nursery.cancel_scope)
+                await reply.answer(ctx.request_id, ctx.envelope, self.relay.serve(endpoint, ctx, raw))
                 nursery.cancel_scope.cancel()
+            await reply.sends_ended()
 
         return serve
 
@@ -170,7 +171,7 @@ class ApiRoutes:
             caller = self.relay.admit(ctx, key_headers=("x-api-key",))
             return 200, {}, endpoints.models_list(self.relay.config, caller, ctx)
 
-        await _answer(send, ctx, listing())
+        await self._answer(send, ctx, listing())
 
     async def _model(self, scope, receive, send) -> None:
         """``GET /v1/models/{id}``: one item of the key's listing, or 404."""
@@ -184,7 +185,10 @@ class ApiRoutes:
                     return 200, {}, orjson.dumps(entry)
             raise GatewayError(404, f"The model {model_id} does not exist", "model_not_found", param="model")
 
-        await _answer(send, ctx, item())
+        await self._answer(send, ctx, item())
+
+    async def _answer(self, send, ctx: Ctx, answering: Awaitable[tuple[int, dict, Any]]) -> None:
+        await HttpReply(send, self.relay.hangups).answer(ctx.request_id, ctx.envelope, answering)
 
     def _gemini_listing(self, answer: Callable[[Any, Caller, Ctx], bytes]) -> Callable:
         """``GET /v1beta/models[/{model}]``: the key's chat models, in Google's shape and envelope."""
@@ -195,23 +199,9 @@ class ApiRoutes:
                 caller = self.relay.admit(ctx, endpoint=endpoints.GEMINI_GENERATE)  # the Gemini API's key places
                 return 200, {}, answer(self.relay.config, caller, ctx)
 
-            await _answer(send, ctx, listing())
+            await self._answer(send, ctx, listing())
 
         return serve
-
-
-async def _answer(send, ctx: Ctx, answering: Awaitable[tuple[int, dict, Any]]) -> None:
-    """Await the handler and send what it answers; a refusal in its envelope; a bug of ours
-    (a request translator, the estimator, anything the relay does not catch itself) as a
-    logged 500 ``internal_error``."""
-    try:
-        status, headers, body = await answering
-    except GatewayError as error:
-        await _send_error(send, error, ctx)
-    except Exception as e:
-        await _send_error(send, our_fault(ctx.request_id, "while handling the request", e), ctx)
-    else:
-        await _send_answer(send, status, headers, body, ctx)
 
 
 def _count_body_against(scope: dict, caller: Caller) -> None:
@@ -248,43 +238,8 @@ async def _read_body(receive, cap: int | None = None) -> bytes | None:
 
 
 async def _cancel_on_disconnect(receive, scope: trio.CancelScope) -> None:
+    """The MCP endpoints' disconnect watch (they relay no model answer: ``gatewayd.reply``'s is
+    the model routes')."""
     while (await receive())["type"] != "http.disconnect":
         pass
     scope.cancel()
-
-
-def _header_list(headers: dict, content_type: tuple[bytes, bytes], length: int | None) -> list:
-    out = [content_type] if "content-type" not in headers else []  # a route may set its own (Gemini's JSON stream)
-    if length is not None:
-        out.append((b"content-length", str(length).encode()))
-    for name, value in headers.items():
-        out.append((name.encode("latin-1"), str(value).encode("latin-1")))
-    return out
-
-
-async def _send_error(send, error: GatewayError, ctx: Ctx) -> None:
-    telemetry.refused(error)
-    body = error_body(error, ctx.request_id, ctx.envelope)
-    await _send_answer(send, error.status, error.headers, body, ctx)
-
-
-async def _send_answer(send, status: int, headers: dict, body: Any, ctx: Ctx) -> None:
-    if isinstance(body, (bytes, bytearray)):
-        await send({"type": "http.response.start", "status": status,
-                    "headers": _header_list(headers, JSON_TYPE, len(body))})
-        await send({"type": "http.response.body", "body": bytes(body), "more_body": False})
-        return
-    stream: AsyncGenerator[bytes, None] = body
-    try:  # the stream settles its tab when closed: sending the status line is inside the try too
-        await send({"type": "http.response.start", "status": status,
-                    "headers": _header_list(headers, SSE_TYPE, None)})
-        async for chunk in stream:
-            if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    except Exception as e:  # noqa: BLE001 - the pump turns every fault into an error event; this is a bug
-        log.error("internal error while streaming the answer: %s", type(e).__name__, exc_info=e,
-                  extra={"fields": {"request_id": ctx.request_id}})
-        # the status line is gone: end the stream without its terminal event (the client sees it cut)
-    finally:
-        await stream.aclose()
-    await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -127,9 +127,13 @@ class Listener:
             self._finished(t)
 
     def _finished(self, t: Trace) -> None:
-        t.duration_s = time.perf_counter() - t.started
+        if not t.duration_s:
+            t.duration_s = time.perf_counter() - t.started
         if not t.status:
             t.status = 499  # the client went away before any answer (nginx's number for it)
+        if t.settling:  # the client left; the daemon settles the request: the line says the charge
+            t.finish = self._finished
+            return
         logs.request_line(t.fields(), logging.DEBUG if t.endpoint == "ops" else logging.INFO)
         if self.metrics is not None:
             self.metrics.observe(t)

@@ -95,6 +95,7 @@ class ServerSettings:
     h2c: bool = False  # HTTP/2 without TLS (prior knowledge or Upgrade); HTTP/2 over TLS (ALPN) is always on
     max_concurrent_per_account: int = 256  # requests in flight per account and instance; 0 = no cap
     max_concurrent_per_key: int = 0  # the same per key; 0 = no cap (gatewayd/concurrency.py)
+    hangup_grace_s: float = 2.0  # a client gone: its provider request is closed this long after (gatewayd/hangups.py)
     max_sockets_per_key: int = 16  # Responses WebSockets open per key and instance; 0 = no cap (socket_limits)
     max_sockets_per_account: int = 64  # the same per account
     max_free_body_bytes: int = 1 << 20  # bodies of requests the gateway answers itself (countTokens, warm-ups)
@@ -200,7 +201,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
     s = _Section(raw or {}, "server")
     s.unknown({
         "listen", "admin_socket", "data_dir", "stream_idle_timeout_s", "max_body_bytes",
-        "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "tls_cert", "tls_key",
+        "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "hangup_grace_s", "tls_cert", "tls_key",
         "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
         "body_timeout_s", "max_buffered_bytes", "max_buffered_bytes_per_account", "console_buffered_bytes",
         "webhook_buffered_bytes", "h2c",
@@ -237,6 +238,7 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         trusted_proxies=tuple(proxies),
         models_visible_after_paid_nano=threshold_nano,
         shutdown_grace_s=float(s.number("shutdown_grace_s", 30)),
+        hangup_grace_s=float(s.number("hangup_grace_s", 2, minimum=0)),
         tls_cert=tls_cert,
         tls_key=tls_key,
         upstream_connect_timeout_s=float(s.number("upstream_connect_timeout_s", 10, minimum=0.001)),

@@ -18,23 +18,28 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Awaitable
 
 import httpx
 import trio
 
 from gatewayd import telemetry, trace
 from gatewayd.attempt import PROVIDER_FAULTS, AttemptFailed
-from gatewayd.billing.cut import hidden_output_possible
+from gatewayd import tokens
+from gatewayd.billing.cut import cut_usage, hidden_output_possible
+from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.tab import Outcome, Tab
 from gatewayd.concurrency import gateway_busy
 from gatewayd.config import ModelRoute, RoutingSettings
 from gatewayd.drain import Drain
 from gatewayd.errors import GatewayError, UpstreamError, our_fault
 from gatewayd.formats.usage import Usage
+from gatewayd.hangups import Hangups
 from gatewayd.providers.base import Call, Route
 from gatewayd.providers.upstream import Upstream
 from gatewayd.pump import AnswerStream, StreamPump
 from gatewayd.received_ids import ReceivedIds
+from gatewayd.protocols import finishes_abandoned_answers
 from gatewayd.routing import Router
 
 
@@ -42,12 +47,13 @@ class Failover:
     """The attempts of every request of one relay: what they need, passed in."""
 
     def __init__(self, settings: RoutingSettings, upstream: Upstream, router: Router, drain: Drain,
-                 received_ids: ReceivedIds) -> None:
+                 received_ids: ReceivedIds, hangups: Hangups | None = None) -> None:
         self.settings = settings  # replaced on a config reload
         self.upstream = upstream
         self.router = router
         self.drain = drain
         self.received_ids = received_ids
+        self.hangups = hangups or Hangups()  # the daemon's tasks for what a client left behind
 
     async def run(self, tab: Tab, call: Call, attempts: list[tuple[ModelRoute, Route]], key: str | None):
         """Try the built routes in order until one answers (module doc); settle a plain
@@ -75,14 +81,14 @@ class Failover:
             began = trio.current_time()
             try:
                 if route.stream:
-                    first, pump = await self._open_stream(route, tab, target, last, deadline)
+                    first, pump, source = await self._open_stream(route, tab, target, last, deadline)
                     self.router.succeeded(target, trio.current_time() - began)
                     self.router.remember(model, key, target)
                     telemetry.first_chunk(first)
                     tab.hand_off()  # no checkpoint since the pump started: it settles from here on
                     return 200, {**route.headers, "cache-control": "no-cache"}, AnswerStream(
-                        first, telemetry.watch_stream(pump), tab)
-                body, usage, first_byte_s = await self._answer(route, tab, last, deadline)
+                        first, telemetry.watch_stream(pump), tab, source)
+                body, usage, first_byte_s = await self._whole_answer(route, tab, target, last, deadline)
             except AttemptFailed as failure:
                 telemetry.attempt_failed(failure)
                 failures.append((failure, route))
@@ -140,12 +146,13 @@ class Failover:
         limit = self._cut_off(self.settings.first_byte_timeout_s, last, deadline)
         with trio.move_on_after(limit) as waiting:
             response = await self._call(route, tab)
-            pump = StreamPump(self, response, route, tab, target).run()
+            source = StreamPump(self, response, route, tab, target)
+            pump = source.run()
             try:
                 first = await pump.__anext__()
             except StopAsyncIteration:
                 first = b""
-            return first, pump
+            return first, pump, source
         assert waiting.cancelled_caught
         raise AttemptFailed(
             GatewayError(504, f"the provider sent nothing within {limit:g} seconds", "upstream_timeout",
@@ -184,7 +191,51 @@ class Failover:
             "idle_timeout", reason=f"no answer within {limit:g} s", reached=False,
         )
 
+    async def _whole_answer(self, route: Route, tab: Tab, target: ModelRoute, last: bool,
+                            deadline: float) -> tuple[bytes, Usage, float]:
+        """A non-streamed answer, with each provider's rule for a client that leaves meanwhile
+        (docs/billing.md, "A client that hangs up"; ``gatewayd.protocols.finishes_abandoned_answers``).
+
+        A provider that finishes and bills an answer whose client left: the attempt runs in a
+        task the daemon owns, which the client's handler waits for; a client that leaves ends
+        its handler (its slots free at once) and the task reads the answer on and charges the
+        provider's own usage. A provider that stops and bills what it made: the request is
+        closed when the client leaves and charged as a cut stream (its input, and the hidden
+        reasoning fallback)."""
+        if not finishes_abandoned_answers(target.provider.protocol):
+            try:
+                return await self._answer(route, tab, last, deadline)
+            except trio.Cancelled:
+                with trio.CancelScope(shield=True):
+                    await charge_cut_request(tab)
+                raise
+        await trio.lowlevel.checkpoint_if_cancelled()  # a client gone already: no provider call at all
+        attempt = _OwnedAttempt()
+        tab.hand_off()  # the task settles if the client leaves; the relay, if it stays
+        self.hangups.start(attempt.run, self._answer(route, tab, last, deadline), tab)
+        try:
+            await attempt.done.wait()
+        except trio.Cancelled:
+            if attempt.done.is_set():  # the answer came in the same instant: charged as a hang-up here
+                with trio.CancelScope(shield=True):
+                    await attempt.settle_abandoned(tab)
+            else:
+                # the task charges the provider's usage when it has it; a provider silent for the
+                # idle timeout from now is closed and the request charged as a cut one
+                attempt.abandon(tab, trio.current_time() + self.upstream.stream_idle_timeout_s)
+                t = trace.get()
+                if t is not None:
+                    t.settling = True
+            raise
+        tab.handed_off = False
+        if attempt.error is not None:
+            raise attempt.error
+        assert attempt.result is not None
+        return attempt.result
+
     async def cut_by_shutdown(self, tab: Tab) -> GatewayError:
+        if tab.client_left:  # a hang-up during the shutdown is settled as a hang-up
+            await charge_cut_request(tab)
         await tab.release(Outcome.SHUTDOWN, 503)
         return GatewayError(503, "the gateway is shutting down; the provider did not answer in time",
                             "shutting_down", model_step=True)
@@ -270,3 +321,62 @@ class Failover:
         return body, usage if usage is not None else Usage(input_tokens=route.input_tokens_estimate)
 
 
+
+
+class _OwnedAttempt:
+    """A non-streamed attempt run by a task the daemon owns (``Failover._whole_answer``): its
+    result or failure for the client's handler, or, once the client left, its settlement."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.abandoned = False  # the client left: the task settles
+        self.result: tuple[bytes, Usage, float] | None = None
+        self.error: Exception | None = None
+        self.scope = trio.CancelScope()  # the attempt: bounded once the client left
+
+    def abandon(self, tab: Tab, deadline: float) -> None:
+        self.abandoned = True
+        tab.client_left = True  # a shutdown cut from now on settles as the hang-up it is
+        self.scope.deadline = deadline
+
+    async def run(self, answering: Awaitable[tuple[bytes, Usage, float]], tab: Tab) -> None:
+        t = trace.get()
+        try:
+            with self.scope:
+                self.result = await answering
+        except Exception as e:  # the handler re-raises it; once the client left, settled below
+            self.error = e
+        finally:
+            with trio.CancelScope(shield=True):
+                if self.abandoned:
+                    await self.settle_abandoned(tab)
+                    trace.settled_later(t)
+            self.done.set()
+
+    async def settle_abandoned(self, tab: Tab) -> None:
+        """The client left: the provider's usage of the answer it finished; a failure charges
+        nothing more than its own path settled (a refusal, a broken answer: nothing)."""
+        if self.result is not None:
+            await tab.settle(self.result[1], Outcome.CLIENT_DISCONNECTED, 499)
+        elif self.error is None:  # no answer within the bound: closed, charged as a cut request
+            await charge_cut_request(tab)
+        else:
+            await tab.release(Outcome.CLIENT_DISCONNECTED, 499)
+
+
+async def charge_cut_request(tab: Tab) -> None:
+    """A non-streamed request closed because its client left, at a provider that stops and
+    bills what it made: charged as a cut stream with nothing shown (``cut_usage``): its input
+    counted (at most the hold's estimate) if it was sent, and the hidden reasoning fallback."""
+    if tab.settled or not tab.sent:
+        return
+    prompt = tab.input_estimate
+    if tab.prompt is not None:
+        text, flat = prompt_transcript(*tab.prompt)
+        try:
+            prompt = min(prompt, await tokens.count_off_loop(text, tab.model.family) + flat)
+        except Exception as e:  # noqa: BLE001 - counting is a fallback: the estimate is charged
+            our_fault(tab.hold.request_id, "while counting the prompt of a cut request", e)  # logs it
+    usage = cut_usage(None, produced=0, prompt=prompt, output_allowance=tab.output_allowance,
+                      hidden_possible=tab.hidden_possible)
+    await tab.settle(usage, Outcome.CLIENT_DISCONNECTED, 499)

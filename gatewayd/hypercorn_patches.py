@@ -1,6 +1,6 @@
 """Every change gatewayd makes to hypercorn, in one place, checked before the daemon starts.
 
-Hypercorn has no hooks for four things the gateway needs, so gatewayd replaces a few of
+Hypercorn has no hooks for the things the gateway needs, so gatewayd replaces a few of
 its private methods (each fix is written up for upstream in ``docs/hypercorn-upstream.md``):
 
 ``hangups``
@@ -15,6 +15,20 @@ its private methods (each fix is written up for upstream in ``docs/hypercorn-ups
     side has ended no request can arrive, so the patch stops the idle timer there, and a
     timer started after that (an answer finished after a reset begins a new keep-alive
     cycle) closes the connection at once.
+
+``closing_sends``
+    Hypercorn writes a response under a send lock but shuts its socket's write side
+    (``send_eof``, when the connection closes) without it, from whichever task closes it:
+    the read loop or the app's. ``send_eof`` holds trio's send-conflict detector across a
+    checkpoint, so a write that starts meanwhile (even one that took the lock first and had not
+    begun) fails with ``trio.BusyResourceError``
+    ("another task is currently sending data on this SocketStream"), raised into the app's
+    ``send``. It happened under load to an answer sent before the request body had arrived
+    (the connection closes right after it): a traceback, and the shared daemon of a test run
+    failing tests that had nothing to do with it (issue 30). The patch takes the send lock
+    for the close when it is free, so no write starts during the EOF; when a write holds it,
+    the socket is closed without an EOF (a write then finds it closed, which hypercorn handles;
+    and a write stuck on a client that reads nothing ends).
 
 ``protocol_errors``
     Requests h11 refuses before any ASGI call (oversized headers, broken HTTP/1.1) are
@@ -52,6 +66,8 @@ patch (``required``):
 - ``hangups``: required. Without it the daemon leaks a file descriptor per departed
   client for 75 s and, under load, stops accepting: an outage that arrives later and
   slowly, worse than refusing to start.
+- ``closing_sends``: required. Without it an answer can fail with a traceback instead of
+  being written.
 - ``cleartext_h2``: required. Without it ``h2c = false`` would be silently ignored,
   opening the multiplexed attack surface the operator closed.
 - ``websocket_limits``: required. Without it one socket's message could hold a thousand
@@ -199,6 +215,45 @@ HANGUPS = Patch(
     replaces=((TCPServer, "_read_data"), (TCPServer, "_idle_timeout")),
     apply=_apply_hangups,
     without="a departed client's connection would stay open for keep_alive_timeout",
+)
+
+
+# -- closing_sends ------------------------------------------------------------------------------
+
+
+def _apply_closing_sends() -> None:
+    close = original(TCPServer, "_close")
+
+    async def _close(self) -> None:
+        try:
+            self.send_lock.acquire_nowait()
+        except trio.WouldBlock:
+            # a write holds the lock (it may not have begun yet): an EOF now would race it, so the
+            # socket is closed without one, which also ends a write stuck on a client reading nothing
+            await self.stream.aclose()
+            return
+        try:  # no write starts while the EOF is sent (a write after it finds the stream closed)
+            await close(self)
+        finally:
+            self.send_lock.release()
+
+    _replace(TCPServer, "_close", _close)
+
+
+CLOSING_SENDS = Patch(
+    name="closing_sends",
+    required=True,
+    needs=(
+        Needs(TCPServer, "_close"),
+        Needs(TCPServer, "_close", "called_by", by="protocol_send"),
+        Needs(TCPServer, "send_lock", "set_in_init"),
+        Needs(TCPServer, "send_lock", "called_by", by="protocol_send"),
+        Needs(TCPServer, "stream", "set_in_init"),
+    ),
+    replaces=((TCPServer, "_close"),),
+    apply=_apply_closing_sends,
+    without="an answer written while its connection closes (one sent before the request body arrived, "
+            "under load) fails with trio.BusyResourceError, a traceback in the log",
 )
 
 
@@ -359,7 +414,7 @@ WEBSOCKET_LIMITS = Patch(
     without="a compressed WebSocket message would be inflated whole before any cap applies",
 )
 
-PATCHES = (HANGUPS, PROTOCOL_ERRORS, CLEARTEXT_H2, WEBSOCKET_LIMITS)
+PATCHES = (HANGUPS, CLOSING_SENDS, PROTOCOL_ERRORS, CLEARTEXT_H2, WEBSOCKET_LIMITS)
 
 
 # -- start-up -----------------------------------------------------------------------------------

@@ -74,6 +74,9 @@ class Protocol:
     # ``module:function`` in gatewayd.sim that points a provider at the simulator (``--demo``),
     # when its base URL and a dummy key are not enough
     demo_hook: str | None = None
+    # a non-streamed answer whose client left: the provider finishes it and bills it all (True),
+    # or stops and bills what it made (False); docs/billing.md has the table and its evidence
+    finishes_abandoned_answers: bool = True
 
     def settings(self, table: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
         """Its own keys of a ``[[providers]]`` table, validated (:class:`SettingError`);
@@ -196,3 +199,10 @@ def simulated(provider: Provider, sim_url: str) -> Provider:
         module, _, function = described.demo_hook.partition(":")
         return getattr(importlib.import_module(module), function)(provider, sim_url)  # type: ignore[no-any-return]
     return attrs.evolve(provider, base_url=sim_url + described.sim_base_path, api_key="sim-key")
+
+
+def finishes_abandoned_answers(protocol: str) -> bool:
+    """Whether a provider of ``protocol`` finishes (and bills) a non-streamed answer whose client
+    left: then the gateway reads it on in a task the daemon owns and charges the provider's usage
+    (``gatewayd.failover``); else it closes the request and charges it as a cut stream."""
+    return PROTOCOLS[protocol].finishes_abandoned_answers

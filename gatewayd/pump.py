@@ -7,21 +7,26 @@ and hands it to a :class:`StreamPump`, which
   untouched), and settles the request's tab *before* the terminal event goes out;
 - turns every failure after the first byte into an error event in the client's format
   (and every failure before it into ``AttemptFailed`` for the relay's next route);
-- when the client leaves mid-stream, keeps reading the provider's stream (shielded from the
-  client's cancellation, bounded by the idle timeout, the shutdown drain and a byte budget
-  derived from the hold) until the provider's own usage arrives, and charges that. Only a
-  stream whose usage cannot be had is charged by :func:`gatewayd.billing.cut.cut_usage`.
+- when the client leaves mid-stream (:meth:`StreamPump.client_left`), reads the provider's
+  stream on for at most the hang-up grace (``[server] hangup_grace_s``), only to catch a
+  terminal event already on its way, then closes it, so the provider stops generating. The
+  charge is the provider's usage if it came within the grace, else
+  :func:`gatewayd.billing.cut.cut_usage` (input, output produced so far, and the hidden
+  reasoning fallback), never more than the hold (docs/billing.md, "A client that hangs up").
 
-Reads of the provider after the first byte are shielded from the client's cancellation:
-cancelling a read in the middle closes the provider connection (httpcore closes a response
-whose read was interrupted), and then the usage could never be read. A client that leaves
-is noticed at the next ``yield`` instead. :class:`AnswerStream` is the stream as the client
-gets it, whose ``aclose`` settles whatever the pump did not.
+After the first byte the stream is forwarded by a task the daemon owns
+(:mod:`gatewayd.reply`, :mod:`gatewayd.hangups`), not the client's handler, so the handler
+ends at once when the client leaves while this finishes the stream within the grace. Reads
+are shielded from the cancellation of a send to the client (cancelling a read in the middle
+closes the provider connection); the grace is the read's own deadline. :class:`AnswerStream`
+is the stream as the client gets it, whose ``aclose`` settles whatever the pump did not.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, AsyncIterator
+
+import math
 
 import httpx
 import trio
@@ -42,9 +47,9 @@ from gatewayd.store.base import StoreUnavailable
 if TYPE_CHECKING:
     from gatewayd.failover import Failover
 
-# After the client left: read at most this many bytes of provider events per token the hold
-# covers (an SSE event carrying one text delta is 100-250 bytes; usage events are small),
-# plus a floor. A provider that sends more than that is ignoring the cap we sent.
+# After the client left, within the grace: read at most this many bytes of provider events per
+# token the hold covers (an SSE event carrying one text delta is 100-250 bytes; usage events are
+# small), plus a floor. A provider that sends more than that is ignoring the cap we sent.
 BYTES_PER_ALLOWED_TOKEN = 512
 MIN_READ_AFTER_LEAVING = 1 << 20
 
@@ -64,17 +69,33 @@ class StreamPump:
         self.splitter = route.make_splitter()  # SSE, or Bedrock's event stream
         self.chunks = response.aiter_raw()
         self.started = False  # bytes reached (were yielded towards) the client
+        self.left = False  # the client hung up (client_left): read on only within the grace
+        self.read_deadline = math.inf  # the grace's end, once the client left
+        self._reading: trio.CancelScope | None = None  # the read in progress, if any
+
+    def client_left(self, grace_s: float) -> None:
+        """The client hung up: the read in progress and any later one end at the grace's end
+        (module doc). Called from the client's handler; the stream's own task finishes."""
+        if self.left:
+            return
+        self.left = True
+        self.read_deadline = trio.current_time() + grace_s
+        if self._reading is not None:
+            self._reading.deadline = min(self._reading.deadline, self.read_deadline)
 
     async def _read(self) -> tuple[bytes | None, bool]:
-        """The next raw chunk (None at the end), and whether a shutdown cut the read. After
-        the first byte the read is shielded from the client's cancellation (module doc).
-        Silence for the idle timeout is the connection's read timeout (``httpx.ReadTimeout``),
-        which httpcore keeps on trio's clock: no scope of ours per chunk (7 us each)."""
+        """The next raw chunk (None at the end), and whether the read was cut: by a shutdown,
+        or by the hang-up grace's end once the client left. After the first byte the read is
+        shielded from the cancellation of a send (module doc). Silence for the idle timeout is
+        the connection's read timeout (``httpx.ReadTimeout``), which httpcore keeps on trio's
+        clock: no scope of ours per chunk but this one (7 us each)."""
         chunk = None
-        with trio.CancelScope(shield=self.started):
+        with trio.CancelScope(shield=self.started, deadline=self.read_deadline) as grace:
+            self._reading = grace
             with self.attempts.drain.read() as reading:
                 chunk = await anext(self.chunks, None)
-        return chunk, reading.cancelled_caught
+        self._reading = None
+        return chunk, reading.cancelled_caught or grace.cancelled_caught
 
     async def run(self) -> AsyncIterator[bytes]:
         """Forward the stream as it arrives; settle before the terminal event is sent.
@@ -92,6 +113,8 @@ class StreamPump:
             try:
                 while True:
                     chunk, cut = await self._read()
+                    if cut and self.left:
+                        return  # the grace after the hang-up ran out (or a shutdown came in it)
                     if cut:
                         status = Outcome.SHUTDOWN
                         if not self.started:
@@ -194,12 +217,13 @@ class StreamPump:
                 await self._close(status)
 
     async def _close(self, status: Outcome) -> None:
-        """The shielded end of every stream: read on to the provider's usage if the client left,
-        give the connection back (or close it), settle what is still held."""
+        """The shielded end of every stream: within the grace, catch a terminal event already
+        on its way if the client left; give the connection back (or close it), settle what is
+        still held."""
         pipe, tab = self.pipe, self.tab
         try:
             if self.started and not tab.settled and status is Outcome.CLIENT_DISCONNECTED:
-                await self._read_to_usage()
+                await self._read_within_grace()
             if pipe.complete:
                 await _drain(self.chunks)
             await self.chunks.aclose()  # type: ignore[attr-defined]
@@ -222,10 +246,12 @@ class StreamPump:
         text, flat = prompt_transcript(body, fmt)
         return await tokens.count_off_loop(text, self.tab.model.family) + flat
 
-    async def _read_to_usage(self) -> None:
+    async def _read_within_grace(self) -> None:
         """The client left: read the provider's stream on (output discarded) until its terminal
-        event, its end, the idle timeout, a shutdown or the byte budget, so that the charge is
-        the provider's own usage, hidden reasoning included."""
+        event, its end, the grace's end, the idle timeout, a shutdown or the byte budget, so
+        that a usage already on its way is the charge; then the caller closes the stream."""
+        if not self.left:  # closed for another reason than a hang-up seen by the reply: the same grace
+            self.client_left(self.attempts.hangups.grace_s)
         budget = max(MIN_READ_AFTER_LEAVING, self.tab.output_allowance * BYTES_PER_ALLOWED_TOKEN)
         try:
             while not (self.pipe.complete or self.pipe.failed) and budget > 0:
@@ -256,7 +282,8 @@ class StreamPump:
                     produced = await tokens.count_off_loop(pipe.produced_text(), tab.model.family)
                     prompt = route.input_tokens_estimate
                     if not (usage and usage.input_tokens) and tab.prompt is not None:
-                        prompt = await self._count_prompt(*tab.prompt)
+                        # counted, and never more than the hold's estimate (the hold bounds a charge)
+                        prompt = min(await self._count_prompt(*tab.prompt), max(tab.input_estimate, prompt))
                 except Exception as e:
                     our_fault(tab.hold.request_id, "while counting what the stream produced", e)  # logs it
                     produced, prompt = 0, route.input_tokens_estimate
@@ -291,11 +318,20 @@ class AnswerStream:
     settlement, the tab is settled here. So a stream's money never waits for a garbage
     collector's finalizer."""
 
-    def __init__(self, first: bytes, pump: AsyncIterator[bytes], tab: Tab) -> None:
+    def __init__(self, first: bytes, pump: AsyncIterator[bytes], tab: Tab, source: StreamPump | None = None) -> None:
         self._first = first
         self._pump = pump
         self.tab = tab
+        self.source = source  # the pump behind ``pump``: told when the client leaves
         self.ticket: Ticket | None = None  # the request's place in the in-flight count, left once closed
+
+    def client_left(self, grace_s: float) -> None:
+        """The client hung up: its slots are free now; the stream is finished within the
+        grace by whoever forwards it (a task the daemon owns, ``gatewayd.reply``)."""
+        if self.source is not None:
+            self.source.client_left(grace_s)
+        if self.ticket is not None:
+            self.ticket.leave()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._first:

@@ -64,6 +64,7 @@ from gatewayd.endpoints import (
 from gatewayd.errors import BodyError, GatewayError, model_not_found, our_fault
 from gatewayd.failover import Failover
 from gatewayd.formats.usage import Usage
+from gatewayd.hangups import Hangups
 from gatewayd.metrics import Metrics
 from gatewayd import providers
 from gatewayd.providers.base import Call, Route
@@ -94,7 +95,8 @@ class Relay:
         self.metrics = metrics  # the server's: the relay records into it
         self.in_flight = InFlight()  # requests in flight per key and account (the fair-share caps)
         self.received_ids = ReceivedIds(ledger.store)  # response ids each account may name again
-        self.failover = Failover(config.routing, upstream, self.router, self.drain, self.received_ids)
+        self.hangups = Hangups(config.server.hangup_grace_s)  # the server runs its nursery (gatewayd.hangups)
+        self.failover = Failover(config.routing, upstream, self.router, self.drain, self.received_ids, self.hangups)
         self.free_threads = trio.CapacityLimiter(config.server.free_answer_threads)  # free answers' own threads
         watch_health(self.router, self.metrics, config)
 
@@ -109,6 +111,7 @@ class Relay:
         self.free_threads.total_tokens = config.server.free_answer_threads
         self.router.settings = config.routing
         self.failover.settings = config.routing
+        self.hangups.grace_s = config.server.hangup_grace_s
         publish_routes(self.router, self.metrics, config)
 
     # -- the order of a request ------------------------------------------------------

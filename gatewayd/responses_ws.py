@@ -19,8 +19,9 @@ its last response) is :mod:`gatewayd.formats.responses_socket`; this module is t
   runs, an unknown event type) is an ``error`` event carrying the HTTP status the same
   request would have got and the error object of the body ``gatewayd.errors.error_body``
   writes for it; the socket stays open and a running response is not disturbed.
-- A client that closes the socket mid-response cancels the response as a dropped HTTP
-  client does: the relay reads on to the provider's usage and bills it as a disconnect.
+- A client that closes the socket mid-response ends it as a dropped HTTP client does
+  (``gatewayd.reply``): the socket's handler ends at once, and the provider's stream is read
+  on for at most the hang-up grace, closed, and billed as a disconnect (docs/billing.md).
 - A socket with no response running and no message for ``stream_idle_timeout_s`` is closed
   (1000, "idle"): it holds nothing, and a client opens a new one for its next turn. A
   message over ``max_body_bytes`` is refused by the server before the gateway sees it: the
@@ -56,6 +57,7 @@ from gatewayd.formats.responses_socket import (
 from gatewayd.formats.sse import SSESplitter
 from gatewayd.providers.base import translate
 from gatewayd.pump import AnswerStream
+from gatewayd.reply import SENDS_END_S, Reply
 from gatewayd.socket_limits import SocketBudget, SocketCounts
 from gatewayd.trace import Trace
 from gatewayd.upgrades import refuse_websocket
@@ -87,6 +89,7 @@ class ResponsesSocket:
         self.running_id = ""  # its request id
         self.idle: trio.CancelScope | None = None  # the wait for the client's next message
         self.send_lock = trio.Lock()  # the reader's error events and the running response share the socket
+        self.reply: SocketReply | None = None  # the running response's way back, once it streams
         self.sockets = sockets if sockets is not None else SocketCounts()  # open sockets, shared by the listener
         self.pool = pool  # the API body pool its messages count in (gatewayd.socket_limits)
         self.budget: SocketBudget | None = None
@@ -116,6 +119,9 @@ class ResponsesSocket:
             async with trio.open_nursery() as nursery:
                 await self._read(nursery)
                 nursery.cancel_scope.cancel()
+            with trio.CancelScope(shield=True), trio.move_on_after(SENDS_END_S):
+                async with self.send_lock:  # a send cut by the close has ended: nothing writes to the socket after this
+                    pass
         finally:
             self.last = None  # the remembered history goes with the socket
             self.budget.close()
@@ -132,8 +138,10 @@ class ResponsesSocket:
                 await self.send({"type": "websocket.close", "code": IDLE_CLOSE, "reason": "idle"})
                 return
             if message["type"] == "websocket.disconnect":
+                if self.reply is not None:
+                    self.reply.client_left()  # its stream is finished within the grace, as over HTTP
                 if self.running is not None:
-                    self.running.cancel()  # billed as a disconnect, as over HTTP
+                    self.running.cancel()
                 return
             text = message.get("text")
             size = len(text if text is not None else message.get("bytes") or b"")
@@ -244,35 +252,62 @@ class ResponsesSocket:
             await self._send_text(event)
 
     async def _stream(self, answer: AnswerStream, body: dict, t: Trace) -> None:
-        """The stream's events, one message each: the ``data`` bytes as the SSE stream has them."""
-        splitter = SSESplitter()
-        broken = False
+        """The stream's events, one message each, forwarded by a task the daemon owns
+        (:class:`SocketReply`): a socket closed mid-response ends this at once, and the
+        provider's stream is finished within the hang-up grace."""
+        reply = SocketReply(self, body, t)
+        self.reply = reply
         try:
-            async for chunk in answer:
-                for sse in splitter.feed(chunk):
-                    await self._forward(sse.event, sse.data, body, t)
-            for sse in splitter.flush():
-                await self._forward(sse.event, sse.data, body, t)
-        except Exception as e:  # noqa: BLE001 - the pump turns every fault into an error event; this is a bug
-            log.error("internal error while streaming the answer: %s", type(e).__name__, exc_info=e,
-                      extra={"fields": {"request_id": t.request_id}})
-            broken = True
+            await reply.stream(200, {}, answer, t.request_id)
         finally:
-            await answer.aclose()  # settles the tab (shielded): read on to the usage when cut
-        if broken:  # as an HTTP stream is cut: the client must not wait for an end that will not come
-            async with self.send_lock:
-                await self.send({"type": "websocket.close", "code": INTERNAL_ERROR_CLOSE, "reason": "internal error"})
+            if self.reply is reply:
+                self.reply = None
 
     def _remember(self, last: LastResponse | None) -> LastResponse | None:
         return self.budget.remember(last) if self.budget is not None else last
 
-    async def _forward(self, name: str | None, data: bytes, body: dict, t: Trace) -> None:
+    def _forwarded(self, name: str | None, data: bytes, body: dict, t: Trace) -> None:
+        """One event of the running response is about to go out: the socket's memory of it."""
         if t.first_byte_s is None:
             t.first_byte_s = time.perf_counter() - t.started
         response = finished_response(name, data)
         if response is not None:
             self.last = self._remember(remembered(body, response))
-        last = event_type(name, data) is not None
-        if last:
+        if event_type(name, data) is not None:
             self._done(t)  # before the client can answer it with the next response.create
-        await self._send_text(data)
+
+
+class SocketReply(Reply):
+    """A response's way back over the socket: one text message per event, the ``data``
+    bytes as the SSE stream has them; the socket's send lock, shared with its refusals."""
+
+    def __init__(self, socket: ResponsesSocket, body: dict, t: Trace) -> None:
+        super().__init__(socket.send, socket.relay.hangups)
+        self.lock = socket.send_lock  # one lock for every message on this socket
+        self.socket = socket
+        self.body = body
+        self.t = t
+        self.splitter = SSESplitter()
+
+    async def start(self, status: int, headers: dict) -> bool:
+        return not self.gone  # the socket is open: the events are the answer
+
+    async def send_chunk(self, chunk: bytes) -> bool:
+        for sse in self.splitter.feed(chunk):
+            if not await self._event(sse.event, sse.data):
+                return False
+        return True
+
+    async def end(self) -> None:
+        for sse in self.splitter.flush():
+            await self._event(sse.event, sse.data)
+
+    async def _event(self, name: str | None, data: bytes) -> bool:
+        if self.gone:
+            return False
+        self.socket._forwarded(name, data, self.body, self.t)
+        return await self.send({"type": "websocket.send", "text": data.decode("utf-8")})
+
+    async def broken(self) -> None:
+        # as an HTTP stream is cut: the client must not wait for an end that will not come
+        await self.send({"type": "websocket.close", "code": INTERNAL_ERROR_CLOSE, "reason": "internal error"})

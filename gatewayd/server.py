@@ -229,6 +229,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             drain, metrics = Drain(), Metrics()  # the shutdown and the metrics, shared by their users
             metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
             relay = Relay(config, directory, ledger, upstream, limiter, drain=drain, metrics=metrics)
+            await nursery.start(relay.hangups.run)  # tasks that may outlive their client (gatewayd.hangups)
             telemetry = start_telemetry(config, metrics)
             nursery.start_soon(store.maintain)
             if store.kind == "postgres":  # route health across instances (gatewayd.admin.route_reports)
@@ -309,7 +310,10 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 if config.demo:
                     _print_demo_banner(binds[0], await _ensure_demo_account(directory, config.server.data_dir))
                 task_status.started(binds)
-            # both listeners finished (grace period, then cut); the relay settled what was cut.
+            # both listeners finished (grace period, then cut); the relay settled what was cut, and
+            # what clients that hung up left is settled within its grace (or the drain's cut)
+            with trio.move_on_after(relay.hangups.grace_s + config.server.shutdown_grace_s + BACKSTOP_S):
+                await relay.hangups.wait_idle()
             ops_shutdown.set()
             nursery.cancel_scope.cancel()
         await upstream.aclose()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import attrs
 
@@ -56,6 +56,10 @@ class Trace:
     error_code: str | None = None  # the gateway's error code when it refused or failed the request
     # the request's OpenTelemetry spans (gatewayd.telemetry.otel.RequestSpans); None: telemetry off
     spans: Any = None
+    # the client left before the request was settled: the line waits for the settlement
+    # (gatewayd.hangups), so it says what was charged; ``finish`` writes it then
+    settling: bool = False
+    finish: "Callable[[Trace], None] | None" = None
 
     def fields(self) -> dict:
         """The request log line's fields (and nothing a prompt or completion could be in)."""
@@ -86,3 +90,14 @@ class Trace:
 
 def get() -> Trace | None:
     return current.get()
+
+
+def settled_later(t: Trace | None) -> None:
+    """The request's settlement, done after its client left, is over: its line is written
+    now if the listener already finished the request (``Trace.settling``)."""
+    if t is None:
+        return
+    t.settling = False
+    finish, t.finish = t.finish, None
+    if finish is not None:
+        finish(t)

@@ -81,11 +81,14 @@ class Gateway:
         return account.id, secret
 
     async def usage(self, account_id: str) -> list[dict]:
+        await self.relay.hangups.wait_idle()  # rows of requests whose clients left are written by the daemon's tasks
         await self.store.flush()
         rows = await self.store.usage_rows(UsageQuery(account_id), 10_000)
         return [attrs.asdict(r) for r in reversed(rows)]
 
     async def aclose(self) -> None:
+        with trio.fail_after(30):
+            await self.relay.hangups.wait_idle()  # what clients that hung up left, settled before the store closes
         await self.http.aclose()
         if self._own_store:
             await self.store.close()

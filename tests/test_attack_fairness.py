@@ -9,7 +9,6 @@ them go. Every loop is bounded in count and time.
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 import orjson
@@ -57,11 +56,11 @@ async def wait_until(condition, what: str, timeout_s: float = 10) -> None:
             await trio.sleep(0.01)
 
 
-def end_streams(gw: Gateway, leave: trio.Event) -> None:
-    """The clients of the slow streams leave; the gateway would read on to the provider's
-    usage until its idle timeout (pump.py), so cut those reads as a shutdown does."""
+async def end_streams(gw: Gateway, leave: trio.Event) -> None:
+    """The clients of the slow streams leave: their provider streams are closed within the
+    hang-up grace (gatewayd.hangups) and settled by the daemon's tasks."""
     leave.set()
-    gw.relay.drain.begin(0)
+    await gw.relay.hangups.wait_idle()
 
 
 def error_code(answer: dict) -> str:
@@ -81,10 +80,8 @@ async def test_one_account_holding_slow_streams_does_not_make_another_wait_for_t
     try:
         a_id, a_secret = await gw.funded_key()
         b_id, b_secret = await gw.funded_key()
-        for _ in range(3):  # B's normal latency, on a warm connection
-            began = time.monotonic()
+        for _ in range(3):  # B on a warm connection
             answer = await drive(gw, b_secret, chat("warm up"))
-            normal = time.monotonic() - began
             assert answer["status"] == 200, answer
         leave = trio.Event()
         streaming = [trio.Event() for _ in range(12)]  # more than the pool's 8 connections
@@ -95,13 +92,12 @@ async def test_one_account_holding_slow_streams_does_not_make_another_wait_for_t
             await wait_until(lambda: gw.ledger.open_holds == 12, "A's 12 requests held")
             await wait_until(lambda: sum(e.is_set() for e in streaming) >= 4, "A's streams on the pool")
             await trio.sleep(0.2)  # A's streams have taken every slot they can
-            began = time.monotonic()
             answer = await drive(gw, b_secret, chat("my turn"))
-            took = time.monotonic() - began
-            end_streams(gw, leave)
-        print(f"B's request: {normal * 1000:.1f} ms alone, {took * 1000:.1f} ms beside A's 12 slow streams")
+            await end_streams(gw, leave)
+        # B was not made to wait for A's connections: it would have waited out the pool timeout and
+        # got 503 gateway_busy (the next test). How long it took is bench/pool_fairness.py's figure:
+        # a wall-clock bound fails on a busy machine (issue 30)
         assert answer["status"] == 200, answer
-        assert took < max(0.5, 5 * normal), f"B waited {took:.2f} s beside A's streams (normally {normal:.3f} s)"
         assert gw.ledger.open_holds == 0
         assert gw.directory.accounts[a_id].held_nano == 0
         assert upstream.transport.slots.in_use == 0
@@ -129,7 +125,7 @@ async def test_a_pool_timeout_is_our_503_and_the_route_stays_healthy(tmp_path, s
             chat_answer = await drive(gw, b_secret, chat("no room"))
             messages_answer = await drive(gw, b_secret, chat("no room", model="claude-haiku-4-5"),
                                           path="/v1/messages")
-            end_streams(gw, leave)
+            await end_streams(gw, leave)
         assert chat_answer["status"] == 503, chat_answer
         assert error_code(chat_answer) == "gateway_busy"
         assert chat_answer["headers"].get("retry-after") == "2"

@@ -374,11 +374,13 @@ def test_a_bedrock_api_key_is_sent_as_bearer(gateway, sim, funded):
 
 @pytest.mark.parametrize("path, model", [("/v1/messages", CLAUDE), ("/v1/chat/completions", CLAUDE),
                                          ("/v1/chat/completions", NOVA)])
-def test_a_client_that_leaves_mid_stream_pays_the_providers_bill(gateway, sim, funded, path, model):
-    """The pump reads the Bedrock stream on to its usage (message_delta / Converse metadata)."""
+def test_a_client_that_leaves_mid_stream_pays_what_was_produced(gateway, sim, funded, path, model):
+    """The Bedrock stream is closed within the hang-up grace (issue 30; it was read on to its
+    usage before): the simulator still had most of the 20 s answer to write, and the charge is
+    the input and the output produced, counted."""
     account, _, secret = funded
     marker = tag()
-    text = f"long {marker} [[sim:words=200]] [[sim:fault=chunk_delay_ms:10]]"
+    text = f"long {marker} [[sim:words=400]] [[sim:fault=chunk_delay_ms:50]]"
     body = ({"model": model, "max_tokens": 1000, "stream": True, "messages": [{"role": "user", "content": text}]}
             if path == "/v1/messages" else {"model": model, "stream": True,
                                             "messages": [{"role": "user", "content": text}]})
@@ -390,14 +392,17 @@ def test_a_client_that_leaves_mid_stream_pays_the_providers_bill(gateway, sim, f
                 got += chunk
                 if got.count(b"\n\n") >= 6:
                     break
-    for _ in range(100):  # the gateway settles once it has read the provider's stream to its end
+    for _ in range(100):  # the gateway settles once the grace after the hang-up is over
         rows = gateway.admin.usage(account["id"])
         if rows and rows[0]["status"] != "pending":
             break
         time.sleep(0.1)
     [row] = rows
-    entry = sim.last_request(marker)
-    assert entry["cancelled"] is False and row["status"] == "client_disconnected"
-    kind = "converse" if model == NOVA else "messages"
-    assert row["cost_nano"] == provider_bill(kind, entry["answer"], PRICES[model])
-    assert row["output_tokens"] == 200
+    for _ in range(50):
+        entry = sim.last_request(marker)
+        if entry["cancelled"]:
+            break
+        time.sleep(0.1)
+    assert entry["cancelled"] is True and entry["completed"] is False and entry["events_sent"] < 200
+    assert row["status"] == "client_disconnected"
+    assert 0 < row["output_tokens"] < 200 and row["cost_nano"] > 0

@@ -367,11 +367,17 @@ async def test_azure_route_is_addressed_by_deployment_with_api_key(world):
     assert request.headers["api-key"] == "kc" and "authorization" not in request.headers
 
 
-async def test_a_client_that_leaves_during_failover_pays_only_the_input_once(world):
+async def test_a_client_that_leaves_during_failover_pays_only_the_input_once(world, jumping_clock):
+    """The client leaves while b hangs: b finishes a non-streamed answer its client left
+    (docs/billing.md), so the daemon's task waits for it, at most the idle timeout (5 s here)
+    from the hang-up; b says nothing that long, so the request is closed and charged as a cut
+    one: its input, once."""
     w = await world()
     w.providers.mode.update(a="503", b="hang", c="hang")
     with trio.move_on_after(0.1):
         await w.chat(stream=False)
+    assert w.relay.hangups.open == 1  # the attempt at b, the client's handler gone
+    await w.relay.hangups.wait_idle()
     rows = await w.rows()
     assert len(rows) == 1 and rows[0]["status"] == "client_disconnected" and rows[0]["provider"] == "b"
     w.money_is_consistent()

@@ -119,6 +119,54 @@ async def receive_until_eof(stream) -> bytes:
     return data
 
 
+# -- closing_sends -------------------------------------------------------------------------------
+
+
+class UnpatchedCloseTCPServer(TCPServer):
+    _close = original(TCPServer, "_close")
+
+
+async def busy_writes_while_closing(server_class, rounds: int = 40) -> int:
+    """Writes that failed with BusyResourceError when a connection's close (its ``send_eof``,
+    from one task) met a response's write (from another), as when an answer sent before the
+    request body arrived closes its connection. Trio orders the two tasks at random, so the
+    race is run ``rounds`` times."""
+    from hypercorn.events import Closed, RawData
+
+    busy = 0
+
+    class Protocol:
+        async def handle(self, event) -> None:
+            pass
+
+    for _ in range(rounds):
+        server_socket, client_socket = trio.socket.socketpair()
+        server = server_class(ASGIWrapper(ok_app), hypercorn_config(), WorkerContext(None), {},
+                              trio.SocketStream(server_socket))
+        server.protocol = Protocol()
+
+        async def write() -> None:
+            nonlocal busy
+            try:
+                await server.protocol_send(RawData(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"))
+            except trio.BusyResourceError:
+                busy += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.protocol_send, Closed())
+            nursery.start_soon(write)
+        client_socket.close()
+    return busy
+
+
+async def test_without_closing_sends_a_write_meeting_the_close_fails_as_busy(pristine):
+    assert await busy_writes_while_closing(UnpatchedCloseTCPServer) > 0
+
+
+async def test_closing_sends_no_write_fails_when_it_meets_the_close(patched):
+    assert await busy_writes_while_closing(TCPServer) == 0
+
+
 # -- hangups -------------------------------------------------------------------------------------
 
 
@@ -316,7 +364,7 @@ async def test_websocket_limits_counts_a_message_from_its_first_frame_and_cuts_i
 
 
 def test_the_installed_hypercorn_fits_every_patch():
-    assert [patch.problems() for patch in PATCHES] == [[], [], [], []]
+    assert [patch.problems() for patch in PATCHES] == [[]] * len(PATCHES)
     assert hypercorn_patches.refusal() is None
 
 

@@ -51,3 +51,23 @@ def test_hanging_up_at_the_visible_end_still_pays_the_hidden_reasoning(gateway, 
     assert row["output_tokens"] >= 20000, row
     assert row["cost_nano"] == billed, (row, entry["answer"]["usage"])
     assert_money_consistent(gateway, account["id"])
+
+
+def test_hanging_up_when_the_usage_is_far_off_pays_the_hold_s_output_allowance(gateway, sim):
+    """The same hang-up at ``END``, but the rest of the answer takes 20 s: the provider's stream
+    is closed at the hang-up grace's end with its usage unsent (issue 30), and a model that
+    reasons out of sight is charged the hold's whole output allowance -- at least the reasoning
+    it may have billed, never more than the hold (docs/billing.md)."""
+    account, _, secret = new_account(gateway)
+    n = nonce()
+    body = {"model": "o4-mini", "stream": True, "max_completion_tokens": 30000,
+            "messages": [{"role": "user", "content": f"{n} [[sim:reasoning=20000]] [[sim:end=END]] [[sim:tail=400]] "
+                                                     "[[sim:fault=chunk_delay_ms:50]]"}]}
+    request_id = _read_until(gateway.url, "/v1/chat/completions", secret, body, b"END")
+    row = settled_row(gateway, account["id"], request_id, timeout=15)
+    entry = sim_entry(sim, n)
+    assert not entry["completed"] and entry["cancelled"], "the provider's stream was read past the grace"
+    assert row["status"] == "client_disconnected"
+    assert row["output_tokens"] == 30000, row  # the allowance: more than the 20,000 hidden tokens
+    assert row["cost_nano"] <= row["hold_nano"], row
+    assert_money_consistent(gateway, account["id"])

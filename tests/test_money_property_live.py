@@ -14,8 +14,8 @@ service tiers, server tools and a client that may hang up mid-stream. Then:
 Long-context prompts are real long prompts (~600 KB of words): a provider's tokenizer counts
 what the body holds, and so does the hold's estimate.
 
-A non-streaming request whose client leaves is not drawn: the gateway stops waiting for its
-provider then (docs/billing.md, "A cut request").
+A client that leaves is not drawn here: tests/test_hangup_billing_live.py and
+tests/test_hangups_inproc.py check those charges (docs/billing.md, "A client that hangs up").
 """
 
 from __future__ import annotations

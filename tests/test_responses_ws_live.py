@@ -178,16 +178,21 @@ def test_a_second_create_while_busy_gets_an_error_event_and_the_first_goes_on(ga
     assert [r["status"] for r in rows] == ["ok", "ok"]
 
 
-def test_a_socket_closed_mid_response_is_billed_as_a_disconnect(gateway, funded):
+def test_a_socket_closed_mid_response_is_billed_as_a_disconnect(gateway, sim, funded):
+    """Closed mid-response: the provider's stream is closed within the hang-up grace (the
+    simulator still had most of the 20 s answer to write) and the charge is what was produced."""
     account, _, secret = funded
+    marker = "ws" + uuid.uuid4().hex[:10]
     ws = open_socket(gateway, secret)
-    create(ws, model=GPT, input="long one [[sim:words=40]] [[sim:fault=chunk_delay_ms:50]]")
+    create(ws, model=GPT, input=f"long one {marker} [[sim:words=400]] [[sim:fault=chunk_delay_ms:50]]")
     seen = [json.loads(ws.recv(timeout=30)) for _ in range(6)]
     assert any(e["type"] == "response.output_text.delta" for e in seen)
     ws.close()
     [row] = settled_rows(gateway, account["id"], 1)
     assert row["status"] == "client_disconnected"
-    assert row["output_tokens"] > 0 and row["cost_nano"] > 0  # the pump read on to the provider's usage
+    assert 0 < row["output_tokens"] < 200 and row["cost_nano"] > 0  # what was produced, not the whole answer
+    entry = sim.requests(marker)[0]
+    assert entry["cancelled"] is True and entry["completed"] is False and entry["events_sent"] < 200
     balance = gateway.admin.balance(account["id"])
     assert balance["held_nano"] == 0 and balance["balance_nano"] == 10_000_000_000 - row["cost_nano"]
 

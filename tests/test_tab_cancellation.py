@@ -144,6 +144,7 @@ async def _request(gw: Gateway, path: str, body: dict, secret: str, at: int | No
     try:
         with trio.fail_after(10):
             await gw.app(scope, receive, send)
+            await gw.relay.hangups.wait_idle()  # what the client left is settled by the daemon's task
     finally:
         trio.lowlevel.remove_instrument(instrument)
     return instrument.steps, sent
@@ -236,6 +237,7 @@ async def _socket_response(gw: Gateway, secret: str, at: int | None) -> int:
                 await gate.wait()
             finally:
                 trio.lowlevel.remove_instrument(instrument)
+        await gw.relay.hangups.wait_idle()  # what the client left is settled by the daemon's task
     return instrument.steps
 
 

@@ -469,12 +469,13 @@ def stream_request(model: str, text: str) -> tuple[str, dict]:
 
 
 @pytest.mark.parametrize("model", ["vx-claude", "vx-gemini"])
-def test_client_that_leaves_mid_stream_pays_what_vertex_bills(daemon, sims, model):
-    """The gateway reads Vertex's stream on to its usage after the client hung up."""
+def test_client_that_leaves_mid_stream_pays_what_was_produced(daemon, sims, model):
+    """The Vertex stream is closed within the hang-up grace after the client hung up (issue 30;
+    it was read on to its usage before): the charge is what was produced."""
     _, vsim = sims
     account, _, secret = new_account(daemon)
     marker = tag()
-    path, body = stream_request(model, f"{marker} [[sim:words=150]] [[sim:fault=chunk_delay_ms:5]]")
+    path, body = stream_request(model, f"{marker} [[sim:words=400]] [[sim:fault=chunk_delay_ms:50]]")
     with httpx.Client(timeout=30) as http:
         with http.stream("POST", daemon.url + path, json=body,
                          headers={"authorization": f"Bearer {secret}", "anthropic-version": "2023-06-01"}) as response:
@@ -485,11 +486,15 @@ def test_client_that_leaves_mid_stream_pays_what_vertex_bills(daemon, sims, mode
                 got += chunk
                 if got.count(b"\n\n") >= 8:
                     break
-    row = settled_row(daemon, account["id"], request_id)
-    received = vsim.last_request(marker)
-    assert received["cancelled"] is False and received["completed"] is True
+    row = settled_row(daemon, account["id"], request_id, timeout=10)
+    for _ in range(50):
+        received = vsim.last_request(marker)
+        if received["cancelled"]:
+            break
+        time.sleep(0.1)
+    assert received["cancelled"] is True and received["completed"] is False and received["events_sent"] < 200
     assert row["status"] == "client_disconnected"
-    assert row["cost_nano"] == provider_bill(PRICES[model][0], received["answer"], PRICES[model][1]) > 0
+    assert 0 < row["output_tokens"] < 200 and row["cost_nano"] > 0
 
 
 @pytest.mark.parametrize("model", ["vx-claude", "vx-gemini"])

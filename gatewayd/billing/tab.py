@@ -77,6 +77,7 @@ class Tab:
         self.on_settled = on_settled
         self.sent = False  # some attempt's request bytes were handed to a provider connection
         self.handed_off = False  # a stream owns the settlement now
+        self.client_left = False  # the client hung up; a task the daemon owns settles (gatewayd.hangups)
         self.store_failed = False  # the store could not take the settlement (``settle``)
         self.outcome: Outcome | None = None
 

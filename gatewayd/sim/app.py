@@ -195,7 +195,7 @@ async def _answer(state: SimState, wire: Wire, *, url_model: str | None = None, 
     faults = reply.faults
     stream = body.get("stream") is True if url_stream is None else url_stream
     entry.stream = stream
-    early = await before_reply(faults, entry, wire.error)
+    early = await before_reply(faults, entry, wire.error, whole_by=None if stream else wire.protocol)
     if early is not None:
         return done(entry, early)
     entry.status = 200

@@ -319,7 +319,7 @@ async def answer(state, model_path: str) -> Response:
     faults = reply.faults
     stream = action.endswith("-stream")
     entry.stream = stream
-    early = await exchange.before_reply(faults, entry, error)
+    early = await exchange.before_reply(faults, entry, error, whole_by=None if stream else "bedrock")
     if early is not None:
         return exchange.done(entry, early)
     entry.status = 200

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+import math
+
 import attrs
 import orjson
 import trio
@@ -53,6 +55,8 @@ class Recorded:
     cancelled: bool = False  #: the client went away before the reply was complete
     dropped: bool = False  #: the simulator closed the connection on purpose (a fault)
     completed: bool = False  #: the whole answer was written (a stream: up to its last event)
+    events_sent: int = 0  #: a stream: the events written before it ended (or its client left)
+    finished_after_client_left: bool = False  #: non-streamed: generated (and billed) after its client left
     answer: Callable[[], dict] | None = None  #: renders the whole answer, non-stream shape (lazily)
 
     def to_json(self) -> dict:
@@ -78,6 +82,8 @@ class Recorded:
             "cancelled": self.cancelled,
             "dropped": self.dropped,
             "completed": self.completed,
+            "events_sent": self.events_sent,
+            "finished_after_client_left": self.finished_after_client_left,
             "answer": self.answer() if self.answer is not None else None,
         }
 
@@ -196,12 +202,29 @@ async def _close_connection(entry: Recorded, scope: Mapping[str, Any]) -> None:
     raise SimulatedConnectionFault("simulated connection drop")
 
 
-async def before_reply(faults: Faults, entry: Recorded, error: Callable[..., Response]) -> Response | None:
-    """Faults that act before the status line: delay, disconnect, status."""
+# Each vendor's rule for a non-streamed answer whose client left while it was generated: True,
+# the vendor finishes it and bills it all; False, it stops and bills what it made. All four
+# finish (docs/billing.md, "A client that hangs up", has the evidence); gatewayd.protocols holds
+# the gateway's side of the same table.
+FINISHES_ABANDONED_ANSWERS = {"chat": True, "responses": True, "messages": True, "gemini": True,
+                              "bedrock": True, "vertex": True}
+
+
+async def before_reply(faults: Faults, entry: Recorded, error: Callable[..., Response], *,
+                       whole_by: str | None = None) -> Response | None:
+    """Faults that act before the status line: delay, disconnect, status. ``whole_by``: the
+    vendor of a non-streamed answer, whose ``delay_ms`` is its generation: a vendor that
+    finishes an answer whose client left (``FINISHES_ABANDONED_ANSWERS``) generates it to the
+    end all the same (``finished_after_client_left``), and it is answered (and billed)."""
     if faults is NO_FAULTS:
         return None
     try:
-        if faults.delay_ms:
+        if faults.delay_ms and whole_by is not None and FINISHES_ABANDONED_ANSWERS.get(whole_by, False):
+            with trio.CancelScope(shield=True):
+                await trio.sleep(faults.delay_ms / 1000)
+            # the client left meanwhile: the handler's scope is cancelled (its next checkpoint raises)
+            entry.finished_after_client_left = trio.current_effective_deadline() == -math.inf
+        elif faults.delay_ms:
             await trio.sleep(faults.delay_ms / 1000)
         if faults.disconnect:
             await _close_connection(entry, request.scope)
@@ -239,9 +262,11 @@ async def drive(
                 size += len(data)
                 if size >= _BATCH_BYTES:
                     yield b"".join(buffer)
+                    entry.events_sent += len(buffer)
                     buffer, size = [], 0
             if buffer:
                 yield b"".join(buffer)
+                entry.events_sent += len(buffer)
             entry.completed = True
             return
         cut = faults.cut
@@ -259,6 +284,7 @@ async def drive(
                 await trio.sleep(delay)
             yield data
             sent += 1
+            entry.events_sent = sent
             if kind == CONTENT:
                 content += 1
         entry.completed = True

@@ -466,10 +466,21 @@ async def test_cancel_during_slow_stream_and_delay_is_recorded(sim):
                 break
     entry = await wait_for_log(sim, lambda e: e["cancelled"])
     assert entry["status"] == 200
+    assert 3 <= entry["events_sent"] < 50 and entry["completed"] is False  # most of the answer unsent
 
+
+@pytest.mark.parametrize("path,body,headers", [
+    ("/v1/chat/completions", chat("[[sim:fault=delay_ms:600]]"), OPENAI),
+    ("/v1/messages", msgs("[[sim:fault=delay_ms:600]]"), ANTHROPIC),
+], ids=["openai", "anthropic"])
+async def test_a_non_streamed_answer_whose_client_left_is_finished_and_billed(sim, path, body, headers):
+    """The vendors finish a non-streamed answer whose client left, and bill it all
+    (FINISHES_ABANDONED_ANSWERS; docs/billing.md): the log says so, with the whole answer."""
     with trio.move_on_after(0.2):
-        await sim.post("/v1/chat/completions", json=chat("[[sim:fault=delay_ms:5000]]"), headers=OPENAI)
-    await wait_for_log(sim, lambda e: e["cancelled"] and e["status"] is None)
+        await sim.post(path, json=body, headers=headers)
+    entry = await wait_for_log(sim, lambda e: e["completed"])
+    assert entry["finished_after_client_left"] is True and entry["cancelled"] is False
+    assert entry["status"] == 200 and entry["answer"]["usage"]
 
 
 async def test_fault_error_after(sim):
