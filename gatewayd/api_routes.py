@@ -240,6 +240,7 @@ def _header_list(headers: dict, content_type: tuple[bytes, bytes], length: int |
 
 
 async def _send_error(send, error: GatewayError, ctx: Ctx) -> None:
+    trace.refused(error.code, error.log_reason())
     body = error_body(error, ctx.request_id, ctx.envelope)
     await _send_answer(send, error.status, error.headers, body, ctx)
 

@@ -103,9 +103,12 @@ class Failover:
         """No route answered: the last provider error (status and message kept), else, when
         several routes were tried and none could be reached, 503 ``model_not_found``; a lone
         attempt keeps its own 502/504."""
-        answered = [(f.upstream, r) for f, r in failures if f.upstream is not None]
+        answered = [(f, r) for f, r in failures if f.upstream is not None]
         if answered:
-            upstream, route = answered[-1]
+            last, route = answered[-1]
+            upstream = last.upstream
+            assert upstream is not None
+            trace.refused("upstream_error", f"provider error {last.reason}")
             status, body, headers = route.upstream_error(upstream)
             await tab.release(Outcome.UPSTREAM_ERROR, status)
             return status, {**route.headers, **headers}, body

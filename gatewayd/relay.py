@@ -143,9 +143,11 @@ class Relay:
         """Admit, parse, read: the first steps of every request, in their order."""
         caller = self.admit(ctx, endpoint=endpoint)  # key, then IP
         body = await read_body(raw)  # JSON object, each top-level key once
+        trace.asked_for(body.get("model"))
         if len(raw) > LARGE_BODY_BYTES:
             self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
         asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+        trace.asked_for(asked.model_id)
         if asked.response_ids:
             await self.received_ids.check(caller.account.id, list(asked.response_ids))
         return caller, body, asked
@@ -222,7 +224,9 @@ class Relay:
         key = sticky_key(call.client_format, call.body) if sticky else None
         plan = self.router.plan(model, call.client_format, key)
         if not plan:
-            raise model_not_found(model.id)  # authorize() checked some route serves this format
+            raise model_not_found(model.id, f"none of its routes serves the {call.client_format} format; the "
+                                  "gateway's operator configures a provider that does",
+                                  reason=f"no route serves the {call.client_format} format")
         attempts = await self._build_plan(call, plan[:self.config.routing.max_attempts])
         # all that any route of the plan can bill for the body it sends: the charge never
         # escapes the hold, whichever route serves

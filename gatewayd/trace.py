@@ -39,6 +39,9 @@ class Trace:
     account_id: str | None = None
     key_id: str | None = None
     model: str | None = None  # a catalogue id, set once the model is authorized (bounded label)
+    requested_model: str | None = None  # the id the client sent, as sent (cut to 100 characters)
+    error_code: str | None = None  # a refused or failed request: the code it was answered with
+    reason: str | None = None  # ... and why, in a few words (a 401's cause: for the operator only)
     provider: str | None = None
     route: str | None = None  # the route taken: "provider/upstream_id" (ModelRoute.name), the last one tried
     stream: bool = False
@@ -64,6 +67,9 @@ class Trace:
             "path": self.path,
             "endpoint": self.endpoint,
             "model": self.model,
+            "requested_model": self.requested_model,
+            "error_code": self.error_code,
+            "reason": self.reason,
             "provider": self.provider,
             "route": self.route,
             "stream": self.stream,
@@ -82,3 +88,18 @@ class Trace:
 
 def get() -> Trace | None:
     return current.get()
+
+
+def asked_for(model_id: object) -> None:
+    """The request names ``model_id``: the log line says so, whether or not it is served."""
+    t = current.get()
+    if t is not None and isinstance(model_id, str):
+        t.requested_model = model_id[:100]
+
+
+def refused(code: str, reason: str) -> None:
+    """The request is answered with an error: its code ("" for the spec's empty ones) and why."""
+    t = current.get()
+    if t is not None:
+        t.error_code = code
+        t.reason = reason

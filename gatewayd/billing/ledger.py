@@ -79,7 +79,7 @@ class Ledger:
             if held.what == "key" and key.state(time.time()) == "used_up":
                 # spent through another instance since this one's cache last heard: the spec's
                 # used-up key is the same 401 as every other key problem, not the 403
-                raise invalid_token()
+                raise invalid_token("key used up (spend limit reached through another instance)")
             raise refusal_error(held, amount_nano)
         self.open_holds += 1
         self.held_nano += amount_nano

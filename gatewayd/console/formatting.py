@@ -13,15 +13,11 @@ from typing import Any, Callable
 from zoneinfo import ZoneInfo
 
 from gatewayd.billing import breakdown
-from gatewayd.money import format_usd
+from gatewayd.money import usd_brief
 
 
 def usd(nano: int | None) -> str:
-    text = format_usd(nano)
-    if nano is None or "." not in text:
-        return text
-    whole, frac = text.split(".")
-    return f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
+    return usd_brief(nano)
 
 
 @lru_cache(maxsize=256)
