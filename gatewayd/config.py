@@ -24,6 +24,7 @@ from gatewayd.alerts import AlertSettings
 from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
+from gatewayd.billing.tool_prices import default_tool_prices
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
@@ -385,7 +386,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
             rate_limit=rate,
             client_formats=formats,
             reasoning=s.bool("reasoning", False),
-            **_price_tables(s, f"models[{i}]"),
+            **_price_tables(s, f"models[{i}]", [r.provider.protocol for r in routes]),
         )
     return models
 
@@ -410,9 +411,11 @@ def _rates(s: _Section, *, anthropic_defaults: bool = False) -> Rates:
     return rates
 
 
-def _price_tables(s: _Section, where: str) -> dict[str, Any]:
+def _price_tables(s: _Section, where: str, protocols: list[str]) -> dict[str, Any]:
     """``long_context``, ``service_tiers``, ``tool_prices`` and the audio / image rates of a
-    ``[[models]]`` table (docs/billing.md, "The price schedule")."""
+    ``[[models]]`` table (docs/billing.md, "The price schedule"). No ``tool_prices`` key: the
+    hosted tools of its routes' provider protocols at their list prices
+    (:mod:`gatewayd.billing.tool_prices`)."""
     out: dict[str, Any] = {
         "audio_input_price": s.price("audio_input_price"),
         "audio_output_price": s.price("audio_output_price"),
@@ -448,6 +451,8 @@ def _price_tables(s: _Section, where: str) -> dict[str, Any]:
             except MoneyError as e:
                 raise ConfigError(f"{key}: {e}") from None
         out["tool_prices"] = prices
+    else:
+        out["tool_prices"] = default_tool_prices(protocols, s.bool("reasoning", False))
     return out
 
 
