@@ -122,6 +122,7 @@ class Grant:
     model: Model
     price_ratio: Fraction
     group: str
+    alias: str | None = None  # the id the request named, when it was an alias of ``model``
 
 
 def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
@@ -130,7 +131,8 @@ def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str,
     Each refusal keeps the spec's status and code and says which case it is and what to do
     (the SDKs retry a 503: a message that explains is what tells a person to stop)."""
     key, account = caller.key, caller.account
-    if key.models is not None and model_id not in key.models:
+    model, alias = config.model(model_id)
+    if key.models is not None and model_id not in key.models and (model is None or model.id not in key.models):
         allowed = ", ".join(sorted(key.models)) or "none"
         raise GatewayError(403, f"This token has no access to model {model_id}; this key may use: {allowed} "
                            "(GET /v1/models lists them)", "", reason="model not on the key's model list")
@@ -153,10 +155,9 @@ def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str,
             model_id, f"this account can use models once its total paid reaches {usd_brief(threshold)}; it has paid "
             f"{usd_brief(account.total_paid_nano)} so far, so {usd_brief(more)} more is needed (the console's "
             "Balance page shows Total paid)", reason="account under the visibility threshold")
-    model = config.models.get(model_id)
     if model is None:
         raise model_not_found(model_id, _unknown_model_hint(config, caller, model_id), reason="unknown model id")
-    if model.kind == "embedding" and model_id not in account.embedding_models:
+    if model.kind == "embedding" and model.id not in account.embedding_models:
         raise model_not_found(
             model_id, "this embedding model is not enabled for this account; the gateway's operator enables it "
             "(gatewayctl account embeddings ACCOUNT MODEL --enable)", reason="embedding model not enabled for the account")
@@ -176,7 +177,7 @@ def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str,
     if not model.priced:
         raise GatewayError(400, f"model {model_id} is listed but has no price yet; the gateway's operator sets its "
                            "input_price and output_price", "model_price_error", reason="model has no price")
-    return Grant(model=model, price_ratio=group.price_ratio, group=group.name)
+    return Grant(model=model, price_ratio=group.price_ratio, group=group.name, alias=alias)
 
 
 def _unknown_model_hint(config: Config, caller: Caller, model_id: str) -> str:

@@ -25,6 +25,7 @@ from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
 from gatewayd.billing.tool_prices import default_tool_prices
+from gatewayd.config_aliases import read_aliases
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
@@ -113,6 +114,15 @@ class Config:
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
+    aliases: dict[str, str] = attrs.field(factory=dict)  # other id -> catalogue model id (gatewayd.config_aliases)
+
+    def model(self, model_id: str) -> tuple[Model | None, str | None]:
+        """The catalogue model ``model_id`` names, by its id or an alias; and the alias, if it was one."""
+        found = self.models.get(model_id)
+        if found is not None:
+            return found, None
+        target = self.aliases.get(model_id)
+        return (self.models[target], model_id) if target is not None else (None, None)
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -348,7 +358,8 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         s = _Section(table, f"models[{i}]")
         s.unknown({
             "id", "provider", "upstream_id", "routes", "kind", "family", "input_price", "output_price",
-            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", *PRICE_TABLE_KEYS,
+            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", "aliases",
+            *PRICE_TABLE_KEYS,
         })
         model_id = s.str("id")
         if model_id in models:
@@ -456,6 +467,14 @@ def _price_tables(s: _Section, where: str, protocols: list[str]) -> dict[str, An
     return out
 
 
+def _aliases(raw: dict[str, Any], catalogue: dict[str, Any], models: dict[str, Model]) -> dict[str, str]:
+    """The catalogue's aliases; the file's ``[[aliases]]`` over them when the catalogue is the default one."""
+    aliases = read_aliases(catalogue, models)
+    if catalogue is not raw and "aliases" in raw:
+        aliases.update(read_aliases({"aliases": raw["aliases"]}, models))
+    return aliases
+
+
 def _groups(raw: Any) -> dict[str, Group]:
     if not isinstance(raw, list):
         raise ConfigError("groups: must be an array of tables ([[groups]])")
@@ -511,7 +530,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments"}
+               "payments", "aliases"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -554,5 +573,6 @@ def load_config(
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
         alerts=alerts.read_settings(raw.get("alerts"), env),
+        aliases=_aliases(raw, catalogue, models),
         stripe=read_payments(raw.get("payments"), env),
     )

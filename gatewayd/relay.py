@@ -238,7 +238,7 @@ class Relay:
         async with self.ledger.open_tab(
             caller.account, caller.key, estimate, request_id=ctx.request_id, model=grant.model,
             endpoint=ctx.endpoint, stream=route.stream, price_ratio=grant.price_ratio,
-            input_estimate=route.input_tokens_estimate, on_settled=self._settled,
+            input_estimate=route.input_tokens_estimate, on_settled=self._settled, requested_model=grant.alias,
         ) as tab:
             try:
                 return await self.failover.run(tab, call, attempts, key)

@@ -87,13 +87,15 @@ class Ledger:
 
     def open_tab(self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: Model,
                  endpoint: str, stream: bool, price_ratio: Fraction, input_estimate: int,
-                 on_settled: OnSettled | None = None) -> OpenTab:
+                 on_settled: OnSettled | None = None, requested_model: str | None = None) -> OpenTab:
         """``async with ledger.open_tab(...) as tab``: hold ``amount_nano`` (or raise the spec's
         403 / a 503 before anything is held) and own it until settled (:mod:`.tab`)."""
 
         async def reserve() -> Hold:
-            return await self.reserve(account, key, amount_nano, request_id=request_id, model=model.id,
+            hold = await self.reserve(account, key, amount_nano, request_id=request_id, model=model.id,
                                       endpoint=endpoint, stream=stream)
+            hold.requested_model = requested_model  # an alias: the usage row records both ids
+            return hold
 
         return OpenTab(reserve, lambda hold: Tab(self, hold, model=model, price_ratio=price_ratio,
                                                  input_estimate=input_estimate, on_settled=on_settled))

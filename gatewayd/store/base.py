@@ -62,6 +62,7 @@ class Hold:
     settled: bool = False
     provider: str | None = None  # the provider of the route tried last (the one that served, on success)
     attempts: int = 0  # routes tried for this request
+    requested_model: str | None = None  # the alias the request named, when not the catalogue id (the usage row's)
 
 
 @attrs.frozen
@@ -124,7 +125,7 @@ NEGATIVE_SOURCES = frozenset({"refund", "dispute"})
 USAGE_FIELDS = (
     "id", "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status",
     "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms",
-    "provider", "attempts", "hold_nano", "breakdown",
+    "provider", "attempts", "hold_nano", "breakdown", "requested_model",
 )
 
 
@@ -164,6 +165,7 @@ class UsageRow:
     hold_nano: int | None  # what was held for it (None: settled before the column existed)
     # Bill.doc(): what cost_nano is made of (None: not recorded)
     breakdown: dict[str, Any] | None = attrs.field(hash=False)
+    requested_model: str | None = None  # the alias the request named (None: the catalogue id itself)
 
     @classmethod
     def from_row(cls, row: Any) -> UsageRow:

@@ -107,7 +107,7 @@ HOLD = ("SELECT * FROM gatewayd_hold(?::text, ?::text, ?::text, ?::text, ?::text
         " ?::text, ?::integer, ?::text)")
 SETTLE = ("SELECT * FROM gatewayd_settle(?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::integer, ?::text,"
           " ?::integer, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::text, ?::integer,"
-          " ?::bigint, ?::text)")  # migrations/postgres/0006_usage_breakdown.sql: + the hold and the breakdown
+          " ?::bigint, ?::text, ?::text)")  # migrations/postgres/0015_usage_requested_model.sql
 
 
 class _SentThenLost(Exception):
@@ -423,7 +423,7 @@ class PostgresStore(InstanceMaintenance, ChangeFeed, SQLStore):
         args = (hold.request_id, hold.account.id, hold.key.id, hold.model, hold.endpoint, self.now_iso(),
                 int(hold.stream), result.status, result.http_status, result.input_tokens, result.output_tokens,
                 result.cached_tokens, result.cache_write_tokens, result.cost_nano, duration_ms, hold.provider,
-                hold.attempts, hold.amount_nano, result.breakdown_json())
+                hold.attempts, hold.amount_nano, result.breakdown_json(), hold.requested_model)
         return lambda tx: tx.one(SETTLE, args)
 
     async def settle(self, hold: Hold, result: Settlement) -> None:

@@ -315,15 +315,15 @@ class SQLiteStore(SQLStore):
             hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream), result.status,
             result.http_status, result.input_tokens, result.output_tokens, result.cached_tokens,
             result.cache_write_tokens, cost, int((time.monotonic() - hold.started) * 1000), hold.provider,
-            hold.attempts, hold.amount_nano, result.breakdown_json(),
+            hold.attempts, hold.amount_nano, result.breakdown_json(), hold.requested_model,
         )
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
                 " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
-                " duration_ms, provider, attempts, hold_nano, breakdown)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " duration_ms, provider, attempts, hold_nano, breakdown, requested_model)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
             if cost:
