@@ -157,6 +157,11 @@ def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str,
             "Balance page shows Total paid)", reason="account under the visibility threshold")
     if model is None:
         raise model_not_found(model_id, _unknown_model_hint(config, caller, model_id), reason="unknown model id")
+    if not any(route.usable for route in model.routes):
+        missing = sorted({r.provider.missing_key_env or "" for r in model.routes})
+        raise model_not_found(
+            model_id, f"its provider has no API key on this gateway (the operator sets {', '.join(missing)} and "
+            "restarts or reloads)", reason=f"provider left out: {', '.join(missing)} not set")
     if model.kind == "embedding" and model.id not in account.embedding_models:
         raise model_not_found(
             model_id, "this embedding model is not enabled for this account; the gateway's operator enables it "
@@ -203,6 +208,8 @@ def visible_models(config: Config, caller: Caller) -> list[Model]:
             return []  # pinned to a group it cannot use: every model request is refused, so none is listed
     out = []
     for model in config.models.values():
+        if not any(route.usable for route in model.routes):
+            continue  # its provider was left out (an unset key variable): refused, saying why
         if key.models is not None and model.id not in key.models:
             continue
         if model.kind == "embedding" and model.id not in account.embedding_models:

@@ -63,6 +63,8 @@ def serve(
         import attrs
 
         cfg = attrs.evolve(cfg, demo=True)
+    elif cfg.left_out_warning():
+        print(f"gatewayd: warning: {cfg.left_out_warning()}", file=sys.stderr)
     try:
         prepare_data_dir(cfg.server.data_dir, tighten=False)
     except LocalFileRefused as e:
@@ -111,6 +113,8 @@ def check_config(path: str = typer.Argument(..., metavar="FILE", help="The TOML 
     except ConfigError as e:
         print(f"gatewayd: config error: {e}", file=sys.stderr)
         raise typer.Exit(2)
+    if cfg.left_out_warning():
+        print(f"gatewayd: warning: {cfg.left_out_warning()}", file=sys.stderr)
     print(f"gatewayd: {path}: config ok ({len(cfg.providers)} providers, {len(cfg.models)} models, "
           f"{len(cfg.groups)} groups)")
 

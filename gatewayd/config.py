@@ -124,6 +124,15 @@ class Config:
         target = self.aliases.get(model_id)
         return (self.models[target], model_id) if target is not None else (None, None)
 
+    def left_out_warning(self) -> str | None:
+        """The one line saying which default-catalogue providers were left out for an unset key
+        variable, naming each variable (None: none was)."""
+        left = [f"{p.name} ({p.missing_key_env})" for p in self.providers.values() if not p.usable]
+        if not left:
+            return None
+        return (f"providers left out, their key variable not set: {', '.join(left)}; their models are not listed "
+                "and are refused saying why (set the variable to serve them)")
+
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
         ``gatewayd.protocols`` says where under the simulator each protocol's API lives."""
@@ -267,10 +276,16 @@ def _log(raw: Any, env: Any, overrides: dict[str, Any]) -> LogSettings:
 PROVIDER_KEYS = frozenset({"name", "protocol", "base_url", "api_key", "api_key_env"})
 
 
-def _providers(raw: Any, env: Mapping[str, str]) -> dict[str, Provider]:
+def _providers(raw: Any, env: Mapping[str, str], *, own: bool = True) -> dict[str, Provider]:
     """``[[providers]]``: the keys every protocol has are read here; the keys only one
     protocol takes (Azure's ``api_version``, Bedrock's region and credentials ...) are declared and
-    checked by ``gatewayd.protocols``."""
+    checked by ``gatewayd.protocols``.
+
+    An ``api_key_env`` naming an unset variable is a config error in the operator's own file
+    (``own``): requests would go out without a key. A provider only the default catalogue
+    brings is left out instead (``Provider.missing_key_env``), so using the catalogue never
+    needs every provider's key. Protocols that read their own credentials (Bedrock, Vertex AI)
+    judge them in their settings."""
     if not isinstance(raw, list):
         raise ConfigError("providers: must be an array of tables ([[providers]])")
     providers: dict[str, Provider] = {}
@@ -291,10 +306,16 @@ def _providers(raw: Any, env: Mapping[str, str]) -> dict[str, Provider]:
             raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
         api_key = s.str("api_key", None)
         key_env = s.str("api_key_env", None)
+        missing = None
         if api_key is None and key_env is not None:
             api_key = env.get(key_env) or None
+            if api_key is None and PROTOCOLS[protocol].settings_module is None:
+                if own:
+                    raise ConfigError(f"providers[{i}].api_key_env: the environment variable {key_env} is not set "
+                                      f"(provider {name!r} would be called without a key)")
+                missing = key_env
         providers[name] = Provider(name=name, protocol=protocol, base_url=base_url, api_key=api_key,
-                                   settings=settings)
+                                   settings=settings, missing_key_env=missing)
     return providers
 
 
@@ -539,7 +560,8 @@ def load_config(
     server = _server(raw.get("server"), overrides)
 
     catalogue = raw if "models" in raw else _read_toml(DEFAULT_CATALOGUE)
-    providers = _providers(catalogue.get("providers", []), env)
+    # under --demo every provider is the simulator: no key is needed from the environment
+    providers = _providers(catalogue.get("providers", []), env, own=catalogue is raw and not overrides.get("demo"))
     models = _models(catalogue.get("models", []), providers)
     try:  # prices applied with `gatewayctl prices import --apply`, over the catalogue's
         overlay = price_overlay.read(price_overlay.path_in(server.data_dir))

@@ -130,7 +130,7 @@ class Router:
 
     def plan(self, model: Model, client_format: str, key: str | None = None) -> list[ModelRoute]:
         """The routes of ``model`` that can serve ``client_format``, in the order to try them."""
-        serving = [r for r in model.routes if protocols.serves(r, client_format)]
+        serving = [r for r in model.routes if r.usable and protocols.serves(r, client_format)]
         if len(serving) < 2:
             return serving
         now = self.clock()

@@ -218,5 +218,6 @@ def test_the_environment_is_the_one_given(tmp_path, monkeypatch):
     given = load_config(path, environ={"UPSTREAM_KEY": "from-the-argument"})
     assert given.providers["o"].api_key == "from-the-argument"
     assert given.database_url.startswith("sqlite:///")
-    assert load_config(path, environ={}).providers["o"].api_key is None
+    with pytest.raises(ConfigError, match="providers\\[0\\].api_key_env: the environment variable UPSTREAM_KEY is not set"):
+        load_config(path, environ={})  # the operator's own provider without its key: refused (issue 32)
     assert load_config(path).providers["o"].api_key == "from-the-process"  # no mapping: the process's

@@ -389,6 +389,15 @@ def test_a_bad_reload_is_refused_with_the_start_up_line_and_the_old_config_stays
         response = chat(daemon, secret, "gpt-4.1-mini", f"{nonce()} still the old price")
         row = row_of(daemon, account["id"], response.headers["x-request-id"])
         assert row["cost_nano"] == row["input_tokens"] * MINI[0] + row["output_tokens"] * MINI[1]
+        # a provider of the operator's own file whose key variable is unset (issue 32): refused the same way
+        daemon.config.write_text(good.replace('api_key = "sim-provider-key"', 'api_key_env = "GATEWAYD_UNSET_TEST_KEY"', 1))
+        refused = gatewayctl(daemon, "reload")
+        assert refused.returncode == 1
+        assert refused.stderr.strip() == ("gatewayd: config error: providers[0].api_key_env: the environment variable "
+                                          "GATEWAYD_UNSET_TEST_KEY is not set (provider 'openai' would be called "
+                                          "without a key)")
+        response = chat(daemon, secret, "gpt-4.1-mini", f"{nonce()} still served")
+        assert response.status_code == 200
     finally:
         daemon.config.write_text(good)
 
