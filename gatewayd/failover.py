@@ -82,6 +82,9 @@ class Failover:
                 body, usage, first_byte_s = await self._answer(route, tab, last, deadline)
             except AttemptFailed as failure:
                 failures.append((failure, route))
+                if failure.misconfigured:  # our key, not the request: the next route may serve it
+                    self.router.misconfigured(target, failure.reason)
+                    continue
                 if failure.retryable:
                     self.router.failed(target, failure.reason, failure.retry_after_s)
                     continue
@@ -108,7 +111,10 @@ class Failover:
             last, route = answered[-1]
             upstream = last.upstream
             assert upstream is not None
-            trace.refused("upstream_error", f"provider error {last.reason}")
+            # a 401/403 (the provider refused the gateway's key: the route is marked misconfigured)
+            # is answered as the provider's errors are, its status and message kept (the spec)
+            trace.refused("upstream_error", ("provider refused the gateway's credentials: " if last.misconfigured
+                                             else "provider error ") + last.reason)
             status, body, headers = route.upstream_error(upstream)
             await tab.release(Outcome.UPSTREAM_ERROR, status)
             return status, {**route.headers, **headers}, body

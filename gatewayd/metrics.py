@@ -53,6 +53,10 @@ class Metrics:
                                  ["provider"], registry=r)
         self.route_up = Gauge("gateway_route_up", "Route health: 1 healthy, 0 cooling down after failures.",
                               ["route"], registry=r)  # route = provider/upstream_id, as in the log line
+        self.route_misconfigured = Gauge(
+            "gateway_route_misconfigured",
+            "1 while the route's provider refuses the gateway's credentials (401/403), 0 once it answers.",
+            ["route"], registry=r)
         self.reloads = Counter("gateway_config_reloads", "Config reloads, by result (ok, refused).", ["result"],
                                registry=r)
         self.ready = Gauge("gateway_ready", "1 when /readyz answers 200.", registry=r)

@@ -301,6 +301,17 @@ def watch_health(router: Router, metrics: Metrics, config: Config) -> None:
             logs.event(f"provider {name} is {'up' if up else 'down'}", 20 if up else 30, provider=name,
                        up=up, reason=reason or None)
 
-    router.on_change = route_changed
+    def route_misconfigured(route: ModelRoute, reason: str) -> None:
+        metrics.route_misconfigured.labels(route.name).set(1)
+        logs.event(f"route {route.name} is misconfigured: its provider refused the gateway's credentials", 40,
+                   route=route.name, provider=route.provider.name, reason=reason)
+
+    def route_changed_and_configured(route: ModelRoute, up: bool, reason: str) -> None:
+        route_changed(route, up, reason)
+        if up:
+            metrics.route_misconfigured.labels(route.name).set(0)
+
+    router.on_change = route_changed_and_configured
     router.on_provider_change = provider_changed
+    router.on_misconfigured = route_misconfigured
     publish_routes(router, metrics, config)

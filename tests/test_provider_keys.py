@@ -85,3 +85,41 @@ async def test_a_left_out_providers_models_are_unlisted_and_refused_saying_why(t
         assert "the operator sets ANTHROPIC_API_KEY" in response.json()["error"]["message"]
     finally:
         await gw.aclose()
+
+
+CHAT_ANSWER = {"id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-4.1-mini",
+               "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+               "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
+async def test_a_provider_refusing_the_gateways_key_marks_its_route_misconfigured_and_fails_over(tmp_path, caplog):
+    import attrs
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "backup.test":
+            return httpx.Response(200, json=CHAT_ANSWER)
+        return httpx.Response(401, json={"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                                   "code": "invalid_api_key"}})
+
+    gw = Gateway(tmp_path, provider)
+    try:
+        model = gw.config.models["gpt-4.1-mini"]
+        [primary] = model.routes
+        backup = attrs.evolve(primary.provider, name="openai-backup", base_url="http://backup.test/v1")
+        routes = (primary, attrs.evolve(primary, provider=backup, priority=-1))
+        config = attrs.evolve(gw.config, models={**gw.config.models, model.id: attrs.evolve(model, routes=routes)})
+        gw.relay.config = config
+        _, secret = await gw.funded_key()
+        caplog.set_level("INFO")
+        body = {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]}
+        response = await gw.http.post("/v1/chat/completions", content=orjson.dumps(body),
+                                      headers={"authorization": f"Bearer {secret}"})
+        assert response.status_code == 200, response.text  # served by the other route
+        [report] = [r for r in gw.relay.router.report(config.models) if r["route"] == primary.name]
+        assert report["state"] == "misconfigured" and "Incorrect API key" in report["misconfigured"]
+        metrics = (await gw.http.get("/metrics")).text
+        assert f'gateway_route_misconfigured{{route="{primary.name}"}} 1.0' in metrics
+        [event] = [r for r in caplog.records if "is misconfigured" in r.getMessage()]
+        assert event.levelname == "ERROR" and event.fields["provider"] == "openai"
+    finally:
+        await gw.aclose()
