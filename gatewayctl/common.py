@@ -219,8 +219,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from gatewayd.version import version
+
+        typer.echo(f"gatewayctl {version()}")
+        raise typer.Exit(0)
+
+
+VersionOpt = Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print gatewayctl's version and exit.")]
+
+
 @app.callback()
-def _root(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+def _root(socket: SocketOpt = None, json_output: JsonOpt = False, version: VersionOpt = False) -> None:
     """Operate a running gatewayd over its admin socket: accounts, payments, keys, usage.
 
     --socket and --json may come before the command or after it.

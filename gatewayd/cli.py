@@ -13,6 +13,20 @@ from gatewayd.config import ConfigError, load_config
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="gatewayd: a multi-model LLM gateway.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from gatewayd.version import describe
+
+        print(describe())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and the database schema it knows, and exit.")) -> None:
+    """gatewayd: a multi-model LLM gateway."""
+
+
 @app.command()
 def serve(
     config: Optional[str] = typer.Option(None, "--config", help="TOML config file (env GATEWAY_CONFIG)."),
@@ -33,7 +47,7 @@ def serve(
     from gatewayd import hypercorn_patches
     from gatewayd.local_files import DAEMON_UMASK, LocalFileRefused, prepare_data_dir
     from gatewayd.server import run
-    from gatewayd.store.base import StoreError
+    from gatewayd.store.base import SchemaTooNew, StoreError
 
     unfit = hypercorn_patches.refusal()  # a hypercorn the patches no longer fit: refuse, one line
     if unfit is not None:
@@ -90,6 +104,9 @@ def serve(
     except KeyboardInterrupt:
         pass
     except LocalFileRefused as e:  # a link where the database or a slot file goes
+        print(f"gatewayd: {e}", file=sys.stderr)
+        raise typer.Exit(2)
+    except SchemaTooNew as e:  # a newer gatewayd migrated the database: serving it could corrupt it
         print(f"gatewayd: {e}", file=sys.stderr)
         raise typer.Exit(2)
     except StoreError as e:  # the database is in use by another process, unreachable, or refused us

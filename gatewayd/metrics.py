@@ -16,6 +16,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gatewayd.version import version
 from gatewayd.trace import Trace
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -59,6 +60,9 @@ class Metrics:
             ["route"], registry=r)
         self.reloads = Counter("gateway_config_reloads", "Config reloads, by result (ok, refused).", ["result"],
                                registry=r)
+        self.build_info = Gauge("gateway_build_info", "Always 1; the labels say which gatewayd this is.",
+                                ["version"], registry=r)
+        self.build_info.labels(version()).set(1)
         self.ready = Gauge("gateway_ready", "1 when /readyz answers 200.", registry=r)
         self.holds_open = Gauge("gateway_holds_open", "Holds in flight (requests admitted, not yet settled).",
                                 registry=r)

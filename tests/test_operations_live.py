@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gatewayd.version import version
 from tests.live import BIN, Daemon, unique_email
 
 MINI = (400, 1600)  # gpt-4.1-mini, nano-dollars per token (catalogue: 0.40 / 1.60 per 1M)
@@ -199,7 +200,7 @@ def test_open_streams_and_holds_are_gauges(daemon):
 
 
 def test_healthz_and_readyz(daemon):
-    assert httpx.get(f"{daemon.url}/healthz").json() == {"ok": True}
+    assert httpx.get(f"{daemon.url}/healthz").json() == {"ok": True, "version": version()}
     ready = httpx.get(f"{daemon.url}/readyz")
     assert (ready.status_code, ready.json()) == (200, {"ready": True})
 

@@ -58,7 +58,7 @@ from psycopg.rows import dict_row
 
 from gatewayd.records import Account, Key
 from gatewayd.store.audit import BUDGET_COLUMNS, AuditAccount, AuditKey, audit_budget, build_audit
-from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable, check_schema_known, log_migration
 from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
 from gatewayd.store.pg_feed import ChangeFeed
 from gatewayd.store.pg_instances import Fenced, InstanceMaintenance
@@ -131,13 +131,16 @@ def migrate(url: str, folder: Traversable | None = None) -> int:
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             applied = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
+            check_schema_known("PostgreSQL", applied, {int(f.name.split("_", 1)[0]) for f in files})
             for f in files:
                 version = int(f.name.split("_", 1)[0])
                 if version in applied:
                     continue
+                began = time.perf_counter()
                 with conn.transaction():
                     conn.execute(f.read_text())  # one script (function bodies hold ';'), no parameters
                     conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+                log_migration("postgresql", max(applied, default=0), version, time.perf_counter() - began)
                 applied.add(version)
             return max(applied, default=0)
         finally:

@@ -44,7 +44,16 @@ from gatewayd.local_files import check_database_files, open_nofollow
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.budgets import period_start
 from gatewayd.store.audit import BUDGET_COLUMNS, AuditAccount, AuditKey, audit_budget, build_audit
-from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreError, StoreUnavailable
+from gatewayd.store.base import (
+    Change,
+    Hold,
+    Refusal,
+    Settlement,
+    StoreError,
+    StoreUnavailable,
+    check_schema_known,
+    log_migration,
+)
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -73,11 +82,13 @@ def migrate(conn: sqlite3.Connection, folder: Traversable | None = None) -> int:
     applied = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
     folder = folder if folder is not None else resources.files("gatewayd.store").joinpath("migrations")
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    check_schema_known("SQLite", applied, {int(f.name.split("_", 1)[0]) for f in files})
     current = max(applied, default=0)
     for f in files:
         version = int(f.name.split("_", 1)[0])
         if version in applied:
             continue
+        began = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
         try:
             for statement in statements(f.read_text()):
@@ -87,6 +98,7 @@ def migrate(conn: sqlite3.Connection, folder: Traversable | None = None) -> int:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        log_migration("sqlite", current, version, time.perf_counter() - began)
         applied.add(version)
         current = max(current, version)
     return current
