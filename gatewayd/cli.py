@@ -84,9 +84,9 @@ def serve(
     except LocalFileRefused as e:
         print(f"gatewayd: {e}", file=sys.stderr)
         raise typer.Exit(2)
-    from gatewayd.server import admin_socket_refusal
+    from gatewayd.server import admin_socket_refusal, listen_refusal
 
-    refusal = admin_socket_refusal(cfg.server.admin_socket)
+    refusal = admin_socket_refusal(cfg.server.admin_socket) or listen_refusal(cfg)
     if refusal is not None:
         print(f"gatewayd: {refusal}", file=sys.stderr)
         raise typer.Exit(2)

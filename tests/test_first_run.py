@@ -50,3 +50,37 @@ def test_other_shared_modes_are_still_refused(tmp_path, mode, group, why):
     with pytest.raises(LocalFileRefused) as caught:
         check_directory(data, "data dir", tighten=True)
     assert why in str(caught.value) and _mode(data) == mode
+
+
+@pytest.mark.live
+def test_serve_on_a_taken_port_exits_2_with_one_line_naming_the_port_and_the_flag(tmp_path):
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([str(BIN / "gatewayd"), "serve", "--demo", "--listen", f"127.0.0.1:{port}",
+                               "--data-dir", str(tmp_path / "data"), "--admin-socket", str(tmp_path / "a.sock")],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line == (f"gatewayd: port {port} on 127.0.0.1 is already in use (another gatewayd, or another program); "
+                    "stop it, or choose another port with --listen HOST:PORT (or [server] listen)")
+
+
+def test_gatewayctl_finds_the_demos_socket_when_only_the_demo_runs_here(tmp_path, monkeypatch):
+    from gatewayctl.client import resolve_socket
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GATEWAY_ADMIN_SOCKET", raising=False)
+    assert resolve_socket(None) == "var/admin.sock"  # nothing runs: the default, named in the error
+    (tmp_path / "var" / "demo").mkdir(parents=True)
+    with socket.socket(socket.AF_UNIX) as demo:
+        demo.bind("var/demo/admin.sock")
+        assert resolve_socket(None) == "var/demo/admin.sock"
+        with socket.socket(socket.AF_UNIX) as real:
+            real.bind("var/admin.sock")
+            assert resolve_socket(None) == "var/admin.sock"  # a real daemon here wins
+        assert resolve_socket("other.sock") == "other.sock"
+        monkeypatch.setenv("GATEWAY_ADMIN_SOCKET", "env.sock")
+        assert resolve_socket(None) == "env.sock"
