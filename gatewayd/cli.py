@@ -146,11 +146,50 @@ def simulate(listen: str = typer.Option("127.0.0.1:9090", "--listen", help="HOST
 
 
 @app.command()
-def catalogue() -> None:
-    """Print the default catalogue (providers, models, groups): a starting point for --config."""
+def catalogue(
+    check: Optional[str] = typer.Option(None, "--check", metavar="PRICES.json",
+                                        help="Compare the prices with this price list (LiteLLM's JSON) instead."),
+    config: Optional[str] = typer.Option(None, "--config", help="With --check: the config whose prices are compared "
+                                         "(default: the default catalogue)."),
+) -> None:
+    """Print the default catalogue (providers, models, groups): a starting point for --config.
+    With --check: print where its prices (or a config's) differ from a price list; exit 0
+    when none does, 1 when some do, 2 when the list or the config cannot be read."""
     from gatewayd.config import DEFAULT_CATALOGUE
 
-    sys.stdout.write(DEFAULT_CATALOGUE.read_text(encoding="utf-8"))
+    if check is None:
+        sys.stdout.write(DEFAULT_CATALOGUE.read_text(encoding="utf-8"))
+        return
+    raise typer.Exit(_check_catalogue(check, config))
+
+
+def _check_catalogue(list_path: str, config_path: str | None) -> int:
+    import orjson
+
+    from gatewayd.billing.price_list import CatalogueModel, PriceListError, import_price_list
+
+    try:
+        cfg = load_config(config_path)  # the default catalogue's providers without keys are only left out
+        with open(list_path, "rb") as f:
+            doc = orjson.loads(f.read())
+        result = import_price_list(doc, [CatalogueModel.of(m) for m in cfg.models.values()])
+    except ConfigError as e:
+        print(f"gatewayd: config error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, orjson.JSONDecodeError, PriceListError) as e:
+        print(f"gatewayd: price list {list_path}: {e}", file=sys.stderr)
+        return 2
+    for change in result.changes:
+        c = change.doc()
+        old = c["old_usd"] or ("-" if c["old"] is None else str(c["old"]))
+        new = c["new_usd"] or str(c["new"])
+        unit = {"token": "USD per 1M tokens", "call": "USD per call"}.get(c["unit"], c["unit"])
+        print(f"{c['model']}: {c['field']} configured {old}, list {new} ({unit})")
+    for model in result.missing:
+        print(f"{model}: not in the price list")
+    print(f"gatewayd: {len(result.changes)} price(s) differ, {len(result.missing)} model(s) not in the list, "
+          f"{len(set(result.matched) - {c.model for c in result.changes})} model(s) match")
+    return 1 if result.changes else 0
 
 
 def main() -> None:

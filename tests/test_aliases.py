@@ -58,15 +58,15 @@ def test_the_default_catalogue_resolves_dated_ids_and_the_clients_defaults(tmp_p
     expected = {
         "claude-haiku-4-5-20251001": "claude-haiku-4-5", "claude-sonnet-4-5-20250929": "claude-sonnet-4-5",
         "claude-opus-4-1-20250805": "claude-opus-4-1", "gpt-4.1-mini-2025-04-14": "gpt-4.1-mini",
-        "claude-opus-4-8": "claude-opus-4-1",  # Claude Code 2.1.197's default (observed)
         "gpt-6.1-sol": "gpt-4.1",  # Codex 0.169's default (observed)
         "gemini-3.5-flash-lite": "gemini-2.5-flash",  # Gemini CLI 0.61's router model (observed)
         "gemini-3.1-pro-preview": "gemini-2.5-pro",  # ... and the model its router picked (observed)
     }
     assert {alias: c.model(alias)[0].id for alias in expected} == expected
+    assert c.model("claude-opus-4-8") == (c.models["claude-opus-4-8"], None)  # Claude Code 2.1.197's default: a model
     # an operator's [[aliases]] beside the default catalogue is added to (and over) its own
-    own = config(tmp_path, '[[aliases]]\nid = "claude-opus-4-8"\nmodel = "claude-sonnet-4-5"\n')
-    assert own.model("claude-opus-4-8")[0].id == "claude-sonnet-4-5"
+    own = config(tmp_path, '[[aliases]]\nid = "gemini-3.5-flash"\nmodel = "gemini-2.5-pro"\n')
+    assert own.model("gemini-3.5-flash")[0].id == "gemini-2.5-pro"
     assert own.model("gpt-6.1-sol")[0].id == "gpt-4.1"
 
 

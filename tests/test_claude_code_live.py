@@ -87,11 +87,11 @@ def test_claude_code_tool_round_trip_through_the_gateway(claude_cli, gateway, si
     assert balance["held_nano"] == 0
 
 
-def test_claude_code_with_no_model_set_is_served_through_its_default_ids_alias(claude_cli, gateway, sim, funded,
-                                                                               tmp_path):
+def test_claude_code_with_no_model_set_is_served_its_default_model(claude_cli, gateway, sim, funded, tmp_path):
     """Pointed at the gateway with only a base URL and a key (issue 32): Claude Code sends its
-    built-in default id (claude-opus-4-8 in 2.1.197), an alias of the default catalogue's Opus:
-    served at once (it used to be nine 503s over two minutes), the usage row naming both ids."""
+    built-in default id (claude-opus-4-8 in 2.1.197), a model of the default catalogue now:
+    served at once (it used to be nine 503s over two minutes), and its small model's dated id
+    (if it sends one) through its alias."""
     account, _, secret = funded
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
@@ -105,5 +105,5 @@ def test_claude_code_with_no_model_set_is_served_through_its_default_ids_alias(c
     assert done.returncode == 0, f"claude exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert json.loads(done.stdout)["is_error"] is False
     rows = [r for r in gateway.admin.usage(account["id"]) if r["status"] == "ok"]
-    assert rows and {(r["model"], r["requested_model"]) for r in rows} == {("claude-opus-4-1", "claude-opus-4-8")}
-    assert {turn["json"]["model"] for turn in sim.requests(marker)} == {"claude-opus-4-1"}
+    assert rows and {r["model"] for r in rows} == {"claude-opus-4-8"}
+    assert {turn["json"]["model"] for turn in sim.requests(marker)} == {"claude-opus-4-8"}
