@@ -1,6 +1,6 @@
-"""The cost of refusing duplicate top-level JSON keys, beside the parse it follows.
+"""The cost of refusing duplicate JSON keys (in any object, at any depth), beside the parse it follows.
 
-``gatewayd.formats.raw_json.duplicate_top_level_key`` runs on every API body after
+``gatewayd.formats.raw_json.duplicate_key`` runs on every API body after
 orjson's parse. This times both on ~600 KB chat and responses bodies written two ways: as
 the OpenAI / Anthropic SDKs and httpx write them (compact, no needless escapes: the fast
 path, one re-encoding compared with the bytes) and as ``json.dumps`` writes them by default
@@ -17,7 +17,7 @@ import time
 
 import orjson
 
-from gatewayd.formats.raw_json import duplicate_top_level_key
+from gatewayd.formats.raw_json import duplicate_key
 
 WORDS = ["hello", "world", "résumé", "naïve", "日本語", "code", "def", "return", "\n", '"quoted"', "tab\t",
          '{"a": 1}']
@@ -57,9 +57,9 @@ def main() -> None:
         for style, raw in (("sdk", json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()),
                            ("json.dumps", json.dumps(body).encode())):
             parsed = orjson.loads(raw)
-            assert duplicate_top_level_key(raw, parsed) is None
+            assert duplicate_key(raw, parsed) is None
             parse = best_ms(lambda: orjson.loads(raw))
-            check = best_ms(lambda: duplicate_top_level_key(raw, parsed))
+            check = best_ms(lambda: duplicate_key(raw, parsed))
             print(f"{name:9} {style:10} {len(raw) / 1000:6.0f} KB  orjson.loads {parse:6.3f} ms  "
                   f"duplicate check {check:6.3f} ms ({check / parse:4.0%} of the parse)")
 

@@ -245,6 +245,63 @@ def peer_section(args, upstream_url: str, workdir: Path, pinned: bool) -> dict:
         peer.stop()
 
 
+TRACING = """
+[telemetry]
+otlp_endpoint = "{url}"
+sample_ratio = 1.0
+metrics_interval_s = 5
+"""
+
+
+def tracing_section(args, upstream_url: str, workdir: Path, routes: dict, gateway, pinned: bool,
+                    figures: dict) -> None:
+    """CPU per request with OpenTelemetry tracing on at ratio 1.0 (and its metrics), exporting
+    over OTLP/HTTP to a real receiver in this process (tests/otlp_receiver.py, on the bench's
+    core), beside the same requests to the daemon without telemetry, in the same run."""
+    from tests.otlp_receiver import HttpReceiver
+
+    receiver = HttpReceiver(keep=False)  # counts spans: decoding them all would load the generator's process
+    traced = Daemon(workdir / "gw-traced", upstream_url, extra=TRACING.format(url=receiver.url))
+    try:
+        if pinned:
+            pin(traced.proc.pid, GATEWAY_CORE)
+        account = traced.admin.account("bench@example.com", paid_usd="100000000")
+        secret = traced.admin.key(account["id"], name="bench")["secret"]
+        traced_pids = process_tree(traced.proc.pid)
+        on = Target(traced.url, "/v1/chat/completions", {"Authorization": f"Bearer {secret}"}, lambda: traced_pids)
+        print("\n== OpenTelemetry: CPU per request with tracing on (ratio 1.0, OTLP/HTTP to a receiver) beside off ==")
+        for model, _, _ in routes.values():  # warm the traced daemon as the other was
+            loadgen.closed_loop(on.host, on.port, on.raw(chat_body(model, 1024)), 4, 0.5)
+        time.sleep(3)  # the warm-up's spans are exported (export_delay_s = 2) before counting
+        spans_before = receiver.received.count
+        requests = 0
+        for name, (model, _, _) in routes.items():
+            cells = []
+            for conns in (1, 64):
+                body = chat_body(model, 1024)
+                off_t = gateway()
+                off_windows, windows = [], []
+                for _ in range(args.repeat):  # off and on in turns: a busy machine weighs on both alike
+                    off_windows.append(off_t.measure(lambda: loadgen.closed_loop(
+                        off_t.host, off_t.port, off_t.raw(body), conns, args.seconds)))
+                    windows.append(on.measure(lambda: loadgen.closed_loop(
+                        on.host, on.port, on.raw(body), conns, args.seconds)))
+                requests += sum(w.result.done for w in windows) + 3 * conns * args.repeat  # + closed_loop's warm-up
+                off, traced_w = median_window(off_windows), median_window(windows)
+                cells.append((off, traced_w))
+                print(f"  {name:14} {conns:2} conns: CPU {off['cpu_ms']:.3f} ms off, {traced_w['cpu_ms']:.3f} ms on "
+                      f"({(traced_w['cpu_ms'] / off['cpu_ms'] - 1) * 100:+.0f}%); p50 {off['p50']:.2f} -> "
+                      f"{traced_w['p50']:.2f} ms, p99 {off['p99']:.2f} -> {traced_w['p99']:.2f} ms")
+            figures[("tracing", name)] = cells
+        time.sleep(3)  # the last batches
+        received = receiver.received.count - spans_before
+        print(f"  spans received by the collector: {received} for {requests} requests "
+              f"({received / max(requests, 1):.2f} a request; 2 when none was dropped)")
+    finally:
+        traced.stop()
+        receiver.stop()
+
+
 def median_window(windows: list[Window]) -> dict:
     latencies = [x for w in windows for x in w.result.latencies]
     ttfb = [x for w in windows for x in w.result.ttfb]
@@ -305,7 +362,7 @@ def main() -> int:
     parser.add_argument("--soak-concurrency", type=int, default=32)
     parser.add_argument("--slow-step-ms", type=float, default=2.0)
     parser.add_argument("--only", default="", help="comma list of sections: concurrency,floors,sizes,paced,streams,"
-                        "memory,soak,workers (workers only when named)")
+                        "tracing,memory,soak,workers (workers only when named)")
     parser.add_argument("--workers", default="1,2", help="the workers section: worker counts")
     parser.add_argument("--databases", default="sqlite,postgres", help="the workers section: databases")
     parser.add_argument("--write-readme", action="store_true", help="rewrite README.md's performance table")
@@ -313,7 +370,7 @@ def main() -> int:
                         help="LiteLLM's `litellm` command: measure it as the peer in this run (bench/litellm_peer.py)")
     args = parser.parse_args()
     sections = set(args.only.split(",")) if args.only else {"concurrency", "floors", "sizes", "paced", "streams",
-                                                             "memory", "soak"}
+                                                             "tracing", "memory", "soak"}
     pinned = (os.cpu_count() or 1) >= 2
     if pinned:
         os.sched_setaffinity(0, BENCH_CORE)
@@ -530,6 +587,8 @@ def main() -> int:
                       f"{gw['ttfb50']:.2f} ms | floor {fl['rps']:6.0f}/s, TTFB p50 {fl['ttfb50']:.2f} ms | added TTFB "
                       f"p50 {gw['ttfb50'] - fl['ttfb50']:+.2f} ms p99 {gw['ttfb99'] - fl['ttfb99']:+.2f} ms | "
                       f"{gw['rps'] / peer['streams_16']:.1f}x LiteLLM's {peer['streams_16']:.0f}/s (goal 20x)")
+        if "tracing" in sections:
+            tracing_section(args, nginx.url, workdir, routes, gateway, pinned, figures)
     finally:
         daemon.stop()
         nginx.stop()
@@ -658,6 +717,11 @@ def write_readme(f: dict) -> None:
                 f"{gw['rps']:.0f}; +{gw['ttfb50'] - fl['ttfb50']:.2f}", f"{fl['rps']:.0f}; {fl['ttfb50']:.2f}")
             if peer:
                 row(f"{name}: streams/s, ours / LiteLLM's ({peer['source']})", f"{gw['rps'] / peer['streams_16']:.1f}x", "")
+    for name in ("pass-through", "translated"):
+        if ("tracing", name) in f:
+            cells = f[("tracing", name)]
+            row(f"{name}: CPU per request with OpenTelemetry tracing off / on (ratio 1.0), at 1 / 64 connections (ms)",
+                " / ".join(f"{off['cpu_ms']:.2f} -> {on['cpu_ms']:.2f}" for off, on in cells), "")
     if "mem_per_stream" in f:
         row("memory: RSS idle (after warm-up) / with 1,000 open streams (MiB); per stream (KiB)",
             f"{f['mem_before'] / 1024:.0f} / {f['mem_during'] / 1024:.0f}; {f['mem_per_stream']:.0f}", "")

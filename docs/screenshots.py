@@ -149,6 +149,11 @@ def shoot(url: str) -> None:
         page.set_viewport_size({"width": 1280, "height": 800})
         page.click("nav >> text=Balance")
         page.screenshot(path=str(OUT / "balance.png"), full_page=True)
+        page.click("nav >> text=Models")
+        page.screenshot(path=str(OUT / "models.png"))
+        page.set_viewport_size({"width": 390, "height": 844})  # a phone
+        page.click("nav >> text=Keys")
+        page.screenshot(path=str(OUT / "keys-phone.png"))
         browser.close()
 
 

@@ -56,6 +56,25 @@ def account_create(
     s.emit(account, lambda c: render.show_object(c, account, render.ACCOUNT, "Account created"))
 
 
+@account_app.command("invite")
+def account_invite(
+    email: Annotated[str, typer.Argument(help="Email to send a sign-up link to.")],
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Email a sign-up link (needs [console] signup = "invite" or "open"); prints the link too."""
+    s = session(socket, json_output)
+    sent = s.api.post("/admin/v1/invitations", {"email": email})
+
+    def show(c: Console) -> None:
+        c.print(f"Invitation for {escape_control_characters(sent['email'])}"
+                f" ({'emailed' if sent['emailed'] else 'NOT emailed: the outbox is full, hand the link over'}),"
+                f" valid {sent['expires_in_s'] // 3600} h:")
+        c.print(escape_control_characters(sent["link"]), soft_wrap=True)
+
+    s.emit(sent, show)
+
+
 @account_app.command("list")
 def account_list(socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
     """List all accounts."""
@@ -114,6 +133,17 @@ def account_password(account: AccountArg, socket: SocketOpt = None,
     updated = s.api.put(account_path(account, "password"), {"password": read_password("stdin")})
     done = escape_control_characters(f"Password set for {updated.get('email', account)}.")
     s.emit(updated, lambda c: c.print(done, markup=False))
+
+
+@account_app.command("unlock")
+def account_unlock(account: AccountArg, socket: SocketOpt = None, json_output: JsonOpt = False) -> None:
+    """Lift the console's sign-in lockouts of the account's email, from every address."""
+    s = session(socket, json_output)
+    answer = s.api.post(account_path(account, "unlock"), {})
+    email = (answer.get("account") or {}).get("email", account)
+    done = escape_control_characters(f"Sign-in unlocked for {email} ({answer.get('buckets_cleared', 0)} "
+                                     "throttle entries cleared).")
+    s.emit(answer, lambda c: c.print(done, markup=False))
 
 
 @account_app.command("pay")

@@ -29,6 +29,11 @@ ModelsOpt = Annotated[
     Optional[str],
     typer.Option("--models", metavar="M1,M2", help="Only these models (comma-separated)."),
 ]
+McpOpt = Annotated[
+    Optional[str],
+    typer.Option("--mcp", metavar="S1,S2:TOOL",
+                 help="Only these MCP servers and server:tool patterns (comma-separated; tool globs like get_*)."),
+]
 AllowIpOpt = Annotated[
     Optional[list[str]],
     typer.Option("--allow-ip", metavar="CIDR", parser=parse_ip_network,
@@ -60,6 +65,7 @@ def key_create(
     max_concurrent: MaxConcurrentOpt = None,
     budget: BudgetOpt = None,
     budget_period: BudgetPeriodOpt = None,
+    mcp: McpOpt = None,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -72,6 +78,8 @@ def key_create(
         body["expires_on"] = expires
     if models is not None:
         body["models"] = split_names(models, "'--models'", allow_empty=False)
+    if mcp is not None:
+        body["mcp"] = split_names(mcp, "'--mcp'", allow_empty=False)
     if allow_ip:
         body["allow_ips"] = allow_ip
     if group is not None:
@@ -124,6 +132,8 @@ def key_update(
     budget: BudgetOpt = None,
     budget_period: BudgetPeriodOpt = None,
     no_budget: NoBudgetOpt = False,
+    mcp: McpOpt = None,
+    all_mcp: Annotated[bool, typer.Option("--all-mcp", help="Allow every MCP server.")] = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -132,6 +142,7 @@ def key_update(
     exclusive({"--expires": expires is not None, "--no-expiry": no_expiry})
     exclusive({"--models": models is not None, "--all-models": all_models})
     exclusive({"--allow-ip": bool(allow_ip), "--any-ip": any_ip})
+    exclusive({"--mcp": mcp is not None, "--all-mcp": all_mcp})
     exclusive({"--group": group is not None, "--no-group": no_group})
     exclusive({"--max-concurrent": max_concurrent is not None, "--no-max-concurrent": no_max_concurrent})
     body: dict[str, Any] = {}
@@ -145,6 +156,10 @@ def key_update(
         body["models"] = split_names(models, "'--models'", allow_empty=False)
     elif all_models:
         body["models"] = None
+    if mcp is not None:
+        body["mcp"] = split_names(mcp, "'--mcp'", allow_empty=False)
+    elif all_mcp:
+        body["mcp"] = None
     if allow_ip or any_ip:
         body["allow_ips"] = allow_ip or None
     if group is not None or no_group:

@@ -91,6 +91,7 @@ KEY = (
     Field("spent_nano", "spent", usd),
     Field("expires_on", "expires", text("never")),
     Field("models", "models", text("all")),
+    Field("mcp", "MCP tools", text("all")),
     Field("allow_ips", "allowed IPs", text("any")),
     Field("group", "group"),
     Field("max_concurrent", "max concurrent", cap),
@@ -101,7 +102,7 @@ KEY = (
     Field("created_at", "created"),
     Field("last_used_at", "last used", text("never")),
 )
-KEY_COLUMNS = tuple(f for f in KEY if f.key not in ("account_id", "max_concurrent", "created_at", "budget_period",
+KEY_COLUMNS = tuple(f for f in KEY if f.key not in ("account_id", "max_concurrent", "created_at", "budget_period", "mcp",
                                                     "budget_period_spent_nano"))
 
 PAYMENT = (

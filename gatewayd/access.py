@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import attrs
 
-from gatewayd.config import Config, Model
+from gatewayd.config import Config, Group, Model
 from gatewayd.directory import Directory
 from gatewayd.errors import GatewayError, invalid_token, model_not_found
 from gatewayd.money import usd_brief
@@ -125,6 +125,25 @@ class Grant:
     alias: str | None = None  # the id the request named, when it was an alias of ``model``
 
 
+def caller_group(config: Config, caller: Caller) -> Group:
+    """The group whose prices (and MCP list) apply to the caller: the key's pin, else the first
+    of the account's groups still in force, else ``default``; a pin the account cannot use, or
+    to a retired group, is the spec's 403."""
+    key, account = caller.key, caller.account
+    group_name = key.group
+    if group_name is not None:
+        if group_name not in account.groups:
+            raise GatewayError(403, f"This token is pinned to group {group_name}, which this account cannot use", "")
+        group = config.groups.get(group_name)
+        if group is None or group.retired:
+            raise GatewayError(403, f"This token is pinned to group {group_name}, which has been retired", "")
+        return group
+    return next(
+        (config.groups[g] for g in account.groups if g in config.groups and not config.groups[g].retired),
+        config.groups["default"],
+    )
+
+
 def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
     """Model list, group, availability, price: the checks between the body and the rate limit.
 
@@ -136,18 +155,7 @@ def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str,
         allowed = ", ".join(sorted(key.models)) or "none"
         raise GatewayError(403, f"This token has no access to model {model_id}; this key may use: {allowed} "
                            "(GET /v1/models lists them)", "", reason="model not on the key's model list")
-    group_name = key.group
-    if group_name is not None:
-        if group_name not in account.groups:
-            raise GatewayError(403, f"This token is pinned to group {group_name}, which this account cannot use", "")
-        group = config.groups.get(group_name)
-        if group is None or group.retired:
-            raise GatewayError(403, f"This token is pinned to group {group_name}, which has been retired", "")
-    else:
-        group = next(
-            (config.groups[g] for g in account.groups if g in config.groups and not config.groups[g].retired),
-            config.groups["default"],
-        )
+    group = caller_group(config, caller)
     threshold = config.server.models_visible_after_paid_nano
     if account.total_paid_nano < threshold:
         more = threshold - account.total_paid_nano

@@ -20,11 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import secrets
-import smtplib
-import ssl
 import time
-from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
 from typing import Awaitable, Callable
 
 import httpx
@@ -32,6 +28,7 @@ import orjson
 import trio
 from prometheus_client import CollectorRegistry, Counter
 
+from gatewayd import mail
 from gatewayd.alerts import SIGNATURE_HEADER, AlertSettings, Message, SmtpSettings, WebhookSettings, compose, sign
 from gatewayd.directory import Directory
 from gatewayd.store.alert_outbox import OutboxRow
@@ -54,26 +51,12 @@ def deliveries_counter(registry: CollectorRegistry) -> Counter:
 
 
 async def send_email(settings: SmtpSettings, to: str, message: Message, alert_id: int) -> None:
-    """One message over SMTP, in a worker thread (smtplib blocks)."""
-    mail = EmailMessage()
-    mail["From"], mail["To"], mail["Subject"] = settings.sender, to, message.subject
-    mail["Date"] = formatdate(localtime=False)
-    mail["Message-ID"] = make_msgid(idstring=f"alert-{alert_id}", domain=settings.sender.rsplit("@", 1)[-1])
-    mail["X-Gatewayd-Alert-Id"] = str(alert_id)
-    mail.set_content(message.text + "\n")
-
-    def send() -> None:
-        with smtplib.SMTP(settings.host, settings.port, timeout=settings.timeout_s) as smtp:
-            if settings.starttls:
-                smtp.starttls(context=ssl.create_default_context())
-            if settings.username is not None and settings.password is not None:
-                smtp.login(settings.username, settings.password)
-            smtp.send_message(mail)
-
+    """One alert over SMTP (``gatewayd.mail``), its id in a header for the receiver."""
     try:
-        await trio.to_thread.run_sync(send)
-    except (OSError, smtplib.SMTPException) as e:  # (ssl.SSLError and socket timeouts are OSErrors)
-        raise ChannelFailed(f"smtp {settings.host}:{settings.port}: {type(e).__name__}: {e}") from None
+        await mail.send(settings, to, message.subject, message.text, ident=f"alert-{alert_id}",
+                        headers={"X-Gatewayd-Alert-Id": str(alert_id)})
+    except mail.MailFailed as e:
+        raise ChannelFailed(str(e)) from None
 
 
 async def send_webhook(settings: WebhookSettings, client: httpx.AsyncClient, message: Message) -> None:

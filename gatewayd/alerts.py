@@ -37,7 +37,7 @@ KINDS = {"balance_below": "balance.below", "key_spend_limit": "key.spend_limit",
          "payment": "payment.received"}
 
 PAYMENT_SOURCES = {"operator": "payment", "code": "code redemption", "card": "card payment", "refund": "refund",
-                   "dispute": "lost dispute"}
+                   "dispute": "card dispute", "dispute_won": "card dispute closed in your favour"}
 
 
 def level_80_at(limit_nano: int) -> int:

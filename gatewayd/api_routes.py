@@ -11,8 +11,8 @@ Gemini API's ``GET /v1beta/models[/{model}]``); everything else (the console,
 the operator's endpoints, the not-offered APIs, 404s and 405s) still goes to the Quart app.
 
 The key (and the key's IP allowlist) is checked from the headers before any byte of the
-body is read, and the body is counted against that key's share of the process's budget
-(``gatewayd.bodies``): a refused request is answered at once and its connection closed
+body is read, and the body is counted, as it arrives, against the key's account's share of
+the API's body budget (``gatewayd.bodies``): a refused request is answered at once and its connection closed
 with the body unread (``gatewayd.app.Listener``), so a caller without a valid key can
 make the gateway hold nothing. The ``/v1/models`` routes never read a body.
 
@@ -29,8 +29,9 @@ from typing import Any, AsyncGenerator, Awaitable, Callable
 import orjson
 import trio
 
-from gatewayd import endpoints, trace
+from gatewayd import endpoints, telemetry, trace
 from gatewayd.access import Caller, client_address
+from gatewayd.bodies import account_owner
 from gatewayd.endpoints import ENDPOINTS, LARGE_BODY_BYTES, Ctx, Endpoint
 from gatewayd.errors import GatewayError, error_body, our_fault
 from gatewayd.relay import Relay
@@ -80,11 +81,14 @@ class ApiRoutes:
         # paths that name the model: few, tried in order after the fixed ones
         self._patterns = [(endpoint, self._relayed(endpoint)) for endpoint in ENDPOINTS if "{model}" in endpoint.path]
         self._gemini_model = self._gemini_listing(endpoints.gemini_model)
+        self.mcp: Callable | None = None  # /mcp and /mcp/{server}: gatewayd.mcp.gateway.McpGateway, once started
 
     def route(self, method: str, path: str) -> Callable | None:
         found = self._routes.get((method, path))
         if found is not None:
             return found
+        if self.mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):
+            return self.mcp
         for endpoint, serve in self._patterns:
             if endpoint.method == method and endpoint.path_match(path):
                 return serve
@@ -94,6 +98,23 @@ class ApiRoutes:
                 and len(path) > len(GEMINI_MODEL_PREFIX):
             return self._gemini_model
         return None
+
+    # what the MCP endpoints (gatewayd.mcp.gateway, handed this object) share with the API routes:
+    # the request's context, the body counted against the key and read, the disconnect watch
+    def mcp_context(self, scope: dict) -> Ctx:
+        return self._context(scope, Headers(scope["headers"]), "mcp")
+
+    @staticmethod
+    def count_body(scope: dict, caller: Caller) -> None:
+        _count_body_against(scope, caller)
+
+    @staticmethod
+    async def watch_disconnect(receive, scope: trio.CancelScope) -> None:
+        await _cancel_on_disconnect(receive, scope)
+
+    @staticmethod
+    async def read_body(receive) -> bytes | None:
+        return await _read_body(receive)
 
     def context(self, scope: dict, endpoint: Endpoint) -> Ctx:
         """The context of one request to ``endpoint``; a Responses WebSocket message
@@ -123,13 +144,16 @@ class ApiRoutes:
     def _relayed(self, endpoint: Endpoint) -> Callable:
         async def serve(scope, receive, send) -> None:
             ctx = self.context(scope, endpoint)
+            free_cap = self.relay.config.server.max_free_body_bytes if endpoint.answer_here is not None else None
             try:
                 caller = self.relay.admit(ctx, endpoint=endpoint)
                 _count_body_against(scope, caller)
+                if free_cap is not None:  # an answer the gateway makes itself: a smaller body (gatewayd.relay)
+                    self.relay.refuse_large_free_body(ctx, scope.get("gateway.content_length") or 0)
+                raw = await _read_body(receive, free_cap)
             except GatewayError as error:
                 await _send_error(send, error, ctx)  # body unread: the listener closes the connection
                 return
-            raw = await _read_body(receive)
             if raw is None:
                 return  # the client went away, or the listener refuses the body (too large, too slow, over budget)
             async with trio.open_nursery() as nursery:
@@ -193,27 +217,26 @@ async def _answer(send, ctx: Ctx, answering: Awaitable[tuple[int, dict, Any]]) -
 
 
 def _count_body_against(scope: dict, caller: Caller) -> None:
-    """From here on the body's bytes are the caller's key's; a declared length is reserved
-    whole now, so a body that would go over the budget is refused before it is read."""
+    """From here on the body's bytes count against the caller's account (``gatewayd.bodies``),
+    as they arrive: a declared length reserves nothing."""
     lease = scope.get("gateway.body_lease")
-    if lease is None:
-        return
-    lease.assign(f"key:{caller.key.id}")
-    declared = scope.get("gateway.content_length")
-    if declared:
-        refused = lease.reserve(declared)
-        if refused is not None:
-            raise refused
+    if lease is not None:
+        lease.assign(account_owner(caller.account.id))
 
 
-async def _read_body(receive) -> bytes | None:
-    """The whole request body, or None when the client disconnected first."""
+async def _read_body(receive, cap: int | None = None) -> bytes | None:
+    """The whole request body, or None when the client disconnected first; over ``cap``
+    bytes (a body sent without its length), the 413 of ``Relay.refuse_large_free_body``."""
     parts = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             return None
         parts.append(message.get("body", b""))
+        size += len(parts[-1])
+        if cap is not None and size > cap:
+            raise endpoints.free_body_too_large(cap)
         if not message.get("more_body", False):
             break
     if len(parts) == 1:
@@ -243,6 +266,7 @@ def _header_list(headers: dict, content_type: tuple[bytes, bytes], length: int |
 
 async def _send_error(send, error: GatewayError, ctx: Ctx) -> None:
     trace.refused(error.code, error.log_reason())
+    telemetry.refused(error)
     body = error_body(error, ctx.request_id, ctx.envelope)
     await _send_answer(send, error.status, error.headers, body, ctx)
 

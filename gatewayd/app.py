@@ -4,8 +4,8 @@ The ``Listener`` is plain ASGI in front of everything, because these rules must 
 every response, even ones Quart produces itself: each carries ``X-Request-Id``; a
 body over ``max_body_bytes`` is refused with 413 without being read into memory,
 whether or not the client sent a Content-Length; a body not all in within
-``body_timeout_s`` is refused with 408; the bytes of bodies held are counted against
-the process's budget (``gatewayd.bodies``; 503 over it); and a request answered before
+``body_timeout_s`` is refused with 408; the bytes of bodies held are counted, as they
+arrive, in the budget of the path's pool (``gatewayd.bodies``; 503 over it); and a request answered before
 its body was read is closed without reading the rest. It hands the /v1 API routes to
 ``gatewayd.api_routes`` (plain ASGI, the hot path) and the rest to the Quart app made by
 ``create_app``: the console, the operator's endpoints, and the answers for paths and
@@ -25,16 +25,19 @@ import trio
 from quart import Response, has_request_context, request
 from quart_trio import QuartTrio
 
-from gatewayd import logs, responses_ws, trace
+from gatewayd import logs, responses_ws, telemetry, trace
 from gatewayd.api_routes import ApiRoutes
-from gatewayd.bodies import BodyBudget
+from gatewayd.access import client_address
+from gatewayd.bodies import BodyPools
 from gatewayd.errors import GatewayError, error_body, not_found_path, not_implemented
 from gatewayd.metrics import Metrics
+from gatewayd.socket_limits import SocketCounts
 from gatewayd.trace import Trace, new_request_id
 from gatewayd.upgrades import refuse_websocket, websocket_refusal
 
 if TYPE_CHECKING:
     from gatewayd.ops import Readiness
+    from gatewayd.telemetry.otel import Telemetry
 
 JSON = "application/json"
 # Served over TLS (``[server] tls_cert``): browsers keep to HTTPS for a year. Behind a proxy that
@@ -46,6 +49,7 @@ ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/v1/messages": "messages",
     "/v1/responses": "responses",
+    "/v1/responses/compact": "responses",
     "/v1/embeddings": "embeddings",
     "/v1/models": "models",
     "/healthz": "ops",
@@ -64,6 +68,8 @@ def endpoint_of(path: str) -> str:
         return "models"
     if path.startswith("/console"):
         return "console"
+    if path == "/mcp" or path.startswith("/mcp/"):
+        return "mcp"
     return "other"
 
 
@@ -72,14 +78,16 @@ class Listener:
     cap, and, once the last byte is sent, the request's log line and metrics (``gatewayd.trace``)."""
 
     def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None,
-                 api: ApiRoutes | None = None, *, bodies: BodyBudget | None = None,
-                 body_timeout_s: float | None = None) -> None:
+                 api: ApiRoutes | None = None, *, bodies: BodyPools | None = None,
+                 body_timeout_s: float | None = None, telemetry: "Telemetry | None" = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.api = api  # the /v1 API routes, served without Quart (gatewayd.api_routes)
         self.bodies = bodies  # None: bodies are not counted (the ops listener's GETs)
         self.body_timeout_s = body_timeout_s  # None: no deadline
+        self.sockets = SocketCounts()  # Responses WebSockets open, by key and account (gatewayd.socket_limits)
+        self.telemetry = telemetry  # OpenTelemetry (gatewayd.telemetry); None: off
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -89,13 +97,19 @@ class Listener:
         client = scope.get("client")
         t = Trace(request_id, scope.get("method", "GET"), scope.get("path", ""), client[0] if client else None)
         t.endpoint = endpoint_of(t.path)
+        # scrapes and probes make no traces; a WebSocket's responses each have theirs (gatewayd.responses_ws)
+        if self.telemetry is not None and t.endpoint != "ops" and scope["type"] == "http":
+            t.spans = self.telemetry.begin(scope, t)
         token = trace.current.set(t)
         try:
             if scope["type"] == "websocket":
                 path = t.path
                 if path == responses_ws.PATH and self.api is not None:  # Responses over WebSocket
-                    socket = responses_ws.ResponsesSocket(self.api, scope, receive, send, self._finished,
-                                                          new_request_id)
+                    otel = self.telemetry
+                    spans = (lambda message: otel.begin(scope, message)) if otel is not None else None
+                    socket = responses_ws.ResponsesSocket(
+                        self.api, scope, receive, send, self._finished, new_request_id, sockets=self.sockets,
+                        pool=self.bodies.api if self.bodies is not None else None, spans=spans)
                     return await socket.serve(t)
                 # every other path refuses the upgrade (gatewayd.upgrades)
                 error = websocket_refusal(path, endpoint_of(path) != "other", not_offered(path))
@@ -114,6 +128,8 @@ class Listener:
         logs.request_line(t.fields(), logging.DEBUG if t.endpoint == "ops" else logging.INFO)
         if self.metrics is not None:
             self.metrics.observe(t)
+        if self.telemetry is not None:
+            self.telemetry.finish(t)
 
     async def _serve(self, scope, receive, send, t: Trace):
         request_id = t.request_id
@@ -169,8 +185,9 @@ class Listener:
             elif name == b"transfer-encoding":
                 has_body = True
         scope["gateway.content_length"] = declared
-        lease = self.bodies.lease() if self.bodies is not None else None
-        scope["gateway.body_lease"] = lease  # the API routes count it against the key, once known
+        app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
+        lease = self._lease(scope, api=app is not None)
+        scope["gateway.body_lease"] = lease  # the API routes name its owner (the key's account) once known
         deadline = trio.current_time() + self.body_timeout_s if self.body_timeout_s else math.inf
         received = 0
         refusal: GatewayError | None = None  # set while the body comes: the app stops, we answer below
@@ -199,13 +216,7 @@ class Listener:
                         return {"type": "http.disconnect"}
             return message
 
-        app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
         try:
-            if app is None and lease is not None and declared:
-                # the rest of the app (console forms, paths not served) shares one owner's quarter
-                refused = lease.reserve(declared)
-                if refused is not None:
-                    return await self._refuse(send_with_id, request_id, refused)
             await (app or self.app)(scope, capped_receive, send_with_id)
             if refusal is not None and not started:
                 await self._refuse(send_with_id, request_id, refusal)
@@ -214,6 +225,19 @@ class Listener:
                 lease.close()
             if streaming and metrics is not None:
                 metrics.open_streams.dec()
+
+    def _lease(self, scope: dict, *, api: bool):
+        """The request's lease in its pool (``gatewayd.bodies``): an API route's is owned by the
+        key's account once the key is checked; the rest of the app's by the client's address."""
+        if self.bodies is None:
+            return None
+        if api:
+            return self.bodies.api.lease()
+        peer = scope.get("client")
+        trusted = self.api.relay.config.server.trusted_proxies if self.api is not None else ()
+        forwarded = b", ".join(v for k, v in scope.get("headers", ()) if k == b"x-forwarded-for").decode("latin-1")
+        address = client_address(peer[0] if peer else None, forwarded or None, trusted)
+        return self.bodies.for_app_path(scope.get("path", "")).lease(f"address:{address}")
 
     def _too_large(self) -> GatewayError:
         return GatewayError(413, f"the request body is larger than {self.max_body_bytes} bytes", "request_too_large")
@@ -226,6 +250,7 @@ class Listener:
         """A refusal made while the body was (or would be) coming, in the chat envelope; the
         connection is closed after it, the rest of the body unread."""
         trace.refused(error.code, error.log_reason())
+        telemetry.refused(error)
         body = error.chat_body(request_id)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                    (b"connection", b"close")]

@@ -1,4 +1,4 @@
-"""Request bodies held in memory: a budget for the process and a share of it for each key.
+"""Request bodies held in memory: budgets that count bytes as they arrive, by owner.
 
 A body is read into memory whole before it is parsed, and stays there until its request
 has been answered (the parsed document, the upstream request built from it and the body
@@ -6,19 +6,29 @@ itself are all alive until then). Without a bound, anyone could pin the process'
 by opening connections and sending large bodies slowly. So the listener reads a body
 only once the request's key has been checked (``gatewayd.api_routes``), within
 ``[server] body_timeout_s`` (``gatewayd.app.Listener``), and counts every byte it holds
-here:
+in one of the budgets of :class:`BodyPools`:
 
-- the process holds at most ``[server] max_buffered_bytes`` of request bodies;
-- one owner holds at most a quarter of that (``KEY_SHARE``). An owner is a key
-  (``key:<id>``) on the API routes; every request that reaches the rest of the app (the
-  console's forms, paths the gateway does not serve) shares the owner ``anonymous``,
-  so requests without a key can never take more than their quarter either.
+- ``api``: the /v1 API routes and the Responses WebSocket's messages, at most
+  ``[server] max_buffered_bytes`` in all, one account at most
+  ``max_buffered_bytes_per_account`` (a quarter by default). The owner is the key's
+  *account*: an account with four keys holds no more than one with one.
+- ``console``: the console's forms and every other path the Quart app answers, at most
+  ``console_buffered_bytes``, one client address at most a quarter of it.
+- ``webhook``: ``POST /webhooks/stripe``, at most ``webhook_buffered_bytes``, one client
+  address at most a quarter of it.
 
-A request whose body would go over either bound is refused with 503 and ``Retry-After``
-before its bytes are kept (a declared ``Content-Length`` is reserved whole, up front, so
-such a body is refused before any of it is read). Everything a request counted is given
-back when its answer is complete (streams included), so the budget, like the memory,
-returns after a burst.
+The admin socket is a server of its own (``gatewayd.server``: Quart's 16 MiB cap per body,
+a 0600 Unix socket) and shares nothing with these. So API traffic, however heavy, can fill
+neither the console's budget (sign-in stays possible) nor the webhook's (Stripe's payments
+are recorded) nor the admin socket's.
+
+Bytes are counted **as they arrive**, never as declared: a ``Content-Length`` reserves
+nothing, so a connection that declares 100 MB and sends nothing holds nothing, and is
+answered 408 at the body deadline (issue 31, N6: two such connections used to fill the
+shared quarter and make every console form 503). A chunk that would take the pool or
+its owner over its bound is refused with 503 and ``Retry-After`` before it is kept.
+Everything a request counted is given back when its answer is complete (streams
+included), so the budget, like the memory, returns after a burst.
 
 Counted bytes are the bodies as received; the memory they cost is a few times that
 (parsing, the upstream request). ``bench/attack_bodies.py`` measures it.
@@ -44,15 +54,14 @@ import attrs
 
 from gatewayd.errors import GatewayError
 
-KEY_SHARE = 4  # one owner may hold at most 1/KEY_SHARE of the process's budget
-ANONYMOUS = "anonymous"
+SHARE = 4  # by default one owner may hold at most 1/SHARE of its pool
 RETRY_AFTER_S = 2  # bodies in flight finish in about that time; the client's retry comes then
 TRIM_AFTER_BYTES = 16 << 20  # body bytes let go since the last trim before the next is worth it
 TRIM_EVERY_S = 1.0  # while bodies are still held: at most this often
 
 
 def over_budget(what: str) -> GatewayError:
-    """The 503 for a body that would take the process or one key over its share."""
+    """The 503 for a body that would take a pool or one owner over its share."""
     return GatewayError(
         503, f"the gateway is holding too many request bodies {what} right now; retry shortly",
         "server_busy", headers={"retry-after": str(RETRY_AFTER_S)},
@@ -99,16 +108,23 @@ class MemoryReturner:
 
 
 class BodyBudget:
-    """Bytes of request bodies held now, in total and by owner."""
+    """One pool: bytes of request bodies held now, in total and by owner.
 
-    def __init__(self, max_bytes: int) -> None:
+    ``owner_max`` bounds one owner (default: a quarter of the pool). ``what`` names the
+    pool's owners in a refusal ("this account", "this client address")."""
+
+    def __init__(self, max_bytes: int, owner_max: int | None = None, *, what: str = "this account",
+                 memory: "MemoryReturner | None" = None) -> None:
         self.max_bytes = max_bytes
-        self.owner_max = max(1, max_bytes // KEY_SHARE)
+        self.owner_max = max(1, owner_max if owner_max is not None else max_bytes // SHARE)
+        self.what = what
         self.held = 0
         self.by_owner: dict[str, int] = {}
-        self.memory = MemoryReturner()
+        self.memory = memory if memory is not None else MemoryReturner()
 
-    def lease(self, owner: str = ANONYMOUS) -> "BodyLease":
+    def lease(self, owner: str | None = None) -> "BodyLease":
+        """A lease for one request or one socket; ``owner`` None until the caller is known
+        (the API routes: the key's account), and nothing may be received before then."""
         return BodyLease(self, owner)
 
     def _take(self, owner: str, n: int) -> GatewayError | None:
@@ -116,7 +132,7 @@ class BodyBudget:
         if self.held + n > self.max_bytes:
             return over_budget("for all callers")
         if mine + n > self.owner_max:
-            return over_budget("for this key" if owner != ANONYMOUS else "without a key")
+            return over_budget(f"for {self.what}")
         self.held += n
         self.by_owner[owner] = mine + n
         return None
@@ -127,50 +143,79 @@ class BodyBudget:
         if left:
             self.by_owner[owner] = left
         else:
-            del self.by_owner[owner]  # no entry per key that once sent a body
+            del self.by_owner[owner]  # no entry per owner that once sent a body
         self.memory.let_go(n, self.held)
 
 
 @attrs.define
 class BodyLease:
-    """What one request holds. ``reserve`` a declared length up front, ``receive`` each
-    chunk as it arrives (only bytes beyond the reservation are taken), ``close`` once the
-    answer is complete. A refusal takes nothing."""
+    """What one request (or one WebSocket message) holds: ``receive`` each chunk as it
+    arrives, ``give_back`` what a finished message held, ``close`` once the answer is
+    complete. A refusal takes nothing."""
 
     budget: BodyBudget
-    owner: str
-    reserved: int = 0
-    received: int = 0
-
-    @property
-    def held(self) -> int:
-        return max(self.reserved, self.received)
-
-    def reserve(self, declared: int) -> GatewayError | None:
-        extra = declared - self.held
-        if extra <= 0:
-            return None
-        refused = self.budget._take(self.owner, extra)
-        if refused is None:
-            self.reserved = declared
-        return refused
+    owner: str | None
+    held: int = 0
+    ended: bool = False  # closed: nothing more is taken (a WebSocket's frames after its app ended)
 
     def receive(self, n: int) -> GatewayError | None:
-        extra = self.received + n - self.held
-        if extra > 0:
-            refused = self.budget._take(self.owner, extra)
-            if refused is not None:
-                return refused
-        self.received += n
-        return None
+        if n <= 0:
+            return None
+        if self.ended:
+            return over_budget("for a request that has ended")
+        if self.owner is None:  # read before its key was checked (a route that should not): one shared owner
+            self.owner = UNKNOWN_OWNER
+        refused = self.budget._take(self.owner, n)
+        if refused is None:
+            self.held += n
+        return refused
+
+    def give_back(self, n: int) -> None:
+        n = min(n, self.held)
+        if n > 0 and self.owner is not None:
+            self.held -= n
+            self.budget._give_back(self.owner, n)
 
     def assign(self, owner: str) -> None:
-        """Who the bytes are counted against, once the key is known (nothing is held yet)."""
-        assert self.held == 0, "a lease changes owner before any byte is held"
-        self.owner = owner
+        """Who the bytes are counted against, once the key is known (bytes already held, read
+        before it, stay with the owner they were counted under)."""
+        if self.held == 0:
+            self.owner = owner
 
     def close(self) -> None:
-        held = self.held
-        if held:
-            self.budget._give_back(self.owner, held)
-        self.reserved = self.received = 0
+        self.give_back(self.held)
+        self.ended = True
+
+
+UNKNOWN_OWNER = "unknown"  # bytes of an API request read before its key was known share one owner's share
+
+
+def account_owner(account_id: str) -> str:
+    """The owner an API request's body bytes count against: its key's account."""
+    return f"account:{account_id}"
+
+
+@attrs.frozen
+class BodyPools:
+    """The public listener's budgets (see the module's doc): which one a path's body counts in."""
+
+    api: BodyBudget
+    console: BodyBudget
+    webhook: BodyBudget
+
+    @classmethod
+    def from_settings(cls, server) -> "BodyPools":
+        memory = MemoryReturner()  # one process, one heap: the trim is shared
+        per_account = server.max_buffered_bytes_per_account
+        return cls(
+            api=BodyBudget(server.max_buffered_bytes, per_account, what="this account", memory=memory),
+            console=BodyBudget(server.console_buffered_bytes, what="this client address", memory=memory),
+            webhook=BodyBudget(server.webhook_buffered_bytes, what="this client address", memory=memory),
+        )
+
+    def for_app_path(self, path: str) -> BodyBudget:
+        """The pool of a request the Quart app answers (not an API route)."""
+        return self.webhook if path == WEBHOOK_PATH else self.console
+
+
+WEBHOOK_PATH = "/webhooks/stripe"

@@ -38,12 +38,19 @@ class Provider:
 @attrs.frozen
 class ModelRoute:
     """One way to reach a model: a provider, the provider's id for it, and where it stands
-    among the model's other routes (higher priority first; weight shares equal priorities)."""
+    among the model's other routes (higher priority first; weight shares equal priorities).
+    ``auto_cache``: the gateway places prompt-cache breakpoints in requests it translates to
+    this route's Anthropic Messages (on by default for routes that serve Claude).
+    ``carry_cache_markers``: a chat client's own ``cache_control`` markers go through the
+    translation too; the spec says they do not, so only where the operator set ``auto_cache =
+    true`` themselves (issue 36), never by the default."""
 
     provider: Provider
     upstream_id: str
     priority: int = 0
     weight: int = 1
+    auto_cache: bool = False
+    carry_cache_markers: bool = False
 
     @property
     def usable(self) -> bool:

@@ -28,7 +28,7 @@ _ACCOUNT_FIELDS = ("email", "name", "timezone", "password_hash", "groups", "embe
                    "credit_nano", "max_concurrent", "alert_below_nano")
 _KEY_FIELDS = ("name", "status", "spend_limit_nano", "spent_nano", "expires_on", "models", "allow_ips", "group",
                "last_used_at", "max_concurrent", "budget_nano", "budget_period", "budget_period_start",
-               "budget_spent_nano")
+               "budget_spent_nano", "mcp")
 
 
 def apply_account(directory: Directory, fresh: Account) -> None:

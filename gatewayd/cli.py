@@ -132,8 +132,9 @@ def check_config(path: str = typer.Argument(..., metavar="FILE", help="The TOML 
         raise typer.Exit(2)
     if cfg.left_out_warning():
         print(f"gatewayd: warning: {cfg.left_out_warning()}", file=sys.stderr)
+    mcp = f", {len(cfg.mcp_servers)} MCP servers" if cfg.mcp_servers else ""
     print(f"gatewayd: {path}: config ok ({len(cfg.providers)} providers, {len(cfg.models)} models, "
-          f"{len(cfg.groups)} groups)")
+          f"{len(cfg.groups)} groups{mcp})")
 
 
 @app.command()

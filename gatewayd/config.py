@@ -26,9 +26,14 @@ from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
 from gatewayd.billing.tool_prices import default_tool_prices
 from gatewayd.config_aliases import read_aliases
+from gatewayd.mcp import access as mcp_access
+from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
 from gatewayd.money import MoneyError, ratio, usd_to_nano
 from gatewayd.payments.stripe_settings import StripeSettings, read_payments
+from gatewayd.telemetry import settings as telemetry_settings
+from gatewayd.telemetry.settings import TelemetrySettings
+from gatewayd.self_service import ConsoleSettings, read_settings as read_console_settings
 
 __all__ = [  # the catalogue's values are re-exported: most of gatewayd reads them from here
     "Config", "ConfigError", "DEFAULT_CATALOGUE", "Group", "LogSettings", "Model", "ModelRoute", "Provider",
@@ -65,6 +70,7 @@ class Group:
     name: str
     price_ratio: Fraction
     retired: bool
+    mcp: tuple[str, ...] | None = None  # MCP servers / server:tool patterns its accounts may use; None: all
 
 
 @attrs.frozen
@@ -84,10 +90,18 @@ class ServerSettings:
     metrics_listen: str | None = None  # HOST:PORT: /metrics, /healthz, /readyz there instead of the public listener
     drain_delay_s: float = 0.0  # on SIGTERM: /readyz answers 503 this long before the listeners stop accepting
     body_timeout_s: float = 60.0  # a request body not all in this long after its headers: 408 (gatewayd.app)
-    max_buffered_bytes: int = 1 << 30  # request bodies held at once; a key at most a quarter (gatewayd.bodies)
+    max_buffered_bytes: int = 1 << 30  # API request bodies held at once (gatewayd.bodies)
+    max_buffered_bytes_per_account: int | None = None  # of those, one account's; None: a quarter
+    console_buffered_bytes: int = 64 << 20  # the console's (and other app paths') own body budget
+    webhook_buffered_bytes: int = 16 << 20  # POST /webhooks/stripe's own body budget
     h2c: bool = False  # HTTP/2 without TLS (prior knowledge or Upgrade); HTTP/2 over TLS (ALPN) is always on
     max_concurrent_per_account: int = 256  # requests in flight per account and instance; 0 = no cap
     max_concurrent_per_key: int = 0  # the same per key; 0 = no cap (gatewayd/concurrency.py)
+    max_sockets_per_key: int = 16  # Responses WebSockets open per key and instance; 0 = no cap (socket_limits)
+    max_sockets_per_account: int = 64  # the same per account
+    max_free_body_bytes: int = 1 << 20  # bodies of requests the gateway answers itself (countTokens, warm-ups)
+    free_answer_threads: int = 1  # threads those answers' tokenizer may use (gatewayd.relay)
+    password_checks_per_s: float = 10.0  # console sign-in password checks a second, all callers (console.session)
 
 
 @attrs.frozen
@@ -132,6 +146,9 @@ class Config:
             return None
         return (f"providers left out, their key variable not set: {', '.join(left)}; their models are not listed "
                 "and are refused saying why (set the variable to serve them)")
+    console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
+    mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
+    telemetry: TelemetrySettings | None = None  # [telemetry]: OTLP traces and metrics (gatewayd.telemetry); None: off
 
     def with_simulator(self, sim_url: str) -> "Config":
         """Every provider pointed at the simulator (``--demo``): same catalogue, no real keys.
@@ -193,8 +210,10 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         "listen", "admin_socket", "data_dir", "stream_idle_timeout_s", "max_body_bytes",
         "trusted_proxies", "models_visible_after_paid", "shutdown_grace_s", "tls_cert", "tls_key",
         "upstream_connect_timeout_s", "console_secret", "metrics_listen", "drain_delay_s",
-        "body_timeout_s", "max_buffered_bytes", "h2c",
-        "max_concurrent_per_account", "max_concurrent_per_key",
+        "body_timeout_s", "max_buffered_bytes", "max_buffered_bytes_per_account", "console_buffered_bytes",
+        "webhook_buffered_bytes", "h2c",
+        "max_concurrent_per_account", "max_concurrent_per_key", "max_sockets_per_key", "max_sockets_per_account",
+        "max_free_body_bytes", "free_answer_threads", "password_checks_per_s",
     })
     proxies = []
     raw_proxies = s.table.get("trusted_proxies", [])
@@ -234,9 +253,17 @@ def _server(raw: Any, overrides: dict[str, Any]) -> ServerSettings:
         drain_delay_s=float(s.number("drain_delay_s", 0)),
         body_timeout_s=float(s.number("body_timeout_s", 60, minimum=0.001)),
         max_buffered_bytes=s.number("max_buffered_bytes", 1 << 30, minimum=1, integer=True),
+        max_buffered_bytes_per_account=s.number("max_buffered_bytes_per_account", None, minimum=1, integer=True),
+        console_buffered_bytes=s.number("console_buffered_bytes", 64 << 20, minimum=1, integer=True),
+        webhook_buffered_bytes=s.number("webhook_buffered_bytes", 16 << 20, minimum=1, integer=True),
         h2c=s.bool("h2c", False),
         max_concurrent_per_account=s.number("max_concurrent_per_account", 256, integer=True),
         max_concurrent_per_key=s.number("max_concurrent_per_key", 0, integer=True),
+        max_sockets_per_key=s.number("max_sockets_per_key", 16, integer=True),
+        max_sockets_per_account=s.number("max_sockets_per_account", 64, integer=True),
+        max_free_body_bytes=s.number("max_free_body_bytes", 1 << 20, minimum=1, integer=True),
+        free_answer_threads=s.number("free_answer_threads", 1, minimum=1, integer=True),
+        password_checks_per_s=float(s.number("password_checks_per_s", 10, minimum=0.01)),
     )
 
 
@@ -329,26 +356,44 @@ def _protocol_keys(s: _Section, protocol: str) -> None:
     s.unknown(PROVIDER_KEYS | own)
 
 
-def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str) -> ModelRoute:
+def _auto_cache(s: _Section, provider: Provider, upstream_id: str, default: bool | None) -> tuple[bool, bool]:
+    """``auto_cache``: the gateway places prompt-cache breakpoints in translated requests to
+    this route (docs/translation.md, "Prompt caching"); on by default where the route serves
+    Claude (Anthropic caches only what breakpoints mark), off elsewhere (OpenAI and Gemini
+    cache by themselves). Returns (auto_cache, set to true by the operator): only the latter
+    carries a chat client's own markers, which the spec keeps out of the translation."""
+    explicit = s.bool("auto_cache", False) if "auto_cache" in s.table else default
+    if explicit is not None:
+        return explicit, explicit
+    return PROTOCOLS[provider.protocol].serves_claude(upstream_id), False
+
+
+def _route(table: Any, where: str, providers: dict[str, Provider], default_upstream_id: str,
+           model_auto_cache: bool | None) -> ModelRoute:
     r = _Section(table, where)
-    r.unknown({"provider", "upstream_id", "priority", "weight"})
+    r.unknown({"provider", "upstream_id", "priority", "weight", "auto_cache"})
     name = r.str("provider")
     if name not in providers:
         raise ConfigError(f"{where}.provider: no provider named {name!r}")
     priority = r.table.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ConfigError(f"{where}.priority: must be an integer")
+    upstream_id = r.str("upstream_id", default_upstream_id)
+    auto_cache, carry = _auto_cache(r, providers[name], upstream_id, model_auto_cache)
     return ModelRoute(
         provider=providers[name],
-        upstream_id=r.str("upstream_id", default_upstream_id),
+        upstream_id=upstream_id,
         priority=priority,
         weight=r.number("weight", 1, minimum=1, integer=True),
+        auto_cache=auto_cache,
+        carry_cache_markers=carry,
     )
 
 
 def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model_id: str) -> tuple[ModelRoute, ...]:
     """``[[models.routes]]``, or the one-route short form (``provider`` / ``upstream_id`` on the
     model itself); never both, so no route is silently ignored."""
+    model_auto_cache = s.bool("auto_cache", False) if "auto_cache" in s.table else None  # the routes' default
     if "routes" in s.table:
         if "provider" in s.table or "upstream_id" in s.table:
             key = "provider" if "provider" in s.table else "upstream_id"
@@ -356,7 +401,7 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
         raw = s.table["routes"]
         if not isinstance(raw, list) or not raw:
             raise ConfigError(f"{where}.routes: must be a non-empty array of tables ([[models.routes]])")
-        routes = [_route(t, f"{where}.routes[{j}]", providers, model_id) for j, t in enumerate(raw)]
+        routes = [_route(t, f"{where}.routes[{j}]", providers, model_id, model_auto_cache) for j, t in enumerate(raw)]
         seen = set()
         for j, route in enumerate(routes):
             if route.name in seen:
@@ -366,7 +411,10 @@ def _model_routes(s: _Section, where: str, providers: dict[str, Provider], model
         provider_name = s.str("provider")
         if provider_name not in providers:
             raise ConfigError(f"{where}.provider: no provider named {provider_name!r}")
-        routes = [ModelRoute(provider=providers[provider_name], upstream_id=s.str("upstream_id", model_id))]
+        upstream_id = s.str("upstream_id", model_id)
+        auto_cache, carry = _auto_cache(s, providers[provider_name], upstream_id, None)
+        routes = [ModelRoute(provider=providers[provider_name], upstream_id=upstream_id, auto_cache=auto_cache,
+                             carry_cache_markers=carry)]
     # stable sort: among equal priorities the file's order is kept
     return tuple(sorted(routes, key=lambda r: -r.priority))
 
@@ -380,6 +428,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         s.unknown({
             "id", "provider", "upstream_id", "routes", "kind", "family", "input_price", "output_price",
             "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", "aliases",
+            "auto_cache",
             *PRICE_TABLE_KEYS,
         })
         model_id = s.str("id")
@@ -502,7 +551,7 @@ def _groups(raw: Any) -> dict[str, Group]:
     groups: dict[str, Group] = {}
     for i, table in enumerate(raw):
         s = _Section(table, f"groups[{i}]")
-        s.unknown({"name", "price_ratio", "retired"})
+        s.unknown({"name", "price_ratio", "retired", "mcp"})
         name = s.str("name")
         if name in groups:
             raise ConfigError(f"groups[{i}].name: duplicate group {name!r}")
@@ -510,7 +559,13 @@ def _groups(raw: Any) -> dict[str, Group]:
             price_ratio = ratio(s.number("price_ratio", 1.0))
         except MoneyError as e:
             raise ConfigError(f"groups[{i}].price_ratio: {e}") from None
-        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False))
+        mcp = None
+        if "mcp" in s.table:
+            try:
+                mcp = mcp_access.parse_list(s.table["mcp"])
+            except mcp_access.AccessListError as e:
+                raise ConfigError(f"groups[{i}].mcp: {e}") from None
+        groups[name] = Group(name=name, price_ratio=price_ratio, retired=s.bool("retired", False), mcp=mcp)
     if "default" not in groups:
         groups["default"] = Group(name="default", price_ratio=Fraction(1), retired=False)
     return groups
@@ -551,7 +606,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "aliases"}
+               "payments", "aliases", "console", "mcp_servers", "telemetry"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -582,6 +637,13 @@ def load_config(
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url: must start with redis://, rediss:// or unix://")
     redis_prefix = redis.str("key_prefix", "gatewayd:")
+    alert_settings = alerts.read_settings(raw.get("alerts"), env)
+    mcp_servers = read_mcp_servers(raw.get("mcp_servers"), env)
+    for group in groups.values():
+        unknown = [e for e in group.mcp or () if e.partition(":")[0] not in mcp_servers]
+        if unknown:
+            raise ConfigError(f"groups: group {group.name!r} names MCP server {unknown[0].partition(':')[0]!r}, "
+                              "which is not in [[mcp_servers]]")
     return Config(
         server=server,
         database_url=database_url,
@@ -594,7 +656,11 @@ def load_config(
         log=_log(raw.get("log"), env, overrides),
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
-        alerts=alerts.read_settings(raw.get("alerts"), env),
+        alerts=alert_settings,
         aliases=_aliases(raw, catalogue, models),
         stripe=read_payments(raw.get("payments"), env),
+        console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
+                                      and alert_settings.smtp is not None, env=env),
+        mcp_servers=mcp_servers,
+        telemetry=telemetry_settings.read_settings(raw.get("telemetry"), env),
     )

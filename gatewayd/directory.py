@@ -21,6 +21,7 @@ import attrs
 from gatewayd.budgets import PERIODS
 from gatewayd.config import Config
 from gatewayd.control_chars import CONTROL_CHARACTERS
+from gatewayd.mcp import access as mcp_access
 from gatewayd.money import MAX_PAID_NANO, format_usd
 from gatewayd.passwords import hashed
 from gatewayd.records import (
@@ -38,6 +39,11 @@ from gatewayd.store.base import EmailTaken, KeyRevoked, PaymentTooLarge, TooMany
 MAX_KEYS_PER_ACCOUNT = 1000
 MAX_KEY_NAME = 50
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def valid_email(email: str) -> bool:
+    """The shape an account's email must have (no more is checked: the mail is the proof)."""
+    return bool(_EMAIL.match(email.strip()))
 _UNSET: Any = object()
 
 
@@ -347,6 +353,19 @@ class Directory:
             raise DirectoryError(f"no model {unknown[0]!r} in the catalogue")
         return frozenset(models)
 
+    def _check_mcp(self, entries: Any) -> tuple[str, ...] | None:
+        """A key's MCP access list (``gatewayd.mcp.access``): entries well formed, servers configured."""
+        if entries is None:
+            return None
+        try:
+            checked = mcp_access.parse_list(entries)
+        except mcp_access.AccessListError as e:
+            raise DirectoryError(str(e) if str(e).startswith("mcp") else f"mcp: {e}") from None
+        unknown = [e for e in checked if e.partition(":")[0] not in self.config.mcp_servers]
+        if unknown:
+            raise DirectoryError(f"no MCP server {unknown[0].partition(':')[0]!r} in the configuration")
+        return checked
+
     def _check_group(self, group: Any) -> str | None:
         if group is None:
             return None
@@ -378,6 +397,7 @@ class Directory:
         max_concurrent: Any = None,
         budget_nano: Any = None,
         budget_period: Any = None,
+        mcp: Any = None,
     ) -> tuple[Key, str]:
         """Returns the key and its secret; the secret is never stored, only its hash."""
         name = self._check_key_name(name)
@@ -401,6 +421,7 @@ class Directory:
             max_concurrent=parse_max_concurrent(max_concurrent),
             budget_nano=budget,
             budget_period=period,
+            mcp=self._check_mcp(mcp),
         )
         key.expires_at = expiry_instant(key.expires_on, account.timezone)
         try:
@@ -423,7 +444,7 @@ class Directory:
         if key.status == "deleted":
             raise DirectoryError("this key was revoked; revoked keys cannot be changed", status=409, code="key_deleted")
         allowed = {"name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
-                   "budget_nano", "budget_period"}
+                   "budget_nano", "budget_period", "mcp"}
         unknown = sorted(set(changes) - allowed)
         if unknown:
             raise DirectoryError(f"unknown key field {unknown[0]!r}")
@@ -445,6 +466,8 @@ class Directory:
             new["group"] = self._check_group(changes["group"])
         if "max_concurrent" in changes:
             new["max_concurrent"] = parse_max_concurrent(changes["max_concurrent"])
+        if "mcp" in changes:
+            new["mcp"] = self._check_mcp(changes["mcp"])
         if "budget_nano" in changes or "budget_period" in changes:
             amount = changes.get("budget_nano", key.budget_nano)
             # clearing the amount clears the budget; a new amount alone keeps the period

@@ -25,7 +25,9 @@ Adding an endpoint (a Gemini-API ``/v1beta/models/{model}:generateContent``, say
 An endpoint may take the key in more places than ``Authorization: Bearer``
 (``key_headers``, ``key_query``), and one whose answer the gateway makes itself once the
 model is authorized (``answer_here``: Gemini's ``countTokens``) has no route, no hold and no
-usage row.
+usage row; it runs under the same rate limit and in-flight caps as a billable request, on a
+body of at most ``[server] max_free_body_bytes``, its work in threads of its own
+(``Relay.free_threads``).
 
 A transport that is not one HTTP request (Responses over WebSocket, ``gatewayd.responses_ws``)
 calls ``Relay.serve`` once a message with the same spec; the steps and the money do not change.
@@ -47,9 +49,10 @@ from gatewayd.billing.estimate import prompt_transcript
 from gatewayd.billing.features import check_cap_fields, check_n
 from gatewayd.errors import BodyError, GatewayError
 from gatewayd.formats.embeddings import embedding_inputs
-from gatewayd.formats.raw_json import duplicate_top_level_key
+from gatewayd.formats.gemini_body import canonical_count_tokens, canonical_gemini
+from gatewayd.formats.raw_json import duplicate_key
 from gatewayd.formats.stored_objects import asked_response_ids, refuse_stored_objects
-from gatewayd.providers.base import translate
+from gatewayd.providers.base import encode_body, translate
 
 LARGE_BODY_BYTES = 256 * 1024  # bodies over this get checkpoints between parsing, routing and building
 
@@ -76,6 +79,10 @@ class Asked:
     stream: bool = False
     response_ids: tuple[tuple[str, str], ...] = ()  # (param, id) of stored responses named: the account must own them
     sse: bool = True  # a stream framed as SSE events (a Gemini client without ``?alt=sse``: one JSON array)
+    # the body in its canonical form when that differs from the client's (a Gemini body with a
+    # snake_case field): everything after the reader reads it, and it is what goes upstream,
+    # re-encoded (``Relay._read``); None: the client's body and bytes are canonical as they are
+    canonical: dict | None = None
 
 
 @attrs.frozen
@@ -91,8 +98,8 @@ class Endpoint:
     envelope: str = "openai"  # errors at the model step and after
     key_headers: tuple[str, ...] = ()  # headers read for the key when no Authorization came (x-api-key)
     key_query: str | None = None  # a query parameter read for the key last (Gemini's ``?key=``)
-    # the gateway answers itself once the model is authorized: (body, grant) -> the answer's bytes
-    answer_here: Callable[[dict, Grant], Awaitable[bytes]] | None = None
+    # the gateway answers itself once the model is authorized: (body, grant, threads) -> the answer's bytes
+    answer_here: Callable[[dict, Grant, trio.CapacityLimiter], Awaitable[bytes]] | None = None
 
     def path_match(self, path: str) -> bool:
         """Whether ``path`` is this endpoint's (a ``{model}`` in its path matches any model id)."""
@@ -112,10 +119,19 @@ def parse_body(raw: bytes) -> dict:
         raise BodyError(f"the request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise BodyError("the request body must be a JSON object")
-    twice = duplicate_top_level_key(raw, body)
-    if twice is not None:  # the gateway would read the last one, a provider perhaps the first
-        raise BodyError(f"the request body has the key {twice!r} more than once; send each field once", param=twice)
+    refuse_duplicate_keys(raw, body)
     return body
+
+
+def refuse_duplicate_keys(raw: bytes | str, body: Any, what: str = "the request body") -> None:
+    """400 for a key given twice in one object of ``raw`` at any depth (``body`` is its parse):
+    the gateway would read the last one, a provider perhaps the first."""
+    twice = duplicate_key(raw.encode() if isinstance(raw, str) else raw, body)
+    if twice is not None:
+        key, path = twice
+        where = "" if path == key else f" (at {path})"
+        raise BodyError(f"{what} has the key {key!r} more than once in one object{where}; send each field once",
+                        param=path)
 
 
 async def read_body(raw: bytes) -> dict:
@@ -126,6 +142,17 @@ async def read_body(raw: bytes) -> dict:
     if len(raw) > LARGE_BODY_BYTES:
         await trio.lowlevel.checkpoint()
     return body
+
+
+def read_canonical(endpoint: "Endpoint", body: dict, raw: bytes, ctx: Ctx) -> tuple[dict, bytes, Asked]:
+    """The endpoint's reader over a parsed body, and the body and bytes every later step reads
+    and sends upstream: the client's when they are canonical, else the reader's canonical form
+    and its encoding (issue 30: never the client's bytes when they say something else). The
+    re-encoding is paid only by a body the reader rewrote (agent bodies are 100-600 KB)."""
+    asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+    if asked.canonical is None:
+        return body, raw, asked
+    return asked.canonical, encode_body(asked.canonical), asked
 
 
 def field(body: dict, name: str, kind: type | tuple, *, required: bool = False, what: str = "") -> Any:
@@ -211,6 +238,14 @@ def read_responses(body: dict, ctx: Ctx) -> Asked:
     return Asked(model_id, stream, response_ids)
 
 
+def read_compact(body: dict, ctx: Ctx) -> Asked:
+    """``POST /v1/responses/compact``: a responses body that is answered whole (never streamed)."""
+    if body.get("stream") is True:
+        raise BodyError("responses/compact does not stream; leave stream out", param="stream")
+    asked = read_responses({**body, "stream": False}, ctx)
+    return attrs.evolve(asked, stream=False)
+
+
 def read_embeddings(body: dict, ctx: Ctx) -> Asked:
     model_id = field(body, "model", str, required=True, what="a string")
     if body.get("input") is None:
@@ -228,6 +263,8 @@ CHAT = Endpoint("chat", "POST", "/v1/chat/completions", read_chat, client_format
 MESSAGES = Endpoint("messages", "POST", "/v1/messages", read_messages, client_format="messages",
                     envelope="anthropic", key_headers=("x-api-key",))
 RESPONSES = Endpoint("responses", "POST", "/v1/responses", read_responses, client_format="responses")
+# usage rows and metrics name it a responses request: it is one (a summarising turn), billed as such
+COMPACT = Endpoint("responses", "POST", "/v1/responses/compact", read_compact, client_format="compact")
 EMBEDDINGS = Endpoint("embeddings", "POST", "/v1/embeddings", read_embeddings, client_format="embeddings",
                       kind="embedding")
 
@@ -256,33 +293,47 @@ def _gemini_contents(body: dict) -> None:
         raise BodyError("contents must be a non-empty array of Content objects", param="contents")
 
 
+def _gemini_body(body: dict) -> tuple[dict, dict | None]:
+    """The canonical Gemini body (one camelCase spelling a field, types checked:
+    ``gatewayd.formats.gemini_body``), and it again when it differs from the client's."""
+    canonical, changed = translate(canonical_gemini, body)
+    _gemini_contents(canonical)
+    return canonical, canonical if changed else None
+
+
 def read_gemini(body: dict, ctx: Ctx) -> Asked:
-    """``:generateContent``: the model from the path; the body's contents checked (the rest is
-    the translator's, or the Gemini provider's)."""
-    _gemini_contents(body)
-    return Asked(path_model(ctx.path))
+    """``:generateContent``: the model from the path; the body canonicalised and its contents
+    checked (the rest is the translator's, or the Gemini provider's)."""
+    _, changed = _gemini_body(body)
+    return Asked(path_model(ctx.path), canonical=changed)
 
 
 def read_gemini_stream(body: dict, ctx: Ctx) -> Asked:
     """``:streamGenerateContent``: SSE with ``?alt=sse``, else one JSON array as it grows."""
-    _gemini_contents(body)
-    return Asked(path_model(ctx.path), stream=True, sse=query_value(ctx, "alt") == "sse")
+    _, changed = _gemini_body(body)
+    return Asked(path_model(ctx.path), stream=True, sse=query_value(ctx, "alt") == "sse", canonical=changed)
 
 
 def read_gemini_count(body: dict, ctx: Ctx) -> Asked:
     """``:countTokens``: the contents, or a whole ``generateContentRequest``."""
-    inner = body.get("generateContentRequest")
-    if inner is not None and not isinstance(inner, dict):
-        raise BodyError("generateContentRequest must be an object", param="generateContentRequest")
-    _gemini_contents(inner if inner is not None else body)
-    return Asked(path_model(ctx.path))
+    canonical, changed = translate(canonical_count_tokens, body)
+    inner = canonical.get("generateContentRequest")
+    _gemini_contents(inner if inner is not None else canonical)
+    return Asked(path_model(ctx.path), canonical=canonical if changed else None)
 
 
-async def count_gemini_tokens(body: dict, grant: Grant) -> bytes:
-    """Counted here with the model family's tokenizer, as the hold estimates a prompt: free."""
+def free_body_too_large(limit: int) -> GatewayError:
+    """The 413 for a body over ``[server] max_free_body_bytes`` to an answer the gateway makes itself."""
+    return GatewayError(413, f"the request body is larger than {limit} bytes, the limit for requests the "
+                        "gateway answers itself (max_free_body_bytes)", "request_too_large")
+
+
+async def count_gemini_tokens(body: dict, grant: Grant, threads: trio.CapacityLimiter | None = None) -> bytes:
+    """Counted here with the model family's tokenizer, as the hold estimates a prompt: free,
+    in the free answers' own ``threads`` (``Relay.counting``)."""
     inner = body.get("generateContentRequest")
     text, flat = prompt_transcript(inner if isinstance(inner, dict) else body, "gemini")
-    total = await tokens.count_off_loop(text, grant.model.family) + flat
+    total = await tokens.count_off_loop(text, grant.model.family, limiter=threads) + flat
     return orjson.dumps({"totalTokens": total})
 
 
@@ -294,7 +345,7 @@ GEMINI_STREAM = attrs.evolve(GEMINI_GENERATE, path=GEMINI_MODELS + "/{model}:str
 GEMINI_COUNT = attrs.evolve(GEMINI_GENERATE, path=GEMINI_MODELS + "/{model}:countTokens", read=read_gemini_count,
                             answer_here=count_gemini_tokens)
 
-ENDPOINTS = (CHAT, MESSAGES, RESPONSES, EMBEDDINGS, GEMINI_GENERATE, GEMINI_STREAM, GEMINI_COUNT)
+ENDPOINTS = (CHAT, MESSAGES, RESPONSES, COMPACT, EMBEDDINGS, GEMINI_GENERATE, GEMINI_STREAM, GEMINI_COUNT)
 
 
 def model_entries(config, caller: Caller, ctx: Ctx) -> list[dict]:

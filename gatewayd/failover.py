@@ -22,7 +22,7 @@ import time
 import httpx
 import trio
 
-from gatewayd import trace
+from gatewayd import telemetry, trace
 from gatewayd.attempt import PROVIDER_FAULTS, AttemptFailed
 from gatewayd.billing.cut import hidden_output_possible
 from gatewayd.billing.tab import Outcome, Tab
@@ -71,16 +71,20 @@ class Failover:
                 t.route = target.name
             last = n == len(attempts) - 1
             self.router.started(target)
+            telemetry.attempt_started(n, target, route, call)
             began = trio.current_time()
             try:
                 if route.stream:
                     first, pump = await self._open_stream(route, tab, target, last, deadline)
                     self.router.succeeded(target, trio.current_time() - began)
                     self.router.remember(model, key, target)
+                    telemetry.first_chunk(first)
                     tab.hand_off()  # no checkpoint since the pump started: it settles from here on
-                    return 200, {**route.headers, "cache-control": "no-cache"}, AnswerStream(first, pump, tab)
+                    return 200, {**route.headers, "cache-control": "no-cache"}, AnswerStream(
+                        first, telemetry.watch_stream(pump), tab)
                 body, usage, first_byte_s = await self._answer(route, tab, last, deadline)
             except AttemptFailed as failure:
+                telemetry.attempt_failed(failure)
                 failures.append((failure, route))
                 if failure.misconfigured:  # our key, not the request: the next route may serve it
                     self.router.misconfigured(target, failure.reason)
@@ -90,11 +94,13 @@ class Failover:
                     continue
                 self.router.succeeded(target)  # it answered: the refusal is about the request
                 break
-            except BaseException:
+            except BaseException as error:
                 self.router.abandoned(target)
+                telemetry.attempt_error(error)
                 raise
             self.router.succeeded(target, first_byte_s)
             self.router.remember(model, key, target)
+            telemetry.answered(body)
             await tab.settle(usage, Outcome.OK, 200)
             if route.received_ids is not None:
                 with trio.CancelScope(shield=True):

@@ -1,6 +1,6 @@
 """Every change gatewayd makes to hypercorn, in one place, checked before the daemon starts.
 
-Hypercorn has no hooks for three things the gateway needs, so gatewayd replaces a few of
+Hypercorn has no hooks for four things the gateway needs, so gatewayd replaces a few of
 its private methods (each fix is written up for upstream in ``docs/hypercorn-upstream.md``):
 
 ``hangups``
@@ -30,6 +30,20 @@ its private methods (each fix is written up for upstream in ``docs/hypercorn-ups
     ``Upgrade: h2c`` is ignored (answered in HTTP/1.1, which RFC 9110 section 7.8 allows).
     A Config without the attribute (the simulator's, a test's) keeps hypercorn's behaviour.
 
+``websocket_limits``
+    Hypercorn accepts permessage-deflate on every WebSocket a client offers it on, and
+    wsproto inflates each frame whole, before hypercorn's ``websocket_max_message_size``
+    is checked: about 1 MiB sent became about 1 GiB held (issue 31, N2). And it buffers a
+    message until its last frame, uncounted by the app. gatewayd has one WebSocket path
+    (``gatewayd.responses_ws``) whose messages are request bodies counted in the body
+    budget, so the patch (1) declines the extension: the handshake is answered as if the
+    client had offered none (RFC 7692 lets a server decline), and every message is as large
+    in memory as on the wire; and (2) when the app put a body lease in the scope
+    (``SCOPE_LEASE``, ``gatewayd.socket_limits``), counts each frame's data against it as it
+    is buffered, so a message is counted from its first byte, and a message that would take
+    its account over its share is refused mid-way like one over the size cap (close 1009).
+    The app gives the bytes back once it is done with the message.
+
 Every private name a patch reads, replaces or relies on being called is listed in its
 ``needs`` and checked by :func:`refusal` (``gatewayd serve`` calls it before anything else)
 and by :func:`install_all`. Whether the daemon may start without a patch is decided per
@@ -40,6 +54,8 @@ patch (``required``):
   slowly, worse than refusing to start.
 - ``cleartext_h2``: required. Without it ``h2c = false`` would be silently ignored,
   opening the multiplexed attack surface the operator closed.
+- ``websocket_limits``: required. Without it one socket's message could hold a thousand
+  times its size before anything counted it.
 - ``protocol_errors``: optional. Without it the same statuses are answered, only with
   hypercorn's empty bodies; the request never reached the app, so no money or row is at
   stake. The daemon starts and logs an error naming what is missing.
@@ -62,6 +78,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.ws_stream import FrameTooLargeError, Handshake, WebsocketBuffer, WSStream
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask
 
@@ -288,7 +305,61 @@ CLEARTEXT_H2 = Patch(
     without="HTTP/2 without TLS would be served although [server] h2c is false",
 )
 
-PATCHES = (HANGUPS, PROTOCOL_ERRORS, CLEARTEXT_H2)
+# -- websocket_limits ----------------------------------------------------------------------------
+
+SCOPE_LEASE = "gateway.websocket_lease"  # in a websocket scope: the body lease its frames count against
+SCOPE_COUNTED = "gateway.websocket_counted"  # set by the patch: the frames are being counted
+
+
+class CountingBuffer(WebsocketBuffer):
+    """Hypercorn's message buffer, counting each frame's data against ``lease`` as it comes
+    (its ``receive(n)`` returns None, or a refusal: then the message is too large now)."""
+
+    def __init__(self, max_length: int, lease) -> None:
+        super().__init__(max_length)
+        self.lease = lease
+
+    def extend(self, event) -> None:
+        if self.lease.receive(len(event.data)) is not None:
+            raise FrameTooLargeError()  # hypercorn closes with 1009 (message too big)
+        super().extend(event)
+
+
+def _apply_websocket_limits() -> None:
+    accept = original(WSStream, "_accept")
+
+    async def _accept(self, message) -> None:
+        self.handshake.extensions = None  # the client's offer of permessage-deflate, declined
+        lease = self.scope.get(SCOPE_LEASE)
+        if lease is not None:
+            self.buffer = CountingBuffer(self.buffer.max_length, lease)
+            self.scope[SCOPE_COUNTED] = True  # the app's scope: it counts the messages no more
+        await accept(self, message)
+
+    _replace(WSStream, "_accept", _accept)
+
+
+WEBSOCKET_LIMITS = Patch(
+    name="websocket_limits",
+    required=True,
+    needs=(
+        Needs(WSStream, "_accept"),
+        Needs(WSStream, "handshake", "called_by", by="_accept"),
+        Needs(WSStream, "buffer", "set_in_init"),
+        Needs(WSStream, "buffer", "called_by", by="_handle_events"),
+        Needs(WSStream, "scope", "called_by", by="handle"),
+        Needs(WebsocketBuffer, "extend"),
+        Needs(WebsocketBuffer, "max_length", "set_in_init"),
+        Needs(Handshake, "accept"),
+        Needs(Handshake, "extensions", "set_in_init"),
+        Needs(Handshake, "extensions", "called_by", by="accept"),
+    ),
+    replaces=((WSStream, "_accept"),),
+    apply=_apply_websocket_limits,
+    without="a compressed WebSocket message would be inflated whole before any cap applies",
+)
+
+PATCHES = (HANGUPS, PROTOCOL_ERRORS, CLEARTEXT_H2, WEBSOCKET_LIMITS)
 
 
 # -- start-up -----------------------------------------------------------------------------------

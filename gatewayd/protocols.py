@@ -123,6 +123,14 @@ def _vertex_formats(upstream_id: str) -> frozenset[str]:
         {"chat", "responses", "gemini"})
 
 
+def _bedrock_formats(upstream_id: str) -> frozenset[str]:
+    """Claude on Bedrock (InvokeModel) serves messages, chat, responses and Gemini-API clients;
+    a Converse model (Llama, Mistral, Nova ...) all but messages: the spec's dual-format models
+    are those whose upstream speaks Anthropic Messages, and Converse does not."""
+    return frozenset({"messages", "chat", "responses", "gemini"}) if bedrock_invokes(upstream_id) else frozenset(
+        {"chat", "responses", "gemini"})
+
+
 def _bedrock_url(settings: Mapping[str, Any]) -> str:
     """Bedrock's regional runtime endpoint."""
     return f"https://bedrock-runtime.{settings['region']}.amazonaws.com"
@@ -145,7 +153,8 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
              provider_keys=frozenset({"region", "aws_access_key_id_env", "aws_secret_access_key_env",
                                       "aws_session_token_env"}),
              settings_module="gatewayd.cloud.bedrock_auth", default_base_url=_bedrock_url,
-             serves_claude=bedrock_invokes, demo_hook="gatewayd.sim.bedrock:demo_provider"),
+             serves_claude=bedrock_invokes, route_formats=_bedrock_formats,
+             demo_hook="gatewayd.sim.bedrock:demo_provider"),
     Protocol("vertex", frozenset({"messages", "chat", "responses", "gemini"}), "/vertex",
              provider_keys=frozenset({"project", "region", "credentials_file"}),
              settings_module="gatewayd.cloud.vertex_auth", default_base_url=_vertex_url,
@@ -165,7 +174,10 @@ def client_formats(protocol: str, upstream_id: str | None = None) -> frozenset[s
 
 
 def serves(route: ModelRoute, client_format: str) -> bool:
-    """Whether ``route`` can take a client of ``client_format`` (the router plans only these)."""
+    """Whether ``route`` can take a client of ``client_format`` (the router plans only these);
+    ``"compact"`` (``POST /v1/responses/compact``) wherever responses are served."""
+    if client_format == "compact":
+        client_format = "responses"
     return client_format in client_formats(route.provider.protocol, route.upstream_id)
 
 

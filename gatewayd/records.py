@@ -138,6 +138,8 @@ class Key:
     budget_period: str | None = None
     budget_period_start: str | None = None
     budget_spent_nano: int = 0
+    # MCP servers and ``server:tool`` patterns the key may use (gatewayd.mcp.access); None: every server
+    mcp: tuple[str, ...] | None = None
 
     def state(self, now: float) -> str:
         """The spec's five states; expired and used-up are derived, never stored."""
@@ -170,4 +172,5 @@ class Key:
             "budget_period": self.budget_period,
             "budget_period_start": self.budget_period_start,
             "budget_spent_nano": self.budget_spent_nano,
+            "mcp": list(self.mcp) if self.mcp is not None else None,
         }

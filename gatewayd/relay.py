@@ -2,10 +2,18 @@
 
     admit (key, then IP) -> parse the body -> [large body: the checks that need only its
     model] -> the endpoint's body reader (fields, caps, stored objects) -> stored responses
-    the account may name -> [an answer the gateway makes itself: the model step, then the
-    answer; no route, no hold] -> authorize (model list, group, availability, price, rate limit)
-    -> requests in flight (key, account) -> route plan and upstream requests -> hold (the
+    the account may name -> authorize (model list, group, availability, price, rate limit)
+    -> requests in flight (key, account) -> [an answer the gateway makes itself: the answer,
+    in threads of its own; no route, no hold] -> route plan, non-ASCII text counted, upstream
+    requests -> hold (the
     tab) -> attempts and failover -> respond / stream -> settle (charge, release, usage row)
+
+A free answer (Gemini's ``countTokens``, a Responses WebSocket warm-up) is no cheaper to
+abuse than a paid one (issue 31, N3: countTokens ran the tokenizer over 128 MB bodies with
+no rate limit and no in-flight cap, and console sign-in went from 0.6 s to 20.7 s): it
+takes the same rate limit and in-flight caps, its body is at most ``[server]
+max_free_body_bytes``, and its tokenizer runs in ``free_threads`` (``[server]
+free_answer_threads``), a thread pool of its own that billable requests never wait behind.
 
 What differs between endpoints is data (:class:`gatewayd.endpoints.Endpoint`: path, body
 reader, client format, error envelope); ``serve`` is the same for all of them, so the
@@ -38,10 +46,11 @@ from typing import Any
 
 import trio
 
-from gatewayd import logs, trace
+from gatewayd import logs, telemetry, tokens, trace
 from gatewayd.access import Caller, Grant, authenticate, authorize_model, check_ip
 from gatewayd.attempt import AttemptFailed
 from gatewayd.billing.estimate import route_hold
+from gatewayd.billing.foreign_text import ForeignText, counted_text
 from gatewayd.billing.ledger import Ledger, refusal_error, store_unavailable
 from gatewayd.billing.pricing import Bill
 from gatewayd.billing.tab import Outcome, store_failed_while_settling
@@ -49,7 +58,9 @@ from gatewayd.concurrency import InFlight
 from gatewayd.config import Config, ModelRoute
 from gatewayd.directory import Directory
 from gatewayd.drain import Drain
-from gatewayd.endpoints import LARGE_BODY_BYTES, Asked, Ctx, Endpoint, query_value, read_body
+from gatewayd.endpoints import (
+    LARGE_BODY_BYTES, Asked, Ctx, Endpoint, free_body_too_large, query_value, read_body, read_canonical,
+)
 from gatewayd.errors import BodyError, GatewayError, model_not_found, our_fault
 from gatewayd.failover import Failover
 from gatewayd.formats.usage import Usage
@@ -84,6 +95,7 @@ class Relay:
         self.in_flight = InFlight()  # requests in flight per key and account (the fair-share caps)
         self.received_ids = ReceivedIds(ledger.store)  # response ids each account may name again
         self.failover = Failover(config.routing, upstream, self.router, self.drain, self.received_ids)
+        self.free_threads = trio.CapacityLimiter(config.server.free_answer_threads)  # free answers' own threads
         watch_health(self.router, self.metrics, config)
 
     @property
@@ -94,6 +106,7 @@ class Relay:
     def config(self, config: Config) -> None:
         """A reloaded config (gatewayd.reload) brings its ``[routing]`` settings with it."""
         self._config = config
+        self.free_threads.total_tokens = config.server.free_answer_threads
         self.router.settings = config.routing
         self.failover.settings = config.routing
         publish_routes(self.router, self.metrics, config)
@@ -103,21 +116,22 @@ class Relay:
     async def serve(self, endpoint: Endpoint, ctx: Ctx, raw: bytes):
         """One request to a model endpoint, every step in its order (module doc). Returns
         (status, headers, body bytes or :class:`AnswerStream`), or raises the refusal."""
-        caller, body, asked = await self._read(endpoint, ctx, raw)
-        if endpoint.answer_here is not None:  # counted here (countTokens): nothing consumed, nothing held
-            local = authorize_model(self.config, caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
-            t = trace.get()
-            if t is not None:
-                t.model = local.model.id
-            return 200, {}, await endpoint.answer_here(body, local)
+        if endpoint.answer_here is not None:
+            self.refuse_large_free_body(ctx, raw)
+        caller, body, raw, asked = await self._read(endpoint, ctx, raw)
         grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
-        call = Call(client_format=endpoint.client_format, model=grant.model, body=body, raw=raw,
-                    stream=asked.stream, headers=ctx.headers, sse=asked.sse)
         # in flight: a 429 over the key's or account's cap, before anything is held; the count
         # is left when the answer is settled (a stream: when it is closed)
         server = self.config.server
         ticket = self.in_flight.enter(caller.account, caller.key, account_default=server.max_concurrent_per_account,
                                       key_default=server.max_concurrent_per_key)
+        if endpoint.answer_here is not None:  # counted here (countTokens): nothing consumed, nothing held
+            try:
+                return 200, {}, await endpoint.answer_here(body, grant, self.free_threads)
+            finally:
+                ticket.leave()
+        call = Call(client_format=endpoint.client_format, model=grant.model, body=body, raw=raw,
+                    stream=asked.stream, headers=ctx.headers, sse=asked.sse)
         try:
             status, headers, answer = await self._hold_and_attempt(ctx, caller, grant, call)
         except BaseException:
@@ -135,22 +149,35 @@ class Relay:
         answers itself, asking the provider nothing and charging nothing (a Responses
         WebSocket warm-up, ``gatewayd.responses_ws``), stops here, refused exactly as it
         would be on its way to a provider."""
-        caller, body, asked = await self._read(endpoint, ctx, raw)
+        self.refuse_large_free_body(ctx, raw)
+        caller, body, _, asked = await self._read(endpoint, ctx, raw)
         grant = await self.authorize(caller, asked.model_id, kind=endpoint.kind, endpoint=endpoint.name)
         return caller, body, asked, grant
 
-    async def _read(self, endpoint: Endpoint, ctx: Ctx, raw: bytes) -> tuple[Caller, dict[str, Any], Asked]:
-        """Admit, parse, read: the first steps of every request, in their order."""
+    def refuse_large_free_body(self, ctx: Ctx, raw: bytes | int) -> None:
+        """The 413 for a body (or a declared length) over ``max_free_body_bytes``, for a
+        request the gateway answers itself (``api_routes`` asks before reading the body)."""
+        limit = self.config.server.max_free_body_bytes
+        size = raw if isinstance(raw, int) else len(raw)
+        if size > limit:
+            raise free_body_too_large(limit)
+
+    async def _read(self, endpoint: Endpoint, ctx: Ctx,
+                    raw: bytes) -> tuple[Caller, dict[str, Any], bytes, Asked]:
+        """Admit, parse, read: the first steps of every request, in their order. The body and
+        bytes returned are the canonical ones every later step reads and sends upstream: the
+        client's, or, when the reader rewrote the body (``Asked.canonical``), its re-encoding
+        (never the client's bytes when they say something else)."""
         caller = self.admit(ctx, endpoint=endpoint)  # key, then IP
-        body = await read_body(raw)  # JSON object, each top-level key once
+        body = await read_body(raw)  # JSON object, each key once in every object
         trace.asked_for(body.get("model"))
         if len(raw) > LARGE_BODY_BYTES:
             self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
-        asked = endpoint.read(body, ctx)  # the fields the gateway reads, caps, stored objects
+        body, raw, asked = read_canonical(endpoint, body, raw, ctx)  # the fields the gateway reads, caps...
         trace.asked_for(asked.model_id)
         if asked.response_ids:
             await self.received_ids.check(caller.account.id, list(asked.response_ids))
-        return caller, body, asked
+        return caller, body, raw, asked
 
     def admit(self, ctx: Ctx, *, endpoint: Endpoint | None = None, key_headers: tuple[str, ...] = ()) -> Caller:
         """Key, then IP; once a request: ``api_routes`` admits it from its headers before
@@ -227,7 +254,7 @@ class Relay:
             raise model_not_found(model.id, f"none of its routes serves the {call.client_format} format; the "
                                   "gateway's operator configures a provider that does",
                                   reason=f"no route serves the {call.client_format} format")
-        attempts = await self._build_plan(call, plan[:self.config.routing.max_attempts])
+        attempts = await self._build_counted(call, plan[:self.config.routing.max_attempts])
         # all that any route of the plan can bill for the body it sends: the charge never
         # escapes the hold, whichever route serves
         estimate = max(route_hold(grant.model, route, grant.price_ratio) for _, route in attempts)
@@ -240,6 +267,7 @@ class Relay:
             endpoint=ctx.endpoint, stream=route.stream, price_ratio=grant.price_ratio,
             input_estimate=route.input_tokens_estimate, on_settled=self._settled, requested_model=grant.alias,
         ) as tab:
+            telemetry.held(tab)
             try:
                 return await self.failover.run(tab, call, attempts, key)
             except GatewayError:
@@ -250,6 +278,24 @@ class Relay:
             except Exception as e:  # a route callback or a translator failed: ours, not the provider's
                 await tab.release(Outcome.INTERNAL_ERROR, 500)
                 raise our_fault(ctx.request_id, "while relaying the request", e) from None
+
+    async def _build_counted(self, call: Call, plan: list[ModelRoute]) -> list[tuple[ModelRoute, Route]]:
+        """:meth:`_build_plan`, with the body's non-ASCII text held at its worst case (a token a
+        byte), or, when that would weigh on the hold, counted by the model family's tokenizer
+        (off the event loop when large) and the plan built again on the counts (docs/billing.md,
+        "Text outside ASCII"). The estimates record the parts as they read them: ASCII text
+        pays nothing."""
+        foreign = ForeignText()
+        with counted_text(foreign):
+            attempts = await self._build_plan(call, plan)
+        if not foreign.weighs(len(call.raw)):
+            return attempts
+        if foreign.chars <= tokens.INLINE_CHARS:
+            foreign.count(call.model.family)
+        else:
+            await trio.to_thread.run_sync(foreign.count, call.model.family)
+        with counted_text(foreign):
+            return await self._build_plan(call, plan)
 
     async def _build_plan(self, call: Call, plan: list[ModelRoute]) -> list[tuple[ModelRoute, Route]]:
         """Each route of the plan with its upstream request. A body the first route's
@@ -269,6 +315,7 @@ class Relay:
         """A tab settled: the store's latency metric, and the request's trace (log line) says
         what it was charged."""
         self.metrics.store_latency.observe(store_s)
+        telemetry.settled(usage, outcome, bill)
         t = trace.get()
         if t is not None:
             t.usage_status = outcome.value

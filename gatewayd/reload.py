@@ -8,7 +8,7 @@ between, so no request sees half of it). Requests already admitted keep the ``Gr
 billed at the price they were admitted at, because settlement charges ``grant.model``.
 
 What a reload changes: providers, models, prices, rate limits and groups. The listeners,
-the admin socket, the data dir, the database and the log settings need a restart; a
+the admin socket, the data dir, the database, the log and the telemetry settings need a restart; a
 reload that changes them keeps the old values and says so.
 """
 
@@ -68,9 +68,10 @@ class Reloader:
             raise
         restart = [name for name, a, b in (
             ("server", old.server, new.server), ("database", old.database_url, new.database_url),
-            ("redis", old.redis_url, new.redis_url), ("log", old.log, new.log)) if a != b]
+            ("redis", old.redis_url, new.redis_url), ("log", old.log, new.log),
+            ("telemetry", old.telemetry, new.telemetry)) if a != b]
         new = attrs.evolve(new, server=old.server, database_url=old.database_url, redis_url=old.redis_url,
-                           log=old.log)
+                           log=old.log, telemetry=old.telemetry)
         changes = _changes(old, new)
         for holder in self.holders:
             holder.config = new

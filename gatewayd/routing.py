@@ -84,7 +84,7 @@ def sticky_key(client_format: str, body: dict) -> str | None:
         value = metadata.get("user_id")
         if isinstance(value, str) and value:
             return f"user_id:{value}"
-    turns = body.get("messages") if client_format != "responses" else body.get("input")
+    turns = body.get("messages") if client_format not in ("responses", "compact") else body.get("input")
     opening = [body.get("system"), body.get("instructions")]
     if isinstance(turns, list):
         for turn in turns[:OPENING_TURNS]:  # system/developer turns, then the first user turn

@@ -17,7 +17,7 @@ import socket
 import stat
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import attrs
 import trio
@@ -28,10 +28,11 @@ from gatewayd.admin.api import create_admin_app
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
-from gatewayd.bodies import BodyBudget
+from gatewayd.bodies import BodyPools
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import Config, parse_host_port
 from gatewayd.console import mount_console
+from gatewayd.console.views_self_service import invite
 from gatewayd.payments.stripe_webhook import mount_stripe_webhook
 from gatewayd.directory import Directory
 from gatewayd.drain import BACKSTOP_S
@@ -45,11 +46,16 @@ from gatewayd.providers.upstream import Upstream
 from gatewayd.changes import ChangeFollower
 from gatewayd.ratelimit import StoreWindows, open_rate_limiter
 from gatewayd.relay import Relay
+from gatewayd.console.session import load_secret
+from gatewayd.mcp.gateway import McpGateway
 from gatewayd.reload import Reloader
 from gatewayd.workers import WorkerSockets
 from gatewayd.store import open_store
 
 log = logging.getLogger("gatewayd")
+
+if TYPE_CHECKING:
+    from gatewayd.telemetry.otel import Telemetry
 
 
 def _hypercorn_config(**kwargs) -> HypercornConfig:
@@ -230,6 +236,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             drain, metrics = Drain(), Metrics()  # the shutdown and the metrics, shared by their users
             metrics.watch_holds(lambda: ledger.open_holds, lambda: ledger.held_nano)
             relay = Relay(config, directory, ledger, upstream, limiter, drain=drain, metrics=metrics)
+            telemetry = start_telemetry(config, metrics)
             nursery.start_soon(store.maintain)
             # the alert outbox (gatewayd.alert_delivery); [alerts] as reloaded
             nursery.start_soon(AlertDeliverer(store, directory, lambda: relay.config.alerts, metrics.registry).run)
@@ -241,12 +248,19 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 metrics_listen = worker.metrics_listen(metrics_listen)
             public_app = create_app(readiness if metrics_listen is None else None)
             console = await mount_console(public_app, directory, store, config)
+            nursery.start_soon(console.outbox.run)  # the console's sign-up and reset emails
             mount_stripe_webhook(public_app, console)  # the console holds the config in force
+            # /mcp: its sessions are signed with the store's shared secret (valid on every instance)
+            api = ApiRoutes(relay)
+            mcp = McpGateway(api, await load_secret(config, store))
+            await nursery.start(mcp.run)
+            api.mcp = mcp
             first = config
-            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console], metrics)
+            reloader = Reloader(loader or (lambda: first), adapt, [relay, directory, console, mcp], metrics)
             reload = reloader.reload if worker is None else worker.reload_everywhere(reloader.reload)
             admin_app = create_admin_app(directory, store, time.time, reload=reload,
-                                         routes=lambda: relay.router.report(relay.config.models))
+                                         routes=lambda: relay.router.report(relay.config.models),
+                                         invite=lambda email: invite(console, email))
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket
@@ -263,7 +277,7 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        _public_listener(public_app, config, relay), _public_config(config, worker),
+                        _public_listener(public_app, config, api, telemetry), _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
@@ -288,17 +302,36 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             ops_shutdown.set()
             nursery.cancel_scope.cancel()
         await upstream.aclose()
+        if telemetry is not None:  # the last spans and metrics, bounded by the export timeout
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(telemetry.shutdown)
     finally:
         with trio.CancelScope(shield=True):
             await store.close()
     logs.event("gatewayd stopped")
 
 
-def _public_listener(app, config: Config, relay: Relay) -> Listener:
-    """The public listener: bodies read after the key, within the deadline and the budget."""
+def _public_listener(app, config: Config, api: ApiRoutes, telemetry: "Telemetry | None" = None) -> Listener:
+    """The public listener: bodies read after the key, within the deadline and their pool's budget."""
     server = config.server
-    return Listener(app, server.max_body_bytes, relay.metrics, ApiRoutes(relay),
-                    bodies=BodyBudget(server.max_buffered_bytes), body_timeout_s=server.body_timeout_s)
+    return Listener(app, server.max_body_bytes, api.relay.metrics, api,
+                    bodies=BodyPools.from_settings(server), body_timeout_s=server.body_timeout_s,
+                    telemetry=telemetry)
+
+
+def start_telemetry(config: Config, metrics: Metrics) -> "Telemetry | None":
+    """OpenTelemetry when ``[telemetry]`` is on (the SDK is imported only then), else None."""
+    if config.telemetry is None:
+        return None
+    from gatewayd.telemetry.otel import Telemetry
+
+    telemetry = Telemetry(config.telemetry)
+    telemetry.watch(metrics)
+    settings = config.telemetry
+    logs.event("telemetry: exporting over OTLP", endpoint=settings.endpoint or "(OTEL_EXPORTER_OTLP_* / default)",
+               protocol=settings.protocol, traces=settings.traces, metrics=settings.metrics,
+               sample_ratio=settings.sample_ratio)
+    return telemetry
 
 
 def _keep(config: Config) -> Config:

@@ -101,8 +101,10 @@ def count(text: str, family: str = "gpt") -> int:
 INLINE_CHARS = 8_192  # at most ~1 ms of tiktoken: cheaper on the loop than a thread hop
 
 
-async def count_off_loop(text: str, family: str = "gpt") -> int:
-    """:func:`count`, in a worker thread when the text is large (tiktoken drops the GIL)."""
+async def count_off_loop(text: str, family: str = "gpt", *, limiter: trio.CapacityLimiter | None = None) -> int:
+    """:func:`count`, in a worker thread when the text is large (tiktoken drops the GIL);
+    ``limiter``: the threads it may use (a free endpoint's own, so that its callers never
+    take the threads billable requests need: ``gatewayd.relay.Relay.counting``)."""
     if len(text) <= INLINE_CHARS:
         return count(text, family)
-    return await trio.to_thread.run_sync(count, text, family)
+    return await trio.to_thread.run_sync(count, text, family, limiter=limiter)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import os
 import time
+from typing import Any
 
 import attrs
 
@@ -40,7 +41,9 @@ class Trace:
     key_id: str | None = None
     model: str | None = None  # a catalogue id, set once the model is authorized (bounded label)
     requested_model: str | None = None  # the id the client sent, as sent (cut to 100 characters)
-    error_code: str | None = None  # a refused or failed request: the code it was answered with
+    # a refused or failed request: the code it was answered with (else its type), also the
+    # ``error.type`` of its span and metrics (gatewayd.telemetry)
+    error_code: str | None = None
     reason: str | None = None  # ... and why, in a few words (a 401's cause: for the operator only)
     provider: str | None = None
     route: str | None = None  # the route taken: "provider/upstream_id" (ModelRoute.name), the last one tried
@@ -55,6 +58,8 @@ class Trace:
     upstream_ttfb_s: float | None = None  # request sent -> provider's status line
     first_byte_s: float | None = None  # request arrived -> first body byte to the client
     duration_s: float = 0.0
+    # the request's OpenTelemetry spans (gatewayd.telemetry.otel.RequestSpans); None: telemetry off
+    spans: Any = None
 
     def fields(self) -> dict:
         """The request log line's fields (and nothing a prompt or completion could be in)."""
@@ -98,7 +103,8 @@ def asked_for(model_id: object) -> None:
 
 
 def refused(code: str, reason: str) -> None:
-    """The request is answered with an error: its code ("" for the spec's empty ones) and why."""
+    """The request is answered with an error: its code and why (gatewayd.telemetry.refused sets
+    the code too, the error's type where the code is empty)."""
     t = current.get()
     if t is not None:
         t.error_code = code

@@ -13,7 +13,7 @@ API routes) it is 426: Codex, configured with ``supports_websockets``, falls bac
 plain HTTP only on 426 (any other status is an error it reports). Elsewhere: 404 for a
 path the gateway does not serve, 501 for an API it does not offer, 400 for a path that
 exists but speaks plain HTTP. A server without the extension gets ``websocket.close``
-before accepting, which it turns into a 403.
+before accepting (1008 with the refusal's message as its reason), which it turns into a 403.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def websocket_refusal(path: str, known_path: bool, not_offered: GatewayError | N
 async def refuse_websocket(scope, send, error: GatewayError, request_id: str) -> None:
     """Answer the handshake with ``error`` as an HTTP response (or a close, without the extension)."""
     if "websocket.http.response" not in scope.get("extensions", {}):
-        await send({"type": "websocket.close", "code": 1008})
+        # 1008 (policy violation) with the reason, cut to the 123 bytes a close frame has room for
+        reason = error.message.encode()[:123].decode("utf-8", "ignore")
+        await send({"type": "websocket.close", "code": 1008, "reason": reason})
         return
     body = error.chat_body(request_id)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

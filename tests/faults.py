@@ -61,6 +61,12 @@ def stream_all(url: str, path: str, secret: str, body: dict, timeout: float = 15
             return response.status_code, dict(response.headers), raw
 
 
+LIVENESS_S = 60.0
+"""How long a test waits for what must happen before it calls it a hang. Tests never assert
+how fast something happens (that depends on how busy the machine is: ``bench/`` measures it);
+they wait up to this long for it to happen at all, and print the time it took."""
+
+
 def wait_until(check: Callable[[], object], timeout: float = 5, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:

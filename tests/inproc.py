@@ -17,6 +17,7 @@ import trio
 
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
+from gatewayd.bodies import BodyPools
 from gatewayd.billing.ledger import Ledger
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
@@ -24,6 +25,7 @@ from gatewayd.ops import Readiness
 from gatewayd.providers.upstream import Upstream
 from gatewayd.relay import Relay
 from gatewayd.store.base import UsageQuery
+from gatewayd.store.contract import Store
 from gatewayd.store.sqlite import SQLiteStore
 from tests.live import catalogue_pointed_at
 
@@ -32,14 +34,17 @@ UPSTREAM = "http://provider.test"
 
 class Gateway:
     """``handler`` answers as the provider; or, with ``upstream`` (a real ``Upstream``, its
-    connection pool included), ``upstream_url`` is a real provider (the simulator)."""
+    connection pool included), ``upstream_url`` is a real provider (the simulator). ``store``: a
+    store of the test's (conftest's ``store`` fixture: SQLite and PostgreSQL), else a SQLite file."""
 
     def __init__(self, tmp: Path, handler: Callable[[httpx.Request], httpx.Response] | None,
-                 *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "") -> None:
+                 *, upstream: Upstream | None = None, upstream_url: str = UPSTREAM, server: str = "",
+                 store: Store | None = None, extra: str = "", budgets: bool = False, telemetry=None) -> None:
         config_file = tmp / "gatewayd.toml"
-        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url))
+        config_file.write_text(f'[server]\ndata_dir = "{tmp}"\n{server}\n' + catalogue_pointed_at(upstream_url, extra))
         self.config = load_config(config_file)
-        self.store = SQLiteStore(str(tmp / "gateway.db"))
+        self._own_store = store is None
+        self.store = store if store is not None else SQLiteStore(str(tmp / "gateway.db"))
         self.directory = Directory(self.config, self.store)  # empty database: nothing to load
         if upstream is None:
             upstream = Upstream(connect_timeout_s=5, stream_idle_timeout_s=5)
@@ -47,9 +52,23 @@ class Gateway:
         self.ledger = Ledger(self.store)
         self.relay = Relay(self.config, self.directory, self.ledger, upstream)
         readiness = Readiness(self.store, self.relay.metrics, self.relay.drain)
-        self.app = Listener(create_app(readiness), self.config.server.max_body_bytes, self.relay.metrics,
-                            ApiRoutes(self.relay))
+        self.quart = create_app(readiness)
+        # ``budgets``: the body pools and deadline of the public listener (gatewayd.bodies), as ``serve`` makes them
+        self.pools = BodyPools.from_settings(self.config.server) if budgets else None
+        self.app = Listener(self.quart, self.config.server.max_body_bytes, self.relay.metrics,
+                            ApiRoutes(self.relay), bodies=self.pools,
+                            body_timeout_s=self.config.server.body_timeout_s if budgets else None,
+                            telemetry=telemetry)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway.test")
+
+    async def mount_console(self):
+        """The console and the Stripe webhook on the public app, as ``serve`` mounts them."""
+        from gatewayd.console import mount_console
+        from gatewayd.payments.stripe_webhook import mount_stripe_webhook
+
+        self.console = await mount_console(self.quart, self.directory, self.store, self.config)
+        mount_stripe_webhook(self.quart, self.console)
+        return self.console
 
     async def funded_key(self, usd: int = 10) -> tuple[str, str]:
         """A new account with ``usd`` paid, embeddings enabled, and one key: (account id, secret)."""
@@ -68,7 +87,8 @@ class Gateway:
 
     async def aclose(self) -> None:
         await self.http.aclose()
-        await self.store.close()
+        if self._own_store:
+            await self.store.close()
 
 
 def post_scope(path: str, secret: str, raw: bytes, query: bytes = b"") -> dict:

@@ -239,6 +239,13 @@ class Nginx:
             listen = f"listen 127.0.0.1:{self.port} ssl;\n    ssl_certificate {tls[0]};\n    ssl_certificate_key {tls[1]};"
         snippet, n = re.subn(r"(?m)^    listen 80;", f"    {listen}", snippet)
         assert n == 1, "docs/deploy/nginx.conf: expected one `listen 80;`"
+        self.access_log = workdir / "gatewayd-access.log"
+        # the example's access log in the workdir, beside the test's own (``upstreams_used`` reads it):
+        # a server-level access_log replaces the http-level one, so the server gets both
+        snippet, n = re.subn(r"access_log /var/log/nginx/gatewayd-access\.log gatewayd_no_query;",
+                             f"access_log {self.access_log} gatewayd_no_query;\n    access_log {workdir}/access.log upstream;",
+                             snippet)
+        assert n == 1, "docs/deploy/nginx.conf: expected its access_log line"
         (workdir / "gatewayd.conf").write_text(snippet)
         temp = workdir / "temp"
         temp.mkdir(exist_ok=True)

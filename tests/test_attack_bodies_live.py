@@ -4,7 +4,7 @@ Raw sockets on loopback against daemons of this module's own (so the RSS read fr
 ``/proc`` is theirs alone): bodies from callers without a key (large, one byte short of
 their Content-Length, or trickled) are answered 401 from the headers and the connection
 closed with the body unread; a valid key's slow body gets 408 within ``body_timeout_s``;
-bodies over ``max_buffered_bytes`` (or a key's quarter of it) get 503 with Retry-After,
+bodies over ``max_buffered_bytes`` (or an account's quarter of it) get 503 with Retry-After,
 nothing held, and the budget returns once they are gone; HTTP/2 without TLS is refused
 unless ``[server] h2c = true``. Every loop is bounded in count and time.
 """
@@ -38,7 +38,7 @@ def plain(sim, tmp_path_factory):
     daemon.stop()
 
 
-BUDGET = 4_000_000  # a key's share: 1,000,000
+BUDGET = 4_000_000  # an account's share: 1,000,000
 
 
 @pytest.fixture(scope="module")
@@ -239,10 +239,11 @@ def test_a_slow_body_from_a_valid_key_is_408_within_body_timeout(tight):
     assert tight.admin.balance(account["id"])["held_nano"] == 0
 
 
-def test_bodies_over_the_key_share_or_the_process_budget_are_503_and_the_budget_returns(tight):
-    """Budget 4,000,000 bytes, a key's share 1,000,000. Four keys each hold 990,000 (bodies
-    declared and left unfinished); a fifth key's 100,000 is over the process budget, a
-    second body of the first key over its share. Once the four go, the fifth is served."""
+def test_bodies_over_the_account_share_or_the_process_budget_are_503_and_the_budget_returns(tight):
+    """Budget 4,000,000 bytes, an account's share 1,000,000. Four accounts each hold 990,000
+    (bodies of 1,000,000 sent but for the last 10,000 bytes: bytes count as they arrive, not
+    as declared); a fifth account's 100,000 is over the process budget, a second body of the
+    first account over its share. Once the four go, the fifth is served."""
     holders = [new_account(tight) for _ in range(4)]
     late_account, _, late = new_account(tight)
     small = orjson.dumps(chat_body("hi", stream=False, max_tokens=8))
@@ -250,19 +251,19 @@ def test_bodies_over_the_key_share_or_the_process_budget_are_503_and_the_budget_
     try:
         for _, _, secret in holders:
             sock = connect(tight, timeout=10)
-            sock.sendall(head(length=990_000, secret=secret) + b'{"model"')
+            sock.sendall(head(length=1_000_000, secret=secret) + b"x" * 990_000)
             socks.append(sock)
-        time.sleep(0.3)  # each request has reserved its declared length
+        time.sleep(0.5)  # each request's bytes have arrived and are held
         with connect(tight) as sock:
-            sock.sendall(head(length=len(small) + 100_000, secret=late) + b"{")
+            sock.sendall(head(length=len(small) + 100_000, secret=late) + b"x" * 100_000)
             answer, closed, first = read_until_closed(sock, 3)
         fields = assert_refused_unread(answer, closed, 503, "server_busy")
         assert int(fields["retry-after"]) >= 1 and first < 1
         with connect(tight) as sock:
-            sock.sendall(head(length=20_000, secret=holders[0][2]) + b"{")
+            sock.sendall(head(length=40_000, secret=holders[0][2]) + b"x" * 20_000)
             answer, closed, _ = read_until_closed(sock, 3)
         assert_refused_unread(answer, closed, 503, "server_busy")
-        assert "for this key" in status_and_body(answer)[2]["error"]["message"]
+        assert "for this account" in status_and_body(answer)[2]["error"]["message"]
     finally:
         for sock in socks:
             sock.close()

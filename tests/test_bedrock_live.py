@@ -26,9 +26,12 @@ CLAUDE = "claude-on-bedrock"
 CLAUDE_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 NOVA = "nova-on-bedrock"
 NOVA_ID = "amazon.nova-pro-v1:0"
+LLAMA = "llama-on-bedrock"
+LLAMA_ID = "meta.llama3-3-70b-instruct-v1:0"
 PRICES = {  # nano-USD a token
     CLAUDE: {"input": 3000, "output": 15000, "cached_input": 300, "cache_write": 3750, "cache_write_1h": 6000},
     NOVA: {"input": 800, "output": 3200, "cached_input": 200, "cache_write": 800},
+    LLAMA: {"input": 720, "output": 720, "cached_input": 720, "cache_write": 720},
 }
 ENV = {"TEST_BEDROCK_KEY_ID": sim_bedrock.ACCESS_KEY_ID, "TEST_BEDROCK_SECRET": sim_bedrock.SECRET_ACCESS_KEY,
        "TEST_BEDROCK_WRONG_SECRET": "not-the-secret", "TEST_BEDROCK_API_KEY": sim_bedrock.API_KEY}
@@ -89,6 +92,14 @@ output_price = 3.20
 cached_input_price = 0.20
 cache_write_price = 0.80
 max_output_tokens = 10000
+
+[[models]]
+id = "{LLAMA}"
+provider = "bedrock"
+upstream_id = "{LLAMA_ID}"
+input_price = 0.72
+output_price = 0.72
+max_output_tokens = 8192
 
 [[models]]
 id = "claude-bedrock-wrong-secret"
@@ -259,18 +270,36 @@ def test_chat_to_a_converse_model_with_tools_and_cache(gateway, sim, funded):
     assert (row["cached_tokens"], row["cache_write_tokens"]) == (30, 12)
 
 
-def test_messages_and_responses_to_a_converse_model(gateway, sim, funded):
+@pytest.mark.parametrize("model", [NOVA, LLAMA])
+def test_a_converse_model_is_refused_on_messages_before_the_provider(gateway, sim, funded, model):
+    """Issue 36: only dual-format models (an upstream that speaks Anthropic Messages) are served
+    on /v1/messages (the spec); a Converse model is told to use the chat endpoint, with a 4xx,
+    and nothing reaches Bedrock or is charged."""
     account, _, secret = funded
     marker = tag()
-    with an(gateway, secret).messages.stream(model=NOVA, max_tokens=200, messages=[
-            {"role": "user", "content": f"hi {marker} [[sim:words=5]]"}]) as s:
-        final = s.get_final_message()
-    assert len(final.content[0].text.split()) == 5 and final.usage.input_tokens > 0
-    assert_billed(gateway, account, sim, marker, NOVA, stream=True)
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        an(gateway, secret).messages.create(model=model, max_tokens=200, messages=[
+            {"role": "user", "content": f"hi {marker}"}])
+    assert 400 <= refused.value.status_code < 500
+    assert "/v1/chat/completions" in refused.value.message
+    assert sim.requests(marker) == []
+    assert gateway.admin.balance(account["id"])["held_nano"] == 0
+    listed = {m.id for m in oa(gateway, secret).models.list()}
+    assert model in listed  # still offered, through the chat and responses endpoints
+
+
+def test_responses_and_chat_to_a_converse_model(gateway, sim, funded):
+    account, _, secret = funded
     marker = tag()
     done = oa(gateway, secret).responses.create(model=NOVA, input=f"hello {marker} [[sim:words=4]]")
     assert len(done.output_text.split()) == 4
     assert_billed(gateway, account, sim, marker, NOVA, stream=False)
+    marker = tag()
+    chunks = list(oa(gateway, secret).chat.completions.create(
+        model=LLAMA, stream=True, messages=[{"role": "user", "content": f"hi {marker} [[sim:words=5]]"}]))
+    assert len("".join(c.choices[0].delta.content or "" for c in chunks if c.choices).split()) == 5
+    assert sim.last_request(marker)["path"] == "/bedrock/model/meta.llama3-3-70b-instruct-v1:0/converse-stream"
+    assert_billed(gateway, account, sim, marker, LLAMA, stream=True)
 
 
 # -- failures ----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import uuid
 
 import httpx
 import openai
+import orjson
 import pytest
 
 MODEL = "claude-sonnet-4-5"
@@ -33,6 +34,21 @@ LOOKUP = {"type": "function", "function": {
 
 def client(gateway, secret) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=secret, max_retries=0)
+
+
+def without_breakpoints(value):
+    """``value`` without the prompt-cache breakpoints the gateway places on Claude routes
+    (auto_cache, tested on its own below), a one-text content as the plain string it was."""
+    if isinstance(value, list):
+        return [without_breakpoints(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: without_breakpoints(v) for k, v in value.items() if k != "cache_control"}
+    content = out.get("content")
+    if "role" in out and isinstance(content, list) and len(content) == 1 and content[0].get("type") == "text" \
+            and set(content[0]) == {"type", "text"} and "cache_control" in json.dumps(value):
+        out["content"] = content[0]["text"]
+    return out
 
 
 def tag() -> str:
@@ -79,7 +95,7 @@ def test_non_stream_is_translated_both_ways_and_billed_exactly(gateway, sim, fun
     assert received["path"] == "/v1/messages"
     assert received["headers"]["anthropic-version"] == "2023-06-01"
     assert received["headers"]["x-api-key"] == "sim-provider-key" and "authorization" not in received["headers"]
-    assert received["json"] == {"model": MODEL, "max_tokens": 400,
+    assert without_breakpoints(received["json"]) == {"model": MODEL, "max_tokens": 400,
                                 "system": [{"type": "text", "text": "Be brief."}],
                                 "messages": [{"role": "user", "content": f"Hello {marker}"}],
                                 "stop_sequences": ["\n\n"]}
@@ -110,7 +126,7 @@ def test_non_stream_tool_round_trip(gateway, sim, funded):
                  {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]
     second = c.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER])
     assert second.choices[0].message.content == "Tool result received: sunny, 21 C"
-    upstream = sim.last_request("sunny, 21 C")["json"]
+    upstream = without_breakpoints(sim.last_request("sunny, 21 C")["json"])
     assert upstream["messages"][1]["content"][-1] == {"type": "tool_use", "id": call.id, "name": "get_weather",
                                                       "input": {"city": "sim-city", "units": "sim-units"}}
     assert upstream["messages"][2] == {"role": "user", "content": [
@@ -234,7 +250,7 @@ def test_images_and_pdf_reach_the_provider_as_blocks(gateway, sim, funded):
     reply = client(gateway, secret).chat.completions.create(model=MODEL, messages=[{"role": "user",
                                                                                      "content": content}])
     assert reply.choices[0].message.content.startswith("This is a simulated reply to: Describe these")
-    [turn] = sim.last_request(marker)["json"]["messages"]
+    [turn] = without_breakpoints(sim.last_request(marker)["json"]["messages"])
     assert turn["role"] == "user"
     assert turn["content"] == [
         {"type": "text", "text": f"Describe these {marker}"},
@@ -260,6 +276,35 @@ def test_reasoning_effort_becomes_thinking_with_a_budget(gateway, sim, funded, e
     assert "temperature" not in upstream  # Anthropic takes only temperature 1 with thinking
     assert budget == {"low": 2048, "high": 24576}[effort]
     assert upstream["max_tokens"] == (4000 if effort == "low" else budget + 4096)
+
+
+CAPS = (2048, 4000, 8192, 16000, 32000, 64000)
+
+
+@pytest.mark.parametrize("model", [MODEL, "claude-3-5-haiku"])  # a 64,000 and an 8,192 maximum
+def test_every_effort_under_every_cap_gets_a_budget_the_provider_takes(gateway, sim, funded, model):
+    """Issue 36: ``reasoning_effort`` at every level, caps from 2,048 to 64,000: the provider
+    (the simulator refuses ``budget_tokens >= max_tokens`` as Anthropic does) answers every one;
+    1024 <= budget < max_tokens <= the model's maximum, and the budget grows with the effort."""
+    _, _, secret = funded
+    c = client(gateway, secret)
+    model_max = {MODEL: 64000, "claude-3-5-haiku": 8192}[model]
+    for cap in CAPS:
+        budgets = []
+        for effort in ("none", "minimal", "low", "medium", "high", "xhigh", "max"):
+            marker = tag()
+            reply = c.chat.completions.create(model=model, reasoning_effort=effort, max_completion_tokens=cap,
+                                              messages=[{"role": "user", "content": f"Think {marker}"}])
+            assert reply.choices[0].message.content == f"This is a simulated reply to: Think {marker}."
+            upstream = sim.last_request(marker)["json"]
+            if effort == "none":
+                assert "thinking" not in upstream and upstream["max_tokens"] == min(cap, model_max)
+                continue
+            budget = upstream["thinking"]["budget_tokens"]
+            assert 1024 <= budget < upstream["max_tokens"] <= model_max, (effort, cap, upstream["max_tokens"])
+            assert upstream["max_tokens"] >= min(cap, model_max)  # the client's cap is never lowered
+            budgets.append(budget)
+        assert budgets == sorted(budgets), (cap, budgets)
 
 
 def test_tool_round_trip_with_thinking_keeps_the_signed_thinking_block(gateway, sim, funded):
@@ -344,18 +389,25 @@ def test_reply_without_usage_is_charged_for_what_it_carries(gateway, sim, funded
     assert row["cost_nano"] == row_cost(row)
 
 
-def test_response_format_and_cache_control_are_not_carried(gateway, sim, funded):
-    """The spec: translation does not carry response_format or cache_control (use /v1/messages for those)."""
+def test_response_format_and_the_clients_cache_control_are_not_carried(gateway, sim, funded):
+    """The spec: translation does not carry response_format (use /v1/messages), nor a chat
+    client's cache_control (only an operator's explicit ``auto_cache = true`` carries it: issue
+    36). On a Claude route by default the gateway places its own breakpoints instead: the
+    system prompt and the last block, 5-minute ones, not the client's 1-hour marker."""
     _, _, secret = funded
     marker = tag()
     reply = client(gateway, secret).chat.completions.create(
         model=MODEL, response_format={"type": "json_object"},
-        messages=[{"role": "user", "content": [{"type": "text", "text": f"json please {marker}",
-                                                "cache_control": {"type": "ephemeral"}}]}])
+        messages=[{"role": "system", "content": "Be brief."},
+                  {"role": "user", "content": [{"type": "text", "text": f"json please {marker}",
+                                                "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}])
     assert reply.choices[0].message.content
     upstream = sim.last_request(marker)["json"]
     assert "response_format" not in upstream and "output_config" not in upstream
-    assert "cache_control" not in json.dumps(upstream)
+    assert upstream["system"] == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    assert upstream["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": f"json please {marker}", "cache_control": {"type": "ephemeral"}}]}]
+    assert b'"1h"' not in orjson.dumps(upstream)
 
 
 @pytest.mark.parametrize("part,fragment", [

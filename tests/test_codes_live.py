@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from gatewayd.store.base import utc_iso
+from gatewayd.console.formatting import usd_html
 from tests.console_helpers import ConsoleClient, account_with_password
 from tests.live import unique_email
 
@@ -67,8 +68,8 @@ def test_codes_made_by_gatewayctl_are_redeemed_once_in_the_console(gateway):
     done = redeem(client, typed)
     assert done.status_code == 302 and done.headers["location"].startswith("/console/balance?redeemed=")
     page = client.get(done.headers["location"])
-    assert "Code redeemed: $2.50 was added to your balance." in page.text
-    assert 'id="balance">$2.50<' in page.text and f"code {made[0]['id']}: spring promo" in page.text
+    assert f"Code redeemed: {usd_html(2_500_000_000)} was added to your balance." in page.text
+    assert f'id="balance">{usd_html(2_500_000_000)}<' in page.text and f"code {made[0]['id']}: spring promo" in page.text
     again = redeem(client, made[0]["code"])  # a reload, or the code shared
     assert again.status_code == 400 and error_of(again) == "This code has been redeemed already."
     assert gateway.admin.balance(account["id"])["balance_nano"] == 2_500_000_000

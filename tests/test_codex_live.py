@@ -52,28 +52,42 @@ def codex_cli() -> Path:
 
 
 def run_codex(cli: Path, gateway, secret: str, model: str, prompt: str, tmp_path: Path,
-              *, websockets: bool = False, settings: str = "") -> tuple[list[dict], Path]:
+              *, websockets: bool = False, compact_at: int | None = None,
+              settings: str = "") -> tuple[list[dict], Path]:
     """``codex exec --json`` in a fresh CODEX_HOME and work directory; returns its events.
-    ``websockets``: over the Responses WebSocket (docs/codex-websocket.md's settings)."""
+    ``websockets``: over the Responses WebSocket (docs/codex-websocket.md's settings).
+    ``compact_at``: Codex's own OpenAI provider pointed at the gateway (``openai_base_url``,
+    the key in ``CODEX_API_KEY``), which makes Codex compact remotely (a ``compaction_trigger``
+    request) once a turn's context passes this many tokens (``model_auto_compact_token_limit``)."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir(exist_ok=True)
     catalogue = home / "models.json"
     catalogue.write_text(json.dumps({"models": [{**CATALOGUE_ENTRY, "slug": model, "display_name": model}]}))
-    (home / "config.toml").write_text(
-        f'model = "{model}"\n'
-        'model_provider = "gatewayd"\n'
-        f'model_catalog_json = "{catalogue}"\n'
-        + settings
-        + ("\n[features]\nresponses_websockets = true\n" if websockets else "")
-        + "\n[model_providers.gatewayd]\n"
-        'name = "gatewayd"\n'
-        f'base_url = "{gateway.url}/v1"\n'
-        'env_key = "GATEWAYD_API_KEY"\n'
-        'wire_api = "responses"\n'
-        + ("supports_websockets = true\n" if websockets else "")
-    )
+    if compact_at is not None:
+        (home / "config.toml").write_text(
+            f'model = "{model}"\n'
+            f'model_catalog_json = "{catalogue}"\n'
+            f'model_auto_compact_token_limit = {compact_at}\n'
+            f'openai_base_url = "{gateway.url}/v1"\n'
+        )
+    else:
+        (home / "config.toml").write_text(
+            f'model = "{model}"\n'
+            'model_provider = "gatewayd"\n'
+            f'model_catalog_json = "{catalogue}"\n'
+            + settings
+            + ("\n[features]\nresponses_websockets = true\n" if websockets else "")
+            + "\n[model_providers.gatewayd]\n"
+            'name = "gatewayd"\n'
+            f'base_url = "{gateway.url}/v1"\n'
+            'env_key = "GATEWAYD_API_KEY"\n'
+            'wire_api = "responses"\n'
+            + ("supports_websockets = true\n" if websockets else "")
+        )
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home), "GATEWAYD_API_KEY": secret}
+    if compact_at is not None:
+        env["CODEX_API_KEY"] = secret
     done = subprocess.run(
         [str(cli), "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
          "-C", str(work), prompt],
@@ -277,3 +291,47 @@ def test_codex_runs_on_a_model_configured_without_tool_prices(codex_cli, sim, tm
         assert not sim.requests(f"hello {marker}")  # the refused turn never reached the provider
     finally:
         daemon.stop()
+
+
+# --- compaction (issue 36) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["gpt-4.1-mini", "claude-haiku-4-5"])
+def test_codex_completes_a_session_that_crosses_its_compaction_limit(codex_cli, gateway, sim, funded, tmp_path, model):
+    """Codex with its own OpenAI provider pointed at the gateway compacts remotely: past
+    ``model_auto_compact_token_limit`` it sends a ``compaction_trigger`` request and needs exactly
+    one ``compaction`` item back, then goes on with that item in place of the history. The
+    command's 3,000-line output pushes the turn over the limit; the file is gone when Codex runs
+    the command again after compacting, so the turn then ends.
+
+    On gpt-4.1-mini the trigger and the item pass through (the simulator compacts as OpenAI
+    does); on claude-haiku-4-5 the gateway compacts with the model, and its summary reaches the
+    model in the requests after."""
+    from gatewayd.formats.compaction import COMPACTION_PROMPT, SUMMARY_HEADING
+
+    account, _, secret = funded
+    marker = f"codex-compact-{uuid.uuid4().hex[:8]}"
+    args = json.dumps({"cmd": "cat big.txt && rm big.txt", "login": False})
+    prompt = f"Count the lines please ({marker}) [[sim:tool=exec_command]] [[sim:args={args}]]"
+    (tmp_path / "work").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "work" / "big.txt").write_text("".join(f"{n}\n" for n in range(1, 3001)))
+    events, work = run_codex(codex_cli, gateway, secret, model, prompt, tmp_path, compact_at=4000)
+
+    assert not (work / "big.txt").exists()
+    [answer] = [e["item"]["text"] for e in events if e["type"] == "item.completed"
+                and e["item"]["type"] == "agent_message"]
+    assert answer.startswith("Tool result received: ")
+    first, summarising, after, last = sim.requests(marker)  # oldest first
+    if model == "gpt-4.1-mini":
+        assert summarising["path"] == "/v1/responses" and summarising["json"]["input"][-1] == {
+            "type": "compaction_trigger"}
+        [item] = [i for i in after["json"]["input"] if i.get("type") == "compaction"]
+        assert item["encrypted_content"].startswith("sim-compaction:")  # the provider's own, passed back
+    else:
+        assert summarising["path"] == "/v1/messages"
+        assert COMPACTION_PROMPT in json.dumps(summarising["json"]["messages"][-1])
+        for turn in (after, last):
+            assert SUMMARY_HEADING in json.dumps(turn["json"]["messages"])
+    rows = gateway.admin.usage(account["id"])
+    assert [(r["endpoint"], r["status"]) for r in rows] == [("responses", "ok")] * 4
+    assert gateway.admin.balance(account["id"])["held_nano"] == 0

@@ -223,3 +223,48 @@ def test_the_environment_is_the_one_given(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="providers\\[0\\].api_key_env: the environment variable UPSTREAM_KEY is not set"):
         load_config(path, environ={})  # the operator's own provider without its key: refused (issue 32)
     assert load_config(path).providers["o"].api_key == "from-the-process"  # no mapping: the process's
+
+
+def test_auto_cache_is_on_for_claude_routes_and_set_per_model_or_route(tmp_path):
+    """Issue 36: ``auto_cache`` (the gateway's prompt-cache breakpoints in translated requests)
+    defaults to on where a route serves Claude, off elsewhere; a model's value is its routes'
+    default, a route's own value wins."""
+    defaults = load_config(None, environ={}).models
+    assert defaults["claude-sonnet-4-5"].routes[0].auto_cache is True
+    assert defaults["gpt-4.1"].routes[0].auto_cache is False
+    path = write(tmp_path, """
+[[providers]]
+name = "a"
+protocol = "anthropic"
+base_url = "http://127.0.0.1:1"
+api_key = "k"
+
+[[models]]
+id = "off"
+provider = "a"
+auto_cache = false
+input_price = 1
+output_price = 1
+
+[[models]]
+id = "mixed"
+auto_cache = false
+input_price = 1
+output_price = 1
+[[models.routes]]
+provider = "a"
+upstream_id = "x"
+[[models.routes]]
+provider = "a"
+upstream_id = "y"
+auto_cache = true
+""")
+    models = load_config(path, environ={}).models
+    assert models["off"].routes[0].auto_cache is False
+    assert [r.auto_cache for r in models["mixed"].routes] == [False, True]
+    # a chat client's own markers go through only where the operator said true (the spec keeps them out)
+    assert [r.carry_cache_markers for r in models["mixed"].routes] == [False, True]
+    assert defaults["claude-sonnet-4-5"].routes[0].carry_cache_markers is False
+    with pytest.raises(ConfigError, match=r"models\[0\]\.auto_cache: must be true or false"):
+        load_config(write(tmp_path, path.read_text().replace("auto_cache = false", 'auto_cache = "no"', 1)),
+                    environ={})

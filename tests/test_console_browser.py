@@ -69,7 +69,7 @@ def test_key_lifecycle_seen_from_the_console_and_the_sdk(page, gateway):
     account = account_with_password(gateway.admin, email, timezone=tz)
     sign_in(page, gateway, email)
     assert page.text_content("h1").strip() == "API keys"
-    assert "$10.00" in page.text_content(".balance-pill")
+    assert "$10.000000" in page.text_content(".balance-pill")
 
     # create a key with a spend limit and a one-model list
     page.click("#new-key")
@@ -117,7 +117,7 @@ def test_key_lifecycle_seen_from_the_console_and_the_sdk(page, gateway):
     page.wait_for_url("**/console/keys")
     key_row = page.locator("#keys-table tr", has_text="browser key")
     text = key_row.text_content()
-    assert usd(cost) in text and "$2.50" in text and "gpt-4.1-mini" in text and "Never" not in text
+    assert usd(cost) in text and "$2.500000" in text and "gpt-4.1-mini" in text and "Never" not in text
     assert key_row.locator(".badge").text_content().strip() == "enabled"
 
     # disable: the SDK gets 401; enable: it works again
@@ -139,7 +139,7 @@ def test_key_lifecycle_seen_from_the_console_and_the_sdk(page, gateway):
     page.fill("#name", "renamed key")
     page.click("#save-key")
     page.wait_for_url("**/console/keys")
-    assert "$3.00" in page.locator("#keys-table tr", has_text="renamed key").text_content()
+    assert "$3.000000" in page.locator("#keys-table tr", has_text="renamed key").text_content()
 
     # revoke needs the confirmation; then the key is gone for good
     page.locator("#keys-table tr", has_text="renamed key").locator("a:has-text('Revoke')").click()
@@ -214,3 +214,46 @@ def test_another_accounts_key_is_not_reachable(page, gateway):
     assert response.status == 404
     assert gateway.admin.call("GET", f"/keys/{victim_key['id']}")["state"] == "enabled"
     assert gateway.admin.call("GET", f"/keys/{victim_key['id']}")["name"] == "victim key"
+
+
+def _inside(page, selector: str) -> dict:
+    """Where ``selector``'s first element is, against the viewport: visible and not past its right edge."""
+    element = page.locator(selector).first
+    box = element.bounding_box() or {"x": 0, "width": 0}
+    return {"visible": element.is_visible(), "left": box["x"], "right": box["x"] + box["width"],
+            "width": page.viewport_size["width"]}
+
+
+@pytest.mark.parametrize("width", [360, 390, 414, 1280])
+def test_every_page_fits_a_phone_and_a_desktop(browser, gateway, width):
+    """Issue 32 point 7: no horizontal scroll at phone widths, Sign out and the key table's spend
+    and actions reachable, the chart's labels at least 11 px, the Models page there too."""
+    email = unique_email("phone")
+    account = account_with_password(gateway.admin, email)
+    key = gateway.admin.key(account["id"], name="a rather long key name for a phone", spend_limit_nano=5 * 10**9,
+                            models=["gpt-4.1-mini", "claude-sonnet-4-5"])
+    sdk(gateway, key["secret"]).chat.completions.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": "hello"}])
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        sign_in(page, gateway, email)
+        for path in ("/console/keys", "/console/usage", "/console/models", "/console/balance", "/console/keys/new"):
+            page.goto(gateway.url + path)
+            overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
+            assert overflow <= 0, f"{path} at {width} px scrolls sideways by {overflow} px"
+            signout = _inside(page, "button:has-text('Sign out')")
+            assert signout["visible"] and signout["right"] <= signout["width"], (path, signout)
+        page.goto(gateway.url + "/console/keys")
+        row = f"#keys-table tr[data-key-id='{key['id']}']"
+        for cell in (f"{row} td.num", f"{row} td.actions button", f"{row} td.actions a"):
+            where = _inside(page, cell)
+            assert where["visible"] and where["right"] <= where["width"] and where["left"] >= 0, (cell, where)
+        page.goto(gateway.url + "/console/usage")
+        scale = page.evaluate("""() => { const svg = document.querySelector('svg.chart');
+                                   return svg.getBoundingClientRect().width / svg.viewBox.baseVal.width; }""")
+        sizes = page.evaluate("[...document.querySelectorAll('svg.chart text')].map(t => +t.getAttribute('font-size'))")
+        assert sizes and min(sizes) * scale >= 11, (width, scale, sizes)
+    finally:
+        context.close()

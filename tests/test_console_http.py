@@ -20,7 +20,7 @@ import openai
 import pytest
 import trustme
 
-from gatewayd.console.formatting import local_today, usd
+from gatewayd.console.formatting import local_today, usd, usd_html
 from tests.console_helpers import ConsoleClient, account_with_password
 from tests.live import Daemon, unique_email
 
@@ -249,7 +249,7 @@ def test_usage_log_pages_filters_csv_and_chart(gateway):
     first = client.get("/console/usage")
     assert first.status_code == 200
     assert first.text.count("data-request-id=") == 50 and "page 1 of 2" in first.text
-    assert f"52 requests · {usd(spent)}" in first.text
+    assert f"52 requests · {usd_html(spent)}" in first.text
     newest = rows[0]["request_id"]
     assert first.text.index(newest) < first.text.index(rows[49]["request_id"])
     second = client.get("/console/usage", params={"page": 2})
@@ -295,7 +295,7 @@ def test_usage_log_pages_filters_csv_and_chart(gateway):
     cell = first.text[first.text.index(f'data-request-id="{newest}"'):]
     cell = cell[cell.index('class="num cost breakdown"'):cell.index("</td>", cell.index('class="num cost'))]
     assert f"output: {out['quantity']:,} x {exact_usd(out['unit_nano'])} = {exact_usd(out['nano'])}" in cell
-    assert f"held {usd(newest_row['hold_nano'])}" in cell and f">{usd(newest_row['cost_nano'])}" in cell
+    assert f"held {usd(newest_row['hold_nano'])}" in cell and f">{usd_html(newest_row['cost_nano'])}" in cell
     client.close()
 
 
@@ -307,7 +307,7 @@ def test_balance_page_shows_balance_paid_held_and_payments(gateway):
     assert page.status_code == 200
     assert 'id="balance">$12.50<' in page.text and 'id="total-paid">$12.50<' in page.text
     assert 'id="held">$0.00<' in page.text
-    assert page.text.index("invoice 42") < page.text.index("$10.00</td>")  # newest payment first
+    assert page.text.index("invoice 42") < page.text.index(f"{usd_html(10 * 10**9)}</td>")  # newest payment first
     client.close()
 
 

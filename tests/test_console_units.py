@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from fractions import Fraction
 import sqlite3
 
 import pytest
 
 from gatewayd.console.charts import daily_spend_svg, nice_ceiling, series
 from gatewayd.console.forms import FormError, KeyForm, nano_to_plain_usd
-from gatewayd.console.formatting import day_start_utc, local_time, usd
+from gatewayd.console.formatting import at_ratio, day_start_utc, local_time, per_million, usd, usd_html
 from gatewayd.console.queries import UsageFilter, daily_spend
 from gatewayd.console.session import MAX_AGE_S, REVEAL_TTL_S, Sessions, SignInThrottle
 from gatewayd.store.sqlite import SQLiteStore
@@ -171,8 +172,14 @@ def test_key_form_to_directory_fields():
 
 
 def test_money_and_time_for_people():
-    assert usd(10_500_000_000) == "$10.50" and usd(52_000) == "$0.000052" and usd(0) == "$0.00"
-    assert usd(-1_000_000_000) == "-$1.00" and usd(None) == "-"
+    # one format everywhere: 6 decimals (the pages draw the digits past the cents lighter)
+    assert usd(10_500_000_000) == "$10.500000" and usd(52_000) == "$0.000052" and usd(0) == "$0.000000"
+    assert usd(-1_000_000_000) == "-$1.000000" and usd(None) == "-"
+    assert usd_html(10_500_000_000) == '$10.50<span class="subcent">0000</span>'
+    assert usd_html(-52_000) == '-$0.00<span class="subcent">0052</span>' and usd_html(None) == "-"
+    assert per_million(400) == '$0.40<span class="subcent">0000</span>' and per_million(None) == "—"
+    assert per_million(3000, Fraction(11, 10)) == '$3.30<span class="subcent">0000</span>'  # a group's ratio
+    assert at_ratio(1, Fraction(1, 3)) == '$0.00<span class="subcent">0000</span>'  # rounded up to the nano
     assert local_time("2026-07-01T12:00:00.000Z", "Asia/Kathmandu") == "2026-07-01 17:45:00"
     assert local_time("2026-01-15T12:00:00.000Z", "America/New_York", False) == "2026-01-15 07:00"
     assert day_start_utc(dt.date(2026, 7, 1), "Europe/Paris") == "2026-06-30T22:00:00.000Z"
@@ -192,7 +199,7 @@ def test_chart_scale_series_and_escaping():
     assert [s.label for s in drawn] == ["<b>&x"] + [f"model-{i}" for i in range(9, 2, -1)] + ["3 other models"]
     assert drawn[-1].total_nano == 1000 + 2000 + 3000
     svg, _ = daily_spend_svg(days, spend)
-    assert "<b>" not in svg and "2026-11-02 · &lt;b&gt;&amp;x: $0.00002</title>" in svg
+    assert "<b>" not in svg and "2026-11-02 · &lt;b&gt;&amp;x: $0.000020</title>" in svg
     assert svg.count("<rect") == 8 + 1  # day one: seven models and "other"; day two: one
     empty_svg, empty_series = daily_spend_svg(days, {})
     assert empty_series == [] and "<rect" not in empty_svg and "$0.01" in empty_svg

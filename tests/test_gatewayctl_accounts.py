@@ -191,3 +191,13 @@ def test_embeddings_needs_enable_or_disable(admin: RealAdmin) -> None:
     assert run.exit_code == 2
     assert "--enable" in run.err
     assert admin.requests == []
+
+
+def test_account_invite_posts_the_email_and_shows_why_it_was_refused(admin: RealAdmin) -> None:
+    """The admin app here has no console to invite to (as a daemon with sign-up off says):
+    the command sends the email and prints the API's reason; the link's happy path is in
+    tests/test_self_service.py."""
+    run = gatewayctl(admin, "account", "invite", "guest@example.com")
+    assert (admin.last.method, admin.last.path, admin.last.body) == (
+        "POST", "/admin/v1/invitations", {"email": "guest@example.com"})
+    assert run.exit_code != 0 and "no console to invite to" in run.stderr

@@ -201,3 +201,56 @@ def test_client_leaving_mid_stream_is_billed_what_it_got(gateway, sim, funded, m
     assert row["status"] == "client_disconnected"
     assert row["cost_nano"] > 0 and row["output_tokens"] > 0
     assert gateway.admin.balance(account["id"])["held_nano"] == 0
+
+
+# -- issue 36: the Gemini API to Claude ------------------------------------------------------------
+
+# PDF bytes whose base64 holds "+" and "/" in the standard alphabet: google-genai sends them as
+# "-" and "_" (the URL-safe alphabet Google's parser accepts and Anthropic refuses)
+BINARY_PDF = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\xfb\xff\xfe\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"
+
+
+def test_an_inline_pdf_reaches_claude_as_standard_base64(gateway, sim, funded):
+    import base64
+
+    account, _, secret = funded
+    c = client(gateway, secret)
+    marker = tag()
+    reply = c.models.generate_content(model="claude-sonnet-4-5", contents=[
+        types.Part.from_bytes(data=BINARY_PDF, mime_type="application/pdf"), f"Summarise {marker}"])
+    assert reply.text == f"This is a simulated reply to: Summarise {marker}."
+    [turn] = sim.last_request(marker)["json"]["messages"]
+    document = turn["content"][0]
+    assert document["source"] == {"type": "base64", "media_type": "application/pdf",
+                                  "data": base64.b64encode(BINARY_PDF).decode()}
+    assert_billed(gateway, sim, account, marker, "claude-sonnet-4-5", "messages", stream=False)
+
+
+def test_inline_data_that_is_not_base64_is_the_clients_400(gateway, sim, funded):
+    _, _, secret = funded
+    marker = tag()
+    r = httpx.post(f"{gateway.url}/v1beta/models/claude-sonnet-4-5:generateContent",
+                   headers={"x-goog-api-key": secret}, json={"contents": [{"role": "user", "parts": [
+                       {"inlineData": {"mimeType": "application/pdf", "data": "not base64 at all!"}},
+                       {"text": marker}]}]})
+    assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert "contents[0].parts[0].inlineData.data" in r.json()["error"]["message"]
+    assert sim.requests(marker) == []
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "claude-3-5-haiku"])
+def test_thinking_config_on_claude_gets_a_budget_the_provider_takes(gateway, sim, funded, model):
+    """google-genai's thinkingConfig (every budget from 512 up, dynamic -1) under caps from
+    2,048 to 64,000: 1024 <= budget < max_tokens on every request, or the simulator (which
+    refuses it as Anthropic does) would answer 400."""
+    _, _, secret = funded
+    c = client(gateway, secret)
+    for cap in (2048, 8192, 16000, 64000):
+        for budget in (512, 2048, 8192, 24576, -1):
+            marker = tag()
+            reply = c.models.generate_content(model=model, contents=f"Think {marker}", config=types.GenerateContentConfig(
+                max_output_tokens=cap, thinking_config=types.ThinkingConfig(thinking_budget=budget,
+                                                                            include_thoughts=True)))
+            assert reply.text == f"This is a simulated reply to: Think {marker}."
+            upstream = sim.last_request(marker)["json"]
+            assert 1024 <= upstream["thinking"]["budget_tokens"] < upstream["max_tokens"], (cap, budget)

@@ -17,12 +17,16 @@ from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from typer.testing import CliRunner
 
 from gatewayd import cli, hypercorn_patches
-from gatewayd.hypercorn_patches import CLEARTEXT_H2, HANGUPS, MARK, PATCHES, PROTOCOL_ERRORS, PatchRefused, original
+from gatewayd.bodies import BodyBudget
+from gatewayd.hypercorn_patches import (
+    CLEARTEXT_H2, HANGUPS, MARK, PATCHES, PROTOCOL_ERRORS, WEBSOCKET_LIMITS, PatchRefused, original,
+)
 
 # a DeprecationWarning from hypercorn on the paths we patch is an early notice of the next break
 pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning:hypercorn.*")
@@ -69,10 +73,10 @@ def hypercorn_config(**settings) -> Config:
     return config
 
 
-async def open_connection(nursery, config: Config, server_class=TCPServer):
+async def open_connection(nursery, config: Config, server_class=TCPServer, app=ok_app):
     """One hypercorn connection on a socketpair: (the client's stream, set when the server is done)."""
     server_socket, client_socket = trio.socket.socketpair()
-    server = server_class(ASGIWrapper(ok_app), config, WorkerContext(None), {}, trio.SocketStream(server_socket))
+    server = server_class(ASGIWrapper(app), config, WorkerContext(None), {}, trio.SocketStream(server_socket))
     done = trio.Event()
 
     async def run():
@@ -229,11 +233,90 @@ async def test_without_cleartext_h2_hypercorn_switches_to_http2(pristine):
         nursery.cancel_scope.cancel()
 
 
+# -- websocket_limits ---------------------------------------------------------------------------
+
+
+async def accepting_app(scope, receive, send):
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        await receive()
+
+
+async def extensions_agreed() -> str | None:
+    """The handshake's answer to a client offering permessage-deflate: the extensions agreed."""
+    headers = [("host", "gateway.test"), ("connection", "Upgrade"), ("upgrade", "websocket"),
+               ("sec-websocket-version", "13"), ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+               ("sec-websocket-extensions", "permessage-deflate; client_max_window_bits")]
+    async with trio.open_nursery() as nursery:
+        stream, _ = await open_connection(nursery, hypercorn_config(), app=accepting_app)
+        client = h11.Connection(h11.CLIENT)
+        await stream.send_all(client.send(h11.Request(method="GET", target="/v1/responses", headers=headers)))
+        head, _ = await read_response(stream, client)
+        nursery.cancel_scope.cancel()
+    assert head.status_code == 101
+    return dict(head.headers).get(b"sec-websocket-extensions", b"").decode() or None
+
+
+async def test_websocket_limits_declines_permessage_deflate(patched):
+    """Issue 31, N2: with permessage-deflate agreed, about 1 MiB sent became about 1 GiB held
+    (wsproto inflates a frame whole before any size cap). The patch answers the offer with no
+    extension: messages arrive uncompressed, as large in memory as on the wire."""
+    assert await extensions_agreed() is None
+
+
+async def test_without_websocket_limits_hypercorn_agrees_to_it(pristine):
+    hypercorn_patches.install_all([HANGUPS, PROTOCOL_ERRORS, CLEARTEXT_H2])
+    assert (await extensions_agreed() or "").startswith("permessage-deflate")
+    assert not WEBSOCKET_LIMITS.applied()
+
+
+async def test_websocket_limits_counts_a_message_from_its_first_frame_and_cuts_it_over_the_lease(patched):
+    """Issue 31, N2: hypercorn buffered a message until its last frame, counted by nothing. With
+    a lease in the scope each frame's data is counted as it is buffered, and the frame that
+    would take the lease's owner over its share closes the socket with 1009."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
+
+    budget = BodyBudget(100_000, owner_max=5_000)
+    lease = budget.lease("account:a")
+
+    async def app(scope, receive, send):
+        if scope["type"] != "websocket":
+            return
+        scope[hypercorn_patches.SCOPE_LEASE] = lease
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        assert scope[hypercorn_patches.SCOPE_COUNTED] is True
+        while (await receive())["type"] != "websocket.disconnect":
+            pass
+
+    async with trio.open_nursery() as nursery:
+        stream, _ = await open_connection(nursery, hypercorn_config(), app=app)
+        client = WSConnection(ConnectionType.CLIENT)
+        await stream.send_all(client.send(Request(host="gateway.test", target="/v1/responses")))
+        events: list = []
+        with trio.fail_after(5):
+            while not any(isinstance(e, AcceptConnection) for e in events):
+                client.receive_data(await stream.receive_some(65536))
+                events.extend(client.events())
+            await stream.send_all(client.send(TextMessage(data="x" * 3000, message_finished=False)))
+            while lease.held < 3000:  # counted while the message is still coming
+                await trio.sleep(0.01)
+            await stream.send_all(client.send(TextMessage(data="y" * 3000, message_finished=False)))
+            while not any(isinstance(e, CloseConnection) for e in events):
+                client.receive_data(await stream.receive_some(65536))
+                events.extend(client.events())
+        nursery.cancel_scope.cancel()
+    [closed] = [e for e in events if isinstance(e, CloseConnection)]
+    assert closed.code == 1009 and lease.held == 3000 and budget.held == 3000  # the refused frame took nothing
+
+
 # -- the start-up check --------------------------------------------------------------------------
 
 
 def test_the_installed_hypercorn_fits_every_patch():
-    assert [patch.problems() for patch in PATCHES] == [[], [], []]
+    assert [patch.problems() for patch in PATCHES] == [[], [], [], []]
     assert hypercorn_patches.refusal() is None
 
 
@@ -278,7 +361,7 @@ def test_install_all_is_idempotent(patched):
     methods = [getattr(owner, name) for patch in PATCHES for owner, name in patch.replaces]
     assert hypercorn_patches.install_all() == []
     assert methods == [getattr(owner, name) for patch in PATCHES for owner, name in patch.replaces]
-    assert ProtocolWrapper.handle is methods[-1]
+    assert ProtocolWrapper.handle is methods[-2] and WSStream._accept is methods[-1]
 
 
 def test_serve_refuses_to_start_with_one_line_and_exit_2(pristine, monkeypatch, tmp_path):

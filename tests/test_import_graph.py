@@ -191,10 +191,12 @@ def test_money_imports_nothing_of_gatewayd():
 def test_the_store_config_and_billing_reach_no_adapter_and_no_request_path(start):
     reached = _reach(start)
     assert sorted(m for m in reached if _in(m, ["gatewayd.providers", *REQUEST_PATH, *EDGE, "gatewayd.sim"])) == []
-    # value modules only, no translator: Usage, and the one parser of provider bytes with its
-    # InvalidAnswer (gatewayd.errors reads a provider's error body with it)
+    # value modules only, no translator: Usage, the one parser of provider bytes with its
+    # InvalidAnswer (gatewayd.errors reads a provider's error body with it), and the thinking
+    # budget's arithmetic (the bounds a lowered cap imposes on it, billing.features)
     assert set(m for m in reached if _in(m, ["gatewayd.formats"])) <= {"gatewayd.formats.usage",
-                                                                       "gatewayd.formats.errors"}
+                                                                       "gatewayd.formats.errors",
+                                                                       "gatewayd.formats.thinking"}
 
 
 def test_adapters_never_import_the_request_path_or_the_edge():

@@ -41,7 +41,8 @@ def test_one_megabyte_translated_request_arrives_whole(gateway, sim):
         response = http.post(gateway.url + "/v1/chat/completions", json=body, headers=headers(secret))
     assert response.status_code == 200, response.text
     upstream = sim.last_request(marker)["json"]
-    assert upstream["messages"][-1]["content"] in (text, [{"type": "text", "text": text}])
+    assert upstream["messages"][-1]["content"] in (text, [{"type": "text", "text": text}], [
+        {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}])  # auto_cache's breakpoint
     usage = gateway.admin.usage(account["id"])
     assert len(usage) == 1 and usage[0]["status"] == "ok" and usage[0]["input_tokens"] > 100_000
     assert_money_consistent(gateway, account["id"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import signal
+import time
 
 import httpx
 import openai
@@ -93,6 +94,24 @@ def test_a_responses_websocket_passes_through_nginx(behind_nginx):
     [row] = daemon.admin.usage(account["id"])
     assert row["status"] == "ok" and row["endpoint"] == "responses"
     assert daemon.admin.audit()["ok"]
+
+
+def test_a_gemini_key_in_the_query_is_not_written_to_the_access_log(behind_nginx):
+    """Issue 31: the documented config logged ``?key=`` (the Gemini API's key in the query)
+    in its access log. Its log format leaves the query out: the request is logged, the key not."""
+    nginx, daemon = behind_nginx
+    account = daemon.admin.account(unique_email())
+    key = daemon.admin.key(account["id"])
+    answer = httpx.post(f"{nginx.url}/v1beta/models/gemini-2.5-flash:countTokens?key={key['secret']}",
+                        json={"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    deadline = time.monotonic() + 5  # nginx writes the line once the response is sent
+    while ":countTokens" not in (nginx.access_log.read_text() if nginx.access_log.exists() else ""):
+        assert time.monotonic() < deadline, "the request was not logged"
+        time.sleep(0.05)
+    logged = nginx.access_log.read_text()
+    assert "/v1beta/models/gemini-2.5-flash:countTokens" in logged and " 200 " in logged
+    assert key["secret"] not in logged and "key=" not in logged
 
 
 def test_instance_down_is_skipped(behind_nginx):

@@ -177,7 +177,7 @@ async def test_redis_refusing_connections_falls_back_to_the_shared_log(caplog):
         assert sum("redis unavailable" in r.getMessage() for r in caplog.records) == 1  # said once, not per request
 
 
-async def test_silent_redis_costs_at_most_the_timeout():
+async def test_silent_redis_costs_at_most_the_timeout(autojump_clock):
     """A Redis that accepts and never answers: the request waits REDIS_TIMEOUT_S once, then the
     fallback answers without waiting until REDIS_RETRY_S has passed."""
     clock = Clock()

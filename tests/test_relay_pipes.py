@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.clocks import thread_aware_clock
 from tests.inproc import Gateway
 from tests.test_relay_serve import USAGE_CHUNK, chat, chunk, silence
 
@@ -52,8 +53,8 @@ def streaming(parts: list[bytes], *, hang_at: int | None = None):
 
 
 @pytest.fixture
-def mock_clock():
-    return trio.testing.MockClock(autojump_threshold=0.02)
+def mock_clock(monkeypatch):
+    return thread_aware_clock(monkeypatch)  # never jumps while a store thread works (tests/clocks.py)
 
 
 async def ask(gw: Gateway, secret: str, body: dict, path: str = "/v1/chat/completions") -> httpx.Response:

@@ -23,6 +23,7 @@ from gatewayd.api_routes import ApiRoutes
 from gatewayd.errors import BodyError, GatewayError, error_body
 from gatewayd.formats import usage as usage_mod
 from gatewayd.store.base import StoreUnavailable
+from tests.clocks import thread_aware_clock
 from tests.inproc import Gateway
 
 COMPLETION = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
@@ -95,10 +96,10 @@ async def gw(tmp_path):
 
 
 @pytest.fixture
-def mock_clock():
-    """Jumps ahead whenever every task waits for longer than 20 ms of real time (so the store's
-    threads finish first)."""
-    return trio.testing.MockClock(autojump_threshold=0.02)
+def mock_clock(monkeypatch):
+    """Jumps ahead whenever every task waits for longer than 20 ms of real time and no store
+    thread is running (tests/clocks.py)."""
+    return thread_aware_clock(monkeypatch)
 
 
 async def post(gw: Gateway, secret: str, body: dict | bytes, path: str = "/v1/chat/completions") -> httpx.Response:
@@ -114,7 +115,7 @@ def test_every_endpoint_spec_is_routed_and_names_its_envelope(tmp_path):
     gw = Gateway(tmp_path, lambda request: httpx.Response(500))
     routes = ApiRoutes(gw.relay)
     assert {e.path for e in endpoints.ENDPOINTS} == {
-        "/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/embeddings",
+        "/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/responses/compact", "/v1/embeddings",
         "/v1beta/models/{model}:generateContent", "/v1beta/models/{model}:streamGenerateContent",
         "/v1beta/models/{model}:countTokens"}
     for endpoint in endpoints.ENDPOINTS:

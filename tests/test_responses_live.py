@@ -206,7 +206,8 @@ def test_claude_request_translated_to_messages(gateway, sim, funded):
     assert received["path"] == "/v1/messages"
     body = received["json"]
     assert body["model"] == "claude-sonnet-4-5" and body["max_tokens"] == 200
-    assert body["system"] in ("Be kind.", [{"type": "text", "text": "Be kind."}])
+    assert body["system"] in ("Be kind.", [{"type": "text", "text": "Be kind."}],
+                              [{"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}])
     assert body["messages"] == [{"role": "user", "content": marker}] or \
         body["messages"][0]["content"][0]["text"] == marker
     assert "store" not in body and "instructions" not in body and "input" not in body

@@ -38,9 +38,9 @@ def test_add_funds_in_a_browser(daemon, fake):
         assert deliver(daemon.url, "checkout.session.completed", fake.pay(session_id)).status_code == 200
         page.goto(fake.sessions[session_id]["success_url"])  # Stripe sends the browser back
         assert "Your balance shows the payment" in page.text_content("#checkout-notice")
-        assert page.text_content("#balance").strip() == "$22.34"
+        assert page.text_content("#balance").strip() == "$22.340000"
         rows = page.locator("#payments-table tbody tr")
         assert rows.count() == 2
-        assert "Card" in rows.nth(0).text_content() and "$12.34" in rows.nth(0).text_content()
+        assert "Card" in rows.nth(0).text_content() and "$12.340000" in rows.nth(0).text_content()
         browser.close()
     assert daemon.admin.balance(account["id"])["balance_nano"] == 22_340_000_000

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from gatewayd.money import usd_to_nano
+from gatewayd.console.formatting import usd_html
 from tests.console_helpers import ConsoleClient, account_with_password
 from tests.faults import chat_body, gatewayctl_audit, headers
 from tests.live import Daemon, unique_email
@@ -60,7 +61,7 @@ def _audit_ok(daemon) -> None:
 def test_add_funds_creates_one_checkout_session_and_redirects_to_it(daemon, fake):
     console, account = _signed_in(daemon)
     page = console.get("/console/balance")
-    assert 'id="add-funds-form"' in page.text and "Between $5.00 and $1000.00" in page.text
+    assert 'id="add-funds-form"' in page.text and f"Between {usd_html(5 * 10**9)} and {usd_html(1000 * 10**9)}" in page.text
     # Chrome follows the form's 303 only to a place the page's CSP form-action allows
     form_action = page.headers["content-security-policy"].split("form-action ")[1].split(";")[0].split()
     assert form_action == ["'self'", "https://checkout.stripe.com", fake.url]
@@ -189,7 +190,9 @@ def test_refunds_and_a_lost_dispute_are_negative_payments(daemon, fake):
     fake.refund(charge_id, 700, status="failed")  # never left: nothing recorded
     assert _balance(daemon, account["id"]) == usd_to_nano("90")
     won = deliver(daemon.url, "charge.dispute.closed", fake.dispute(charge_id, "won"))
-    assert won.json()["entries"][0]["recorded"] is False
+    # held and given back (the opening event never came): the balance is where it was
+    assert [e["recorded"] for e in won.json()["entries"]] == [True, True]
+    assert _balance(daemon, account["id"]) == usd_to_nano("90")
     lost = fake.dispute(charge_id, "lost")
     for _ in range(3):
         assert deliver(daemon.url, "charge.dispute.closed", lost).status_code == 200
@@ -198,8 +201,9 @@ def test_refunds_and_a_lost_dispute_are_negative_payments(daemon, fake):
     payments = daemon.admin.call("GET", f"/accounts/{account['id']}/payments")["data"]
     assert sorted((p["source"], p["amount_nano"]) for p in payments) == sorted([
         ("operator", usd_to_nano(PAID)), ("card", usd_to_nano("100")), ("refund", -usd_to_nano("15")),
-        ("refund", -usd_to_nano("5")), ("dispute", -usd_to_nano("80"))])
-    assert {p["reference"] for p in payments if p["source"] == "dispute"} == {lost["id"]}
+        ("refund", -usd_to_nano("5")), ("dispute", -usd_to_nano("80")), ("dispute", -usd_to_nano("80")),
+        ("dispute_won", usd_to_nano("80"))])
+    assert {p["reference"] for p in payments if p["source"] == "dispute"} == {lost["id"], won.json()["entries"][0]["reference"]}
     page = console.get("/console/balance").text
     assert "Refund" in page and "Dispute" in page and "-$80.00" in page
     _audit_ok(daemon)

@@ -9,7 +9,7 @@ import pytest
 from gatewayd.config import ConfigError, load_config
 from gatewayd.console.views_funds import amount_cents
 from gatewayd.payments import stripe_api
-from gatewayd.payments.stripe_events import Entry, Ignored, dispute_entry, refund_entries, session_entry
+from gatewayd.payments.stripe_events import Entry, Ignored, dispute_entries, refund_entries, session_entry
 from gatewayd.payments.stripe_settings import StripeSettings
 from tests.live import BIN
 
@@ -110,12 +110,19 @@ def test_each_refund_is_its_own_negative_entry():
     assert isinstance(entries[2], Ignored)
 
 
-def test_only_a_lost_dispute_is_recorded():
-    lost = {"id": "dp_1", "status": "lost", "amount": 8000, "currency": "usd", "charge": "ch_1"}
-    assert dispute_entry(lost, "acct_1", SETTINGS) == Entry("acct_1", -80_000_000_000, "dispute", "dp_1",
-                                                            "lost card dispute (Stripe dp_1 of ch_1)")
-    for status in ("won", "warning_closed", "needs_response"):
-        assert isinstance(dispute_entry({**lost, "status": status}, "acct_1", SETTINGS), Ignored)
+def test_a_dispute_holds_its_amount_from_its_opening_and_gives_it_back_when_won():
+    """``charge.dispute.created`` holds the disputed amount (issue 31); closed lost, the same row
+    (once, whichever came first); closed won, the same row and the amount given back."""
+    opened = {"id": "dp_1", "status": "needs_response", "amount": 8000, "currency": "usd", "charge": "ch_1"}
+    held = Entry("acct_1", -80_000_000_000, "dispute", "dp_1", "card dispute (Stripe dp_1 of ch_1)")
+    assert dispute_entries("charge.dispute.created", opened, "acct_1", SETTINGS) == [held]
+    lost = {**opened, "status": "lost"}
+    assert dispute_entries("charge.dispute.closed", lost, "acct_1", SETTINGS) == [held]
+    for status in ("won", "warning_closed"):
+        assert dispute_entries("charge.dispute.closed", {**opened, "status": status}, "acct_1", SETTINGS) == [
+            held, Entry("acct_1", 80_000_000_000, "dispute_won", "dp_1", f"card dispute closed {status} (Stripe dp_1)")]
+    [ignored] = dispute_entries("charge.dispute.closed", {**opened, "status": "under_review"}, "acct_1", SETTINGS)
+    assert isinstance(ignored, Ignored)
 
 
 def test_the_checkout_origins_the_balance_page_lets_its_form_go_to():

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.faults import assert_money_consistent, chat_body, headers, new_account, provider_and_model, settled_row
+from tests.faults import LIVENESS_S, assert_money_consistent, chat_body, headers, new_account, provider_and_model, settled_row
 from tests.live import Daemon
 
 CHUNKS = [
@@ -79,7 +79,7 @@ class CountingUpstream:
                 for event in [b"data: " + orjson.dumps(c) + b"\n\n" for c in CHUNKS] + [b"data: [DONE]\n\n"]:
                     conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
                 if self.lingering:
-                    time.sleep(30)  # the body never ends; the gateway must not wait for it
+                    time.sleep(LIVENESS_S * 2)  # the body never ends; the gateway must not wait for it
                     return
                 conn.sendall(b"0\r\n\r\n")
 
@@ -104,7 +104,7 @@ def daemon(sim, upstreams, tmp_path_factory):
 
 
 def stream(daemon, secret: str, model: str) -> bytes:
-    with httpx.Client(timeout=10) as http:
+    with httpx.Client(timeout=LIVENESS_S) as http:  # a gateway waiting on the lingering body: a read timeout
         with http.stream("POST", daemon.url + "/v1/chat/completions", headers=headers(secret),
                          json=chat_body("hi", model=model, stream=True)) as response:
             assert response.status_code == 200
@@ -129,9 +129,7 @@ def test_finished_streams_and_answers_reuse_one_upstream_connection(daemon, upst
 
 def test_an_upstream_body_that_never_ends_does_not_hold_the_client(daemon, upstreams):
     account, _, secret = new_account(daemon)
-    started = time.monotonic()
-    raw = stream(daemon, secret, "lingering-model")
-    assert time.monotonic() - started < 3  # the drain after [DONE] is bounded (50 ms), not the 30 s stall
+    raw = stream(daemon, secret, "lingering-model")  # the body after [DONE] never ends: not waited for
     assert raw.endswith(b"data: [DONE]\n\n")
     row = settled_row(daemon, account["id"])
     assert row["status"] == "ok" and row["output_tokens"] == 1

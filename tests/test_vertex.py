@@ -157,7 +157,10 @@ def test_chat_to_claude_on_vertex_is_translated_without_model(tmp_path, sa_file)
     built = vertex.ROUTES["chat"](call(model, "chat", body), target, UPSTREAM)
     sent = orjson.loads(built.request.content)
     assert "model" not in sent and sent["anthropic_version"] == "vertex-2023-10-16"
-    assert sent["messages"] == [{"role": "user", "content": "hi"}] and sent["max_tokens"] == 50
+    # the gateway's prompt-cache breakpoint on the last block (auto_cache, on for Claude routes)
+    assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi",
+                                                              "cache_control": {"type": "ephemeral"}}]}]
+    assert sent["max_tokens"] == 50
     assert str(built.request.url).endswith("/publishers/anthropic/models/claude-haiku-4-5@20251001:rawPredict")
 
 

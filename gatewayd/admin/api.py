@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 import zoneinfo
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import orjson
 from quart import Response, request
@@ -29,7 +29,7 @@ from gatewayd.store.usage_queries import UsageFilter
 JSON = "application/json"
 log = logging.getLogger("gatewayd.admin")
 KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
-              "budget_nano", "budget_period")
+              "budget_nano", "budget_period", "mcp")
 
 
 # The stored times' range: a bound outside it (the end of 9999-12-31, the start of 0001-01-01
@@ -71,8 +71,10 @@ def _json(doc: Any, status: int = 200) -> Response:
 
 
 def create_admin_app(directory: Directory, store, clock, reload=None,
-                     routes: Callable[[], list[dict]] | None = None) -> QuartTrio:
-    """``routes`` reports every model route's health (``Router.report``), for ``gatewayctl routes``."""
+                     routes: Callable[[], list[dict]] | None = None,
+                     invite: Callable[[Any], Awaitable[dict]] | None = None) -> QuartTrio:
+    """``routes`` reports every model route's health (``Router.report``), for ``gatewayctl routes``;
+    ``invite`` sends a sign-up link (``gatewayd.console.views_self_service.invite``)."""
     app = QuartTrio(__name__ + ".admin")
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None)
 
@@ -143,6 +145,13 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         )
         return _json(account.public(), 201)
 
+    @app.post("/admin/v1/invitations")
+    async def invite_account():
+        doc = await body("email")
+        if invite is None:
+            raise DirectoryError("this gateway has no console to invite to", status=409, code="signup_off")
+        return _json(await invite(doc.get("email")), 201)
+
     @app.get("/admin/v1/accounts")
     async def list_accounts():
         accounts = list(directory.accounts.values())
@@ -175,6 +184,16 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         account = directory.account(ref)
         doc = await body("password")
         return _json((await directory.set_password(account, doc.get("password"))).public())
+
+    @app.post("/admin/v1/accounts/<ref>/unlock")
+    async def unlock(ref: str):
+        """The console's sign-in lockouts of the account's email lifted, at every address."""
+        from gatewayd.console.session import SignInThrottle
+
+        account = directory.account(ref)
+        await body()
+        cleared = await SignInThrottle(store).unlock(account.email)
+        return _json({"account": account.public(), "buckets_cleared": cleared})
 
     @app.post("/admin/v1/accounts/<ref>/payments")
     async def pay(ref: str):

@@ -19,6 +19,15 @@ comparison with the simulator's and the real tokenizer's counts: docs/billing.md
 Parts the gateway cannot measure as text get a flat allowance (images, audio, documents).
 Parts whose shape a format does not define (tool definitions, tool inputs, unknown block
 types) are measured as their JSON text, which is what the provider renders them into.
+
+Text outside ASCII is where a third of the bytes stops being a bound: o200k makes up to a
+token of every byte of some scripts (CJK Extension B, Yi, Braille, unassigned code points:
+``bench/unicode_tokens.py``, the table in docs/billing.md), three times a bytes/3 estimate
+(attack N9). No tokenizer makes more than a token a byte, so each non-ASCII string and JSON
+part is held at that worst case, unless its tokens were counted exactly: the estimates record
+the non-ASCII parts they read (:mod:`gatewayd.billing.foreign_text`), and when their worst case would weigh
+on the hold the relay counts them with the model family's tokenizer, off the event loop, and
+estimates again on the counts (``Relay._build_counted``). ASCII text pays nothing for this.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import Any, AnyStr
 import attrs
 import orjson
 
+from gatewayd.billing.foreign_text import ASCII_BYTES, ForeignText, counted_text, current, non_ascii_bytes
 from gatewayd.catalogue import Model
 from gatewayd.errors import BodyError
 from gatewayd.formats.usage import Usage
@@ -143,7 +153,7 @@ def _density(value: AnyStr) -> int:
 class _Tally:
     """Bytes of text seen (plain and dense), and tokens allowed flat (media, per-message overhead)."""
 
-    __slots__ = ("bytes", "dense", "raw", "tokens", "media")
+    __slots__ = ("bytes", "dense", "raw", "tokens", "media", "extra3", "foreign")
 
     def __init__(self, media: "Media | None" = None) -> None:
         self.bytes = 0
@@ -151,6 +161,20 @@ class _Tally:
         self.raw = 0
         self.tokens = 0
         self.media = media or GENERIC_MEDIA
+        self.extra3 = 0  # thirds of a token held for non-ASCII text beyond its bytes / 3
+        self.foreign = current()
+
+    def _foreign(self, part: Any, text: str | bytes, utf8_len: int, non_ascii: int) -> None:
+        """A non-ASCII part of ``utf8_len`` bytes, already counted at a third of them: held at
+        its counted tokens, or else a token for each of its ``non_ascii`` bytes (the most any
+        byte-level tokenizer makes), and recorded for counting."""
+        counted = self.foreign.counted(part) if self.foreign is not None else None
+        if counted is not None:
+            self.extra3 += max(0, 3 * counted - utf8_len)
+            return
+        self.extra3 += 2 * non_ascii
+        if self.foreign is not None:
+            self.foreign.saw(part, text, 2 * non_ascii)
 
     def text(self, value: Any) -> None:
         """A place that should hold a string; anything else there is measured as JSON."""
@@ -169,7 +193,9 @@ class _Tally:
                     else:
                         self.bytes += n
             else:
-                self.bytes += len(value.encode("utf-8", "surrogatepass"))
+                n = len(value.encode("utf-8", "surrogatepass"))
+                self.bytes += n
+                self._foreign(value, value, n, non_ascii_bytes(value, n))
         elif value is not None:
             self.json(value)
 
@@ -198,6 +224,8 @@ class _Tally:
             self.dense += len(text)
         else:
             self.bytes += len(text)
+        if not text.isascii():
+            self._foreign(value, text, len(text), len(text.translate(None, ASCII_BYTES)))
 
     def image(self, part: Any = None) -> None:
         self.tokens += self.media.image
@@ -207,7 +235,7 @@ class _Tally:
 
     def total(self) -> int:
         return (-(-self.bytes // BYTES_PER_TOKEN) + math.ceil(self.dense * DENSE_TOKENS_PER_BYTE) + self.raw
-                + self.tokens)
+                + self.tokens + -(-self.extra3 // 3))
 
 
 class _Transcript(_Tally):
@@ -509,6 +537,19 @@ def prompt_transcript(body: dict[str, Any], fmt: str) -> tuple[str, int]:
     transcript = _Transcript()
     _READERS[fmt](body, transcript)
     return "\n".join(transcript.parts), transcript.tokens
+
+
+def counted_estimate(body: dict[str, Any], fmt: str, family: str, body_bytes: int = 0,
+                     media: Media | None = None) -> int:
+    """:func:`estimate_input_tokens` as the relay ends up holding it, in one call (tests,
+    bench/): non-ASCII text counted by ``family``'s tokenizer when it weighs."""
+    foreign = ForeignText()
+    with counted_text(foreign):
+        estimate = estimate_input_tokens(body, fmt, media)
+        if not foreign.weighs(body_bytes):
+            return estimate
+        foreign.count(family)
+        return estimate_input_tokens(body, fmt, media)
 
 
 def estimate_text_tokens(texts: list[str]) -> int:

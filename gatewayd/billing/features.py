@@ -19,7 +19,10 @@ reads those asks from the body the provider will receive, per protocol:
 A cap field the protocol does not have (``max_completion_tokens`` on /v1/messages) is the
 client's 400 (:func:`check_cap_fields`): the provider would ignore it, or read it where we
 did not. Anything billable the model has no price for is refused before the provider with
-400 ``unpriced_feature`` naming it (:func:`require_prices`). Pure: no I/O.
+400 ``unpriced_feature`` naming it (:func:`require_prices`), and so is what no price can bound
+(``Asks.unpriceable``: a Gemini ``cachedContent``, ``fileData`` naming a stored or remote file,
+a Gemini ``serviceTier``, Anthropic's ``mcp_servers`` and ``inference_geo``). Wrong types in
+the fields read here are the client's 400, never a 500. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import attrs
 
 from gatewayd.catalogue import Model
 from gatewayd.errors import BodyError
+from gatewayd.formats.thinking import fit_budget
 
 # Vendor tool types -> the catalogue's ``tool_prices`` names (one table for every protocol).
 # Anthropic's server tools are versioned (``web_search_20250305``): matched by prefix below.
@@ -126,6 +130,9 @@ class Asks:
     audio_input: bool = False
     audio_output: bool = False
     image_output: bool = False
+    # billable things no catalogue price can bound (a Gemini context cache, a stored or remote
+    # file, Anthropic's MCP connector): (what, the field naming it); always refused
+    unpriceable: tuple[tuple[str, str], ...] = ()
 
     @property
     def output_tokens(self) -> int:
@@ -175,6 +182,20 @@ def check_n(body: dict[str, Any]) -> int:
     return n
 
 
+def tool_list(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A body's ``tools``: an array of objects, else the client's 400 (never forwarded for the
+    provider to read some other way, never a 500)."""
+    tools = body.get("tools")
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise BodyError("field 'tools' must be an array of tool objects", param="tools")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise BodyError(f"tools[{i}] must be an object", param=f"tools[{i}]")
+    return tools
+
+
 def _tier(value: Any) -> str | None:
     if value is None:
         return None
@@ -211,6 +232,7 @@ def chat_asks(body: dict[str, Any], model: Model, *, prediction_tokens: int = 0)
     one sent upstream: see :func:`chat_cap_change`)."""
     cap = capped(check_cap_fields(body, "chat"), model)
     n = check_n(body)
+    tool_list(body)
     modalities = body.get("modalities")
     modalities = modalities if isinstance(modalities, list) else []
     search = body.get("web_search_options") is not None
@@ -261,7 +283,7 @@ def _responses_tools(tools: Any) -> list[tuple[str, str]]:
 
 def responses_asks(body: dict[str, Any], model: Model) -> Asks:
     cap = capped(check_cap_fields(body, "responses"), model)
-    hosted = _responses_tools(body.get("tools"))
+    hosted = _responses_tools(tool_list(body))
     calls = 0
     if hosted:
         calls = _positive(body.get("max_tool_calls")) or DEFAULT_MAX_TOOL_USES
@@ -335,32 +357,52 @@ def _cache_markers(body: dict[str, Any]) -> tuple[bool, bool]:
 def messages_asks(body: dict[str, Any], model: Model) -> Asks:
     """A messages body as Anthropic reads it (after :func:`messages_changes`)."""
     cap = capped(_positive(body.get("max_tokens")), model)
-    tools = body.get("tools")
     names: set[str] = set()
     calls = 0
-    if isinstance(tools, list):
-        for tool in tools:
-            name = _anthropic_tool(tool)
-            if name is None:
-                continue
-            names.add(name)
-            calls += _positive(tool.get("max_uses")) or (1 if name == "code_interpreter" else DEFAULT_MAX_TOOL_USES)
+    for tool in tool_list(body):
+        name = _anthropic_tool(tool)
+        if name is None:
+            continue
+        names.add(name)
+        calls += _positive(tool.get("max_uses")) or (1 if name == "code_interpreter" else DEFAULT_MAX_TOOL_USES)
     cache, one_hour = _cache_markers(body)
     tier = _tier(body.get("service_tier"))
     speed = body.get("speed")
-    if isinstance(speed, str) and speed != "standard":  # Anthropic's fast mode: priced as a tier
+    if speed is not None and not isinstance(speed, str):
+        raise BodyError("field 'speed' must be a string", param="speed")
+    if speed is not None and speed != "standard":  # Anthropic's fast mode: priced as a tier
         tier = speed
+    unpriceable: tuple[tuple[str, str], ...] = ()
+    if body.get("mcp_servers") is not None:
+        # the MCP connector: remote tool calls with no max_uses, whose results are input of any
+        # size, read in as many model passes as the model likes: no hold can bound them
+        unpriceable += (("the MCP connector (mcp_servers)", "mcp_servers"),)
+    geo = body.get("inference_geo")
+    if geo is not None and geo != "global":
+        # data residency: Anthropic bills inference kept in one geography at a premium, which the
+        # catalogue has no rates for (and the usage says only after the fact)
+        unpriceable += ((f"inference_geo {geo!r} (a data-residency premium)", "inference_geo"),)
     return Asks(output_cap=cap, tier=tier, tools=tuple(sorted(names)), max_tool_calls=calls,
-                cache_write=cache, cache_1h=one_hour)
+                cache_write=cache, cache_1h=one_hour, unpriceable=unpriceable)
 
 
 def messages_changes(body: dict[str, Any], model: Model) -> dict[str, Any]:
-    """``max_tokens`` lowered to the model's maximum; server tools given ``max_uses`` (and
-    web_fetch ``max_content_tokens``) when the client set none."""
+    """``max_tokens`` lowered to the model's maximum, and a thinking budget the lowered cap no
+    longer holds lowered with it (:func:`fit_budget`: Anthropic refuses a budget at or above
+    the cap); server tools given ``max_uses`` (and web_fetch ``max_content_tokens``) when the
+    client set none."""
     changes: dict[str, Any] = {}
     requested = _positive(body.get("max_tokens"))
     if requested is not None and requested > model.max_output_tokens:
         changes["max_tokens"] = model.max_output_tokens
+        thinking = body.get("thinking")
+        if not isinstance(thinking, dict):
+            thinking = {}
+        budget = _positive(thinking.get("budget_tokens"))
+        if budget is not None and thinking.get("type") == "enabled" and budget < requested:
+            fitted = fit_budget(budget, model.max_output_tokens)
+            if fitted is not None and fitted != budget:
+                changes["thinking"] = {**thinking, "budget_tokens": fitted}
     tools = body.get("tools")
     if isinstance(tools, list):
         bounded = []
@@ -384,26 +426,124 @@ def messages_changes(body: dict[str, Any], model: Model) -> dict[str, Any]:
 
 
 def gemini_asks(body: dict[str, Any], model: Model) -> Asks:
-    """A generateContent body (the translation's output)."""
-    config = body.get("generationConfig") or {}
-    cap = capped(_positive(config.get("maxOutputTokens")), model)
+    """A generateContent body as Google reads it: the canonical form
+    (:mod:`gatewayd.formats.gemini_body`: one camelCase spelling, types checked) that the
+    pass-through sends, or the translation's output."""
+    config = _object(body.get("generationConfig"), "generationConfig")
+    cap = capped(_int_field(config, "maxOutputTokens", "generationConfig"), model)
+    choices = _int_field(config, "candidateCount", "generationConfig")
+    if choices is not None and choices < 1:
+        raise BodyError("generationConfig.candidateCount must be a positive integer",
+                        param="generationConfig.candidateCount")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise BodyError("tools must be an array of Tool objects", param="tools")
     names: set[str] = set()
-    for tool in body.get("tools") or ():
-        if isinstance(tool, dict):
-            for key in tool:
-                if key not in GEMINI_CLIENT_TOOLS:
-                    names.add(HOSTED_TOOLS.get(key) or key)
-    modalities = [m.upper() for m in config.get("responseModalities") or () if isinstance(m, str)]
-    return Asks(output_cap=cap, choices=_positive(config.get("candidateCount")) or 1, tools=tuple(sorted(names)),
+    for i, tool in enumerate(tools or ()):
+        if not isinstance(tool, dict):
+            raise BodyError(f"tools[{i}] must be an object", param=f"tools[{i}]")
+        for key in tool:
+            if key not in GEMINI_CLIENT_TOOLS:
+                names.add(HOSTED_TOOLS.get(key) or key)
+    modalities = config.get("responseModalities")
+    if modalities is not None and not (isinstance(modalities, list) and all(isinstance(m, str) for m in modalities)):
+        raise BodyError("generationConfig.responseModalities must be an array of strings",
+                        param="generationConfig.responseModalities")
+    upper = [m.upper() for m in modalities or ()]
+    unpriceable = _gemini_references(body)
+    tier = _gemini_tier(body.get("serviceTier"))
+    if tier is not None:  # a Gemini answer does not say which tier served it: no charge could follow it
+        unpriceable += ((f"serviceTier {tier!r} (a Gemini answer does not say the tier it was served at)",
+                         "serviceTier"),)
+    return Asks(output_cap=cap, choices=choices or 1, tools=tuple(sorted(names)),
                 max_tool_calls=DEFAULT_MAX_TOOL_USES * len(names),
-                audio_output="AUDIO" in modalities, image_output="IMAGE" in modalities)
+                audio_output="AUDIO" in upper, image_output="IMAGE" in upper, unpriceable=unpriceable)
+
+
+def _object(value: Any, name: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BodyError(f"{name} must be an object", param=name)
+    return value
+
+
+def _int_field(holder: dict[str, Any], name: str, at: str) -> int | None:
+    value = holder.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BodyError(f"{at}.{name} must be an integer", param=f"{at}.{name}")
+    return value
+
+
+def _gemini_tier(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BodyError("serviceTier must be a string", param="serviceTier")
+    return None if value.lower() in DEFAULT_TIERS else value
+
+
+# Google's own hosts: a fileUri there names a Files API upload, a cache or a YouTube video
+# under the operator's Google account, not a public file
+_GOOGLE_FILE_HOSTS = ("googleapis.com", "youtube.com", "youtu.be", "google.com")
+# public URLs Gemini fetches itself, counted like the same file sent inline (the estimate's
+# image and document allowances)
+_FETCHED_TYPES = ("image/", "application/pdf")
+
+
+def _file_uri_refusal(data: Any) -> str | None:
+    """Why a ``fileData`` part cannot be priced, or None for a public image or PDF URL."""
+    if not isinstance(data, dict):
+        return "fileData that is not an object"
+    uri = data.get("fileUri")
+    mime = data.get("mimeType")
+    if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):
+        scheme = uri.partition(":")[0] + ":" if isinstance(uri, str) and ":" in uri else "a Files API name"
+        return f"fileData.fileUri ({scheme} files are stored under the operator's account, of a size the hold cannot see)"
+    host = uri.split("://", 1)[1].split("/", 1)[0].split("@")[-1].split(":")[0].lower()
+    if any(host == h or host.endswith("." + h) for h in _GOOGLE_FILE_HOSTS):
+        return f"fileData.fileUri on {host} (a Files API upload or a video, of a size the hold cannot see)"
+    if not isinstance(mime, str) or not mime.lower().startswith(_FETCHED_TYPES):
+        return "fileData.fileUri of a type other than an image or a PDF (video and audio are billed by length)"
+    return None
+
+
+def _gemini_references(body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What a Gemini body names that Google bills and no price can bound: a context cache
+    (``cachedContent``: its tokens are billed on every use, its storage by the hour, and it
+    belongs to the operator's project) and ``fileData`` other than a public image or PDF URL
+    (Files API uploads and ``gs://`` objects of the operator's account, videos)."""
+    found: list[tuple[str, str]] = []
+    if body.get("cachedContent") is not None:
+        found.append(("cachedContent (a Gemini context cache)", "cachedContent"))
+    places: list[tuple[str, Any]] = [("systemInstruction", body.get("systemInstruction"))]
+    contents = body.get("contents")
+    if isinstance(contents, list):
+        places += [(f"contents[{i}]", content) for i, content in enumerate(contents)]
+    i = 0
+    while i < len(places):
+        at, content = places[i]
+        i += 1
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for j, part in enumerate(parts if isinstance(parts, list) else ()):
+            if not isinstance(part, dict):
+                continue
+            if part.get("fileData") is not None:
+                why = _file_uri_refusal(part["fileData"])
+                if why is not None:
+                    found.append((why, f"{at}.parts[{j}].fileData.fileUri"))
+            if isinstance(part.get("functionResponse"), dict):  # a multimodal tool result has parts too
+                places.append((f"{at}.parts[{j}].functionResponse", part["functionResponse"]))
+    return tuple(found)
 
 
 def gemini_cap(body: dict[str, Any], model: Model) -> dict[str, Any]:
     """The Gemini body with ``generationConfig.maxOutputTokens`` set to the cap that is held
     (Gemini has no required cap: without one it may write up to the model's maximum), and a
     thinking budget above it lowered to it (Gemini counts thinking inside the cap)."""
-    config = dict(body.get("generationConfig") or {})
+    config = dict(_object(body.get("generationConfig"), "generationConfig"))
     cap = capped(_positive(config.get("maxOutputTokens")), model)
     config["maxOutputTokens"] = cap
     thinking = config.get("thinkingConfig")
@@ -417,6 +557,8 @@ def gemini_cap(body: dict[str, Any], model: Model) -> dict[str, Any]:
 
 def require_prices(model: Model, asks: Asks) -> None:
     """400 ``unpriced_feature`` for the first thing ``asks`` wants that ``model`` has no price for."""
+    for feature, param in asks.unpriceable:  # named in the message too: Google's envelope has no param
+        raise UnpricedFeature(feature if param in feature else f"{feature} at {param}", model, param)
     if asks.tier is not None and asks.tier not in model.service_tiers:
         raise UnpricedFeature(f"service_tier {asks.tier!r}", model, "service_tier")
     for name in asks.tools:

@@ -1,23 +1,51 @@
 """How the console writes money, times and counts for people.
 
-Money goes through ``format_usd`` (exact, no floats) and only loses trailing zeros
-past the cents, so $10.500000 reads $10.50 while a $0.000052 request keeps every
-digit. Times are stored as UTC ISO strings and shown in the account's time zone.
+Money has one format everywhere in the console: US dollars to 6 decimal places (a
+millionth of a dollar, ``format_usd``: exact, no floats), since a request can cost
+$0.000052 and a balance must add up to the digit. On the pages the digits past the cents
+are drawn lighter (``usd_html``), so $10.500000 still reads as ten dollars fifty at a
+glance. Times are stored as UTC ISO strings and shown in the account's time zone.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Callable
 from zoneinfo import ZoneInfo
 
+from markupsafe import Markup, escape
+
 from gatewayd.billing import breakdown
-from gatewayd.money import usd_brief
+from gatewayd.money import format_usd
 
 
 def usd(nano: int | None) -> str:
-    return usd_brief(nano)
+    """'$10.500000': for text (tooltips, messages, CSV-like places)."""
+    return format_usd(nano)
+
+
+def usd_html(nano: int | None) -> Markup:
+    """The same figure for a page: the sub-cent digits in a lighter span."""
+    text = format_usd(nano)
+    if "." not in text:
+        return Markup(escape(text))
+    whole, frac = text.split(".")
+    return Markup(f'{escape(whole)}.{escape(frac[:2])}<span class="subcent">{escape(frac[2:])}</span>')
+
+
+def at_ratio(nano: int | None, ratio: Fraction = Fraction(1)) -> Markup:
+    """An amount after a group's price ratio, rounded up to the nano-dollar as the hold rounds."""
+    if nano is None:
+        return Markup("—")
+    return usd_html(math.ceil(nano * ratio))
+
+
+def per_million(nano_per_token: int | None, ratio: Fraction = Fraction(1)) -> Markup:
+    """A price per token as dollars per 1,000,000 tokens (the providers' unit), after a group's ratio."""
+    return at_ratio(None if nano_per_token is None else nano_per_token * 1_000_000, ratio)
 
 
 @lru_cache(maxsize=256)
@@ -79,5 +107,5 @@ def breakdown_title(row) -> str:
 
 
 FILTERS: dict[str, Callable[..., Any]] = {
-    "usd": usd, "local_time": local_time, "tokens": tokens, "breakdown_title": breakdown_title,
+    "usd": usd_html, "usd_text": usd, "per_million": per_million, "at_ratio": at_ratio, "local_time": local_time, "tokens": tokens, "breakdown_title": breakdown_title,
 }

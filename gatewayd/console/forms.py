@@ -50,6 +50,8 @@ _FIELD_OF_MESSAGE = (
     ("allow_ips", "allow_ips"),
     ("no group", "group"),
     ("budget", "budget"),
+    ("mcp", "mcp"),
+    ("no MCP server", "mcp"),
 )
 
 
@@ -86,6 +88,8 @@ class KeyForm:
     group: str = ""
     budget: str = ""
     budget_period: str = "month"
+    mcp: str = ""  # MCP servers and server:tool patterns, one a line; empty: every server
+    mcp_shown: bool = False  # the form had the field (shown only when the gateway has MCP servers)
 
     @classmethod
     def from_key(cls, key: Key) -> "KeyForm":
@@ -99,6 +103,8 @@ class KeyForm:
             group=key.group or "",
             budget=nano_to_plain_usd(key.budget_nano),
             budget_period=key.budget_period or "month",
+            mcp="\n".join(key.mcp or ()),
+            mcp_shown=True,
         )
 
     @classmethod
@@ -113,11 +119,15 @@ class KeyForm:
             group=form.get("group", "").strip(),
             budget=form.get("budget", "").strip(),
             budget_period=form.get("budget_period", "month").strip(),
+            mcp=form.get("mcp", ""),
+            mcp_shown="mcp" in form,
         )
 
     def fields(self) -> dict[str, Any]:
         """The directory's keyword arguments; raises FormError for input of the wrong shape."""
+        mcp = {"mcp": [e for e in _IP_SEPARATORS.split(self.mcp) if e] or None} if self.mcp_shown else {}
         return {
+            **mcp,
             "name": self.name.strip(),
             "spend_limit_nano": self._spend_limit(),
             "expires_on": self.expires_on or None,

@@ -26,9 +26,10 @@ import hmac
 import math
 import secrets
 import time
-from typing import Any
+from typing import Any, Callable
 
 import attrs
+import trio
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from gatewayd.config import Config
@@ -60,6 +61,7 @@ class Session:
     dirty: bool = False  # the cookie must be (re)written on the response
     reveal: tuple[str, str] | None = None  # (key id, secret) of a key just created, until it is shown
     reveal_at: float = 0.0
+    oidc: list | None = None  # an OpenID Connect sign-in under way (gatewayd.oidc.PendingFlow.dump)
 
 
 class Sessions:
@@ -89,6 +91,8 @@ class Sessions:
                     issued_at=issued.timestamp(),
                 )
                 self._read_reveal(session, data.get("r"))
+                if isinstance(data.get("o"), list):
+                    session.oidc = data["o"]
                 if self._clock() - session.issued_at > REFRESH_AFTER_S:
                     session.issued_at = self._clock()
                     session.dirty = True
@@ -97,6 +101,8 @@ class Sessions:
 
     def dump(self, session: Session) -> str:
         data: dict[str, Any] = {"s": session.sid, "a": session.account_id, "p": session.fingerprint}
+        if session.oidc is not None:
+            data["o"] = session.oidc
         if session.reveal is not None:
             nonce = secrets.token_bytes(16)
             key_id, secret = session.reveal
@@ -168,15 +174,22 @@ def _b64(data: bytes) -> str:
 
 
 class SignInThrottle:
-    """Sign-in attempts are taken before the password is checked, from three buckets kept in
-    the store (so every instance on one database shares them): the email at this client
-    address (``limit``, 5), the email from anywhere (``account_limit``, 20: guesses spread over
-    many addresses), and the address whatever the emails (``address_limit``, 50: one address
+    """Sign-in attempts are taken before the password is checked, from buckets kept in the
+    store (so every instance on one database shares them): the email at this client address
+    (``limit``, 5) and the address whatever the emails (``address_limit``, 50: one address
     trying many accounts, each attempt costing a slow password hash). An attempt is refused
     when any bucket is locked; taking a bucket's last attempt locks it for ``lockout_s``,
     twice as long at each lockout in a row (at most ``max_lockout_s``), and a bucket left
     quiet for ``forget_s`` starts over. A successful sign-in clears the email's buckets and
     gives its attempt back to the address's.
+
+    There is no bucket for an email from anywhere on sign-in (issue 31, N7: with one, 20
+    wrong passwords from anywhere locked the holder out for up to a day, whoever sent them).
+    Lockouts lock out the address that failed; guesses spread over many addresses are
+    bounded by the global ceiling on password checks (:class:`CheckCeiling`), which makes
+    excess attempts wait or answers 429 and never locks an account. ``account_limit`` adds
+    that bucket where the guesser is the account itself (the redemption codes: a signed-in
+    holder guessing codes), and ``gatewayctl account unlock`` clears an email's buckets.
 
     The count is taken in the store's transaction (``gatewayd.store.signin_attempts``), so
     of twenty concurrent wrong passwords for one email, five are checked and fifteen refused.
@@ -186,7 +199,7 @@ class SignInThrottle:
     id in place of the email).
     """
 
-    def __init__(self, store, limit: int = 5, account_limit: int = 20, address_limit: int = 50,
+    def __init__(self, store, limit: int = 5, account_limit: int | None = None, address_limit: int = 50,
                  window_s: float = 15 * 60, lockout_s: float = 15 * 60, max_lockout_s: float = 24 * 3600,
                  forget_s: float = 24 * 3600, clock=time.time, scope: str = "") -> None:
         self.scope = f"{scope}:" if scope else ""
@@ -201,11 +214,17 @@ class SignInThrottle:
         self._store = store
         self._forgotten_at = 0.0
 
+    def email_buckets(self, email: str) -> str:
+        """The name of the email's own bucket; ``<it>|<address>`` are its buckets per address."""
+        return f"{self.scope}e:{email.strip().lower()}"
+
     def _buckets(self, email: str, address: str) -> dict[str, int]:
         """Bucket name -> its limit."""
-        email, scope = email.strip().lower(), self.scope
-        return {f"{scope}e:{email}|{address}": self.limit, f"{scope}e:{email}": self.account_limit,
-                f"{scope}a:{address}": self.address_limit}
+        mine = self.email_buckets(email)
+        buckets = {f"{mine}|{address}": self.limit, f"{self.scope}a:{address}": self.address_limit}
+        if self.account_limit is not None:
+            buckets[mine] = self.account_limit
+        return buckets
 
     async def reserve(self, email: str, address: str) -> int | None:
         """Take one attempt: None when the password may be checked now, else the seconds to
@@ -239,5 +258,46 @@ class SignInThrottle:
         return writes, None
 
     async def succeeded(self, email: str, address: str) -> None:
+        mine = self.email_buckets(email)
         buckets = list(self._buckets(email, address))
-        await self._store.signin_succeeded(cleared=buckets[:2], refunded=buckets[2:])
+        await self._store.signin_succeeded(cleared=[b for b in buckets if b.startswith(mine)],
+                                           refunded=[b for b in buckets if not b.startswith(mine)])
+
+    async def give_back(self, email: str, address: str) -> None:
+        """An attempt taken but never checked (the ceiling refused it): each bucket's count
+        gets it back, so the wait the ceiling asked for never counts as a failure."""
+        await self._store.signin_succeeded(cleared=[], refunded=list(self._buckets(email, address)))
+
+    async def unlock(self, email: str) -> int:
+        """The operator's unlock: every bucket of ``email`` (at every address) deleted."""
+        return await self._store.unlock_signin(self.email_buckets(email))
+
+
+class CheckCeiling:
+    """A ceiling on the rate of password checks in this process, whoever asks: at most
+    ``rate()`` a second, a second's worth at once. Excess attempts wait their turn, up to
+    ``max_wait_s``; past that they are answered 429 with the wait. It counts checks, not
+    failures, and locks nothing: the holder's next attempt is checked as soon as there is
+    room. (Each check is a slow scrypt hash in a thread: ``gatewayd.passwords``.)"""
+
+    def __init__(self, rate: Callable[[], float], max_wait_s: float = 5.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.rate = rate
+        self.max_wait_s = max_wait_s
+        self._clock = clock
+        self._next = 0.0  # when the queue of granted checks ends (a token bucket's "theoretical arrival")
+
+    async def take(self) -> int | None:
+        """None once a check may run (after waiting, if need be), else the seconds to wait."""
+        now = self._clock() if self._clock is not None else trio.current_time()
+        rate = self.rate()
+        interval = 1.0 / rate
+        burst = max(1.0, rate) * interval  # a second's worth of checks may start at once
+        start = max(self._next, now)
+        wait = start - burst - now + interval
+        if wait > self.max_wait_s:
+            return max(1, math.ceil(wait))
+        self._next = start + interval
+        if wait > 0:
+            await trio.sleep(wait)
+        return None

@@ -2,7 +2,8 @@
 pages come from ``views_keys`` and ``views_usage``.
 
 Sign-in takes an attempt from the throttle first (in the store, shared by every
-instance: ``SignInThrottle``), then compares the password with the slow scrypt hash in a
+instance: ``SignInThrottle``), then a turn under the ceiling on password checks
+(``CheckCeiling``: it may wait, or answer 429, and locks nothing), then compares the password with the slow scrypt hash in a
 worker thread (an unknown email costs the same work, so timing does not tell which
 emails exist; ``gatewayd.passwords``), replaces a hash made with older parameters, and
 starts a new session id on success. Signing out records the session's end only for a
@@ -16,7 +17,9 @@ from importlib import resources
 
 from quart import Blueprint, Response, g, redirect, url_for
 
-from gatewayd.console import queries, views_alerts, views_codes, views_funds, views_keys, views_usage
+from gatewayd.console import (
+    queries, views_alerts, views_codes, views_funds, views_keys, views_models, views_oidc, views_self_service, views_usage,
+)
 from gatewayd.console.formatting import FILTERS
 from gatewayd.console.web import (
     Console,
@@ -80,7 +83,7 @@ def create_blueprint(console: Console) -> Blueprint:
     async def signin():
         if g.account is not None:
             return redirect(url_for("console.keys"))
-        return await page(console, "signin.html", email="", error=None)
+        return await page(console, "signin.html", email="", error=None, **_signin_links(console))
 
     @bp.post("/signin")
     async def signin_post():
@@ -96,11 +99,16 @@ def create_blueprint(console: Console) -> Blueprint:
                 f"Too many failed sign-ins for {email}. Try again in {minutes} minute{'s' if minutes != 1 else ''}.",
                 {"Retry-After": str(wait)},
             )
+        busy = await console.ceiling.take()  # the global ceiling on password checks: wait, or 429
+        if busy is not None:
+            await console.throttle.give_back(email, address)  # not checked: no failure counted
+            raise ConsoleError(429, "Too many sign-ins", "The console is checking too many passwords right now. "
+                               f"Try again in {busy} second{'s' if busy != 1 else ''}.", {"Retry-After": str(busy)})
         account = console.directory.accounts_by_email.get(email.lower()) if email else None
         stored = account.password_hash if account is not None else None
         if not await passwords.matches(password, stored) or account is None or not stored:
             return await page(console, "signin.html", 400, email=email,
-                              error="Wrong email or password.")
+                              error="Wrong email or password.", **_signin_links(console))
         await console.throttle.succeeded(email, address)
         if passwords.needs_rehash(stored):
             await console.directory.upgrade_password_hash(account, stored, await passwords.hashed(password))
@@ -128,10 +136,22 @@ def create_blueprint(console: Console) -> Blueprint:
     views_usage.register(bp, console)
     views_codes.register(bp, console)
     views_alerts.register(bp, console)
+    views_self_service.register(bp, console)
+    views_oidc.register(bp, console)
+    views_models.register(bp, console)
 
     @bp.route("/<path:rest>", methods=["GET", "POST"])
     async def unknown(rest: str):
         raise not_found("This page")
 
     return bp
+
+
+def _signin_links(console: Console) -> dict:
+    """What the sign-in page offers beside the form: identity providers, sign-up, reset by email."""
+    alerts = console.config.alerts
+    mail = alerts is not None and alerts.smtp is not None
+    return {"signup_open": console.config.console.signup == "open",
+            "reset_possible": console.config.console.links_possible(mail),
+            "oidc_providers": console.config.console.oidc}
 

@@ -31,7 +31,7 @@ MAX_TYPED = 200  # far above a code's length with any spacing
 
 
 def register(bp: Blueprint, console: Console) -> None:
-    throttle = SignInThrottle(console.store, scope="code")
+    throttle = SignInThrottle(console.store, scope="code", account_limit=20)  # the guesser is the account itself
 
     @bp.post("/balance/redeem")
     async def redeem_code():

@@ -77,6 +77,7 @@ def register(bp: Blueprint, console: Console) -> None:
             console, "key_form.html", status, nav="keys", form=form, key=key, error=error, error_field=field,
             models=model_choices(console, account, form), groups=group_choices(console, account, form),
             max_name=MAX_KEY_NAME, state=key.state(time.time()) if key else None,
+            mcp_servers=sorted(console.config.mcp_servers),
         )
 
     @bp.get("/keys")

@@ -19,9 +19,14 @@ from werkzeug.wrappers.response import Response as WerkzeugResponse  # what redi
 from gatewayd.access import client_address
 from gatewayd.config import Config
 from gatewayd.console.formatting import zone_label
-from gatewayd.console.session import COOKIE, MAX_AGE_S, Session, Sessions, SignInThrottle, password_fingerprint
+from gatewayd.console.session import (
+    COOKIE, MAX_AGE_S, CheckCeiling, Session, Sessions, SignInThrottle, password_fingerprint,
+)
 from gatewayd.directory import Directory
+from gatewayd.mail import Outbox
+from gatewayd.oidc import OidcClient
 from gatewayd.records import Account
+from gatewayd.self_service import Links
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -38,6 +43,11 @@ class Console:
     config: Config
     sessions: Sessions
     throttle: SignInThrottle
+    links: Links  # sign-up and reset links (gatewayd.self_service)
+    outbox: Outbox  # their emails, sent by a task of the daemon (gatewayd.mail)
+    oidc: OidcClient  # sign-in with identity providers ([[console.oidc]])
+    ceiling: CheckCeiling  # password checks a second, whoever asks ([server] password_checks_per_s)
+    checkouts: Any = None  # Checkout Sessions made per account (gatewayd.ratelimit windows; views_funds)
 
 
 class ConsoleError(Exception):
@@ -144,9 +154,18 @@ async def page(console: Console, template: str, status: int = 200, **context: An
         timezone=account.timezone if account else "UTC",
         zone_label=zone_label(account.timezone) if account else "",
         csrf_token=console.sessions.csrf_token(g.session),
+        alert_channels=alert_channels(console.config),
         **context,
     )
     return Response(html, status=status, content_type="text/html; charset=utf-8")
+
+
+def alert_channels(config: Config) -> dict[str, bool]:
+    """Which ways a balance alert can leave this gateway (``[alerts]``), for forms that must
+    not promise an email no server will send."""
+    alerts = config.alerts
+    return {"email": alerts is not None and alerts.smtp is not None,
+            "webhook": alerts is not None and alerts.webhook is not None}
 
 
 def to_signin() -> WerkzeugResponse:

@@ -6,6 +6,7 @@ messages and Gemini translators refuse the same bad input with the same words.
 
 from __future__ import annotations
 
+import binascii
 import re
 from typing import Any
 
@@ -37,3 +38,20 @@ def stop_sequences(stop: Any) -> list[str]:
     if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         return [s for s in stop if s]
     raise TranslationError("stop must be a string or an array of strings", "stop")
+
+
+_URL_SAFE_TO_STANDARD = str.maketrans("-_", "+/")
+
+
+def standard_base64(data: str, where: str) -> str:
+    """``data`` in the standard base64 alphabet, padded: Google's JSON parser takes bytes in
+    either alphabet and google-genai sends the URL-safe one (``-``, ``_``, no padding needed),
+    which Anthropic and OpenAI refuse ("invalid base64 data"). Data that is base64 in neither
+    alphabet is the client's 400, naming ``where``, not the provider's."""
+    standard = data.translate(_URL_SAFE_TO_STANDARD) if ("-" in data or "_" in data) else data
+    standard += "=" * (-len(standard) % 4) if not standard.endswith("=") else ""
+    try:
+        binascii.a2b_base64(standard, strict_mode=True)
+    except binascii.Error:
+        raise TranslationError(f"{where} is not valid base64 data", where) from None
+    return standard

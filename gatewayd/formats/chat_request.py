@@ -36,6 +36,10 @@ The neutral form, for a writer's author:
   id: targets that pair by name refuse it, targets that pair by id may not need it).
 - ``tools`` (function tools only), ``tool_choice`` (:class:`ToolChoice`, kept even when
   there are no tools: writers drop it then), ``parallel_tool_calls``.
+- the client's prompt-cache markers (``cache_control``, Anthropic's, which some chat and
+  responses clients send): ``UserTurn.cache`` and ``ChatRequest.system_cache`` (the marked
+  parts' indexes), ``ToolResult.cache``, ``Tool.cache``; empty or None in the common case.
+  Only the messages writer reads them, and only when the route carries them.
 - scalars, validated, not converted: ``max_tokens`` (``max_completion_tokens`` first),
   ``temperature`` / ``top_p`` (numbers, in the chat format's ranges: targets clamp),
   ``seed``, ``stop`` (non-empty strings), ``response_format`` (``None`` for text),
@@ -82,6 +86,7 @@ __all__ = [
     "REASONING_EFFORTS",
     "AssistantTurn",
     "Audio",
+    "CacheMarks",
     "ChatRequest",
     "Document",
     "Image",
@@ -169,8 +174,14 @@ class RedactedThinking(NamedTuple):
     data: str
 
 
+#: Prompt-cache markers of a turn: (index of the marked part, the client's ``cache_control``),
+#: empty for the common turn that has none. Only the messages writer reads them.
+CacheMarks = tuple[tuple[int, dict[str, Any]], ...]
+
+
 class UserTurn(NamedTuple):
     parts: tuple[Part, ...]
+    cache: CacheMarks = ()
 
 
 class AssistantTurn(NamedTuple):
@@ -190,6 +201,7 @@ class ToolResult(NamedTuple):
     name: str | None
     content: str | tuple[Part, ...]
     message: int
+    cache: dict[str, Any] | None = None  # a part of the result was marked for the prompt cache
 
 
 Turn = Union[str, UserTurn, AssistantTurn, ToolResult]
@@ -203,6 +215,7 @@ class Tool(NamedTuple):
     description: str | None
     parameters: dict[str, Any] | None
     position: int
+    cache: dict[str, Any] | None = None  # the tool's ``cache_control``
 
 
 @attrs.frozen
@@ -223,6 +236,7 @@ class ResponseFormat:
 class ChatRequest:
     system: tuple[str, ...]
     turns: tuple[Turn, ...]
+    system_cache: CacheMarks = ()  # marked system texts: (index in ``system``, ``cache_control``)
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -243,11 +257,12 @@ def read_chat_request(body: object) -> ChatRequest:
     if not isinstance(body, dict):
         raise TranslationError("the request body must be a JSON object")
     _refuse_uncarried_features(body)
-    system, turns = _read_messages(body.get("messages"))
+    system, turns, system_cache = _read_messages(body.get("messages"))
     stream_options = body.get("stream_options")
     return ChatRequest(
         system=system,
         turns=turns,
+        system_cache=system_cache,
         tools=_read_tools(body.get("tools")),
         tool_choice=_read_tool_choice(body.get("tool_choice")),
         parallel_tool_calls=_optional_bool(body, "parallel_tool_calls"),
@@ -301,10 +316,18 @@ def _blank(text: str) -> bool:
     return not text or text.isspace()
 
 
-def _read_messages(messages: Any) -> tuple[tuple[str, ...], tuple[Turn, ...]]:
+def _cache_control(part: Any) -> dict[str, Any] | None:
+    """A content part's (or tool's) prompt-cache marker, as the client wrote it (its shape is
+    the provider's to judge), or None."""
+    control = part.get("cache_control") if isinstance(part, dict) else None
+    return control if isinstance(control, dict) else None
+
+
+def _read_messages(messages: Any) -> tuple[tuple[str, ...], tuple[Turn, ...], CacheMarks]:
     if not isinstance(messages, list) or not messages:
         raise TranslationError("messages must be a non-empty array", "messages")
     system: list[str] = []
+    system_cache: list[tuple[int, dict[str, Any]]] = []
     turns: list[Turn] = []
     append = turns.append
     results_end = -1  # where the next tool result goes: after those opening the user's run; -1 out of one
@@ -321,11 +344,12 @@ def _read_messages(messages: Any) -> tuple[tuple[str, ...], tuple[Turn, ...]]:
                         results_end = len(turns)
                     append(content)  # a user message of one text is its str
             else:
-                parts = _parts(content, i)
+                marks: list[tuple[int, dict[str, Any]]] = []
+                parts = _parts(content, i, marks)
                 if parts:
                     if results_end < 0:
                         results_end = len(turns)
-                    append(UserTurn(parts))
+                    append(UserTurn(parts, tuple(marks)))
         elif role == "assistant":
             turn = _assistant_turn(message, i, call_names)
             if turn is not None:
@@ -337,7 +361,7 @@ def _read_messages(messages: Any) -> tuple[tuple[str, ...], tuple[Turn, ...]]:
             turns.insert(results_end, _tool_result(message, i, call_names))
             results_end += 1
         elif role in ("system", "developer"):
-            system.extend(_system_texts(message.get("content"), i))
+            system.extend(_system_texts(message.get("content"), i, len(system), system_cache))
         elif role == "function":
             raise TranslationError("the deprecated function role is not supported; use tool messages",
                                    f"messages[{i}].role")
@@ -346,21 +370,29 @@ def _read_messages(messages: Any) -> tuple[tuple[str, ...], tuple[Turn, ...]]:
                                    f"messages[{i}].role")
     if not turns:
         raise TranslationError("messages must contain at least one user or assistant message", "messages")
-    return tuple(system), tuple(turns)
+    return tuple(system), tuple(turns), tuple(system_cache)
 
 
-def _system_texts(content: Any, i: int) -> list[str]:
-    """Content of system/developer messages: a string or text parts."""
+def _system_texts(content: Any, i: int, first: int, marks: list[tuple[int, dict[str, Any]]]) -> list[str]:
+    """Content of system/developer messages: a string or text parts (a marked part's marker
+    goes to ``marks``, at its index among all system texts, which start at ``first``)."""
     if isinstance(content, str):
         return [] if _blank(content) else [content]
     where = f"messages[{i}].content"
     if not isinstance(content, list):
         raise TranslationError(f"{where} must be a string or an array of text parts", where)
-    texts = (text_part(part, f"{where}[{j}]") for j, part in enumerate(content))
-    return [t for t in texts if not _blank(t)]
+    texts = []
+    for j, part in enumerate(content):
+        text = text_part(part, f"{where}[{j}]")
+        if not _blank(text):
+            texts.append(text)
+            control = _cache_control(part)
+            if control is not None:
+                marks.append((first + len(texts) - 1, control))
+    return texts
 
 
-def _parts(content: Any, i: int) -> tuple[Part, ...]:
+def _parts(content: Any, i: int, marks: list[tuple[int, dict[str, Any]]] | None = None) -> tuple[Part, ...]:
     """User (and tool) content: a string or content parts; blank text dropped."""
     if isinstance(content, str):
         return () if _blank(content) else (content,)
@@ -376,6 +408,8 @@ def _parts(content: Any, i: int) -> tuple[Part, ...]:
                 text = text_part(part, f"messages[{i}].content[{j}]")  # raises
             if not _blank(text):
                 parts.append(text)
+                if marks is not None and "cache_control" in part and (control := _cache_control(part)):
+                    marks.append((len(parts) - 1, control))
             continue
         where = f"messages[{i}].content[{j}]"
         if kind == "image_url":
@@ -386,6 +420,8 @@ def _parts(content: Any, i: int) -> tuple[Part, ...]:
             parts.append(_audio(part.get("input_audio"), where))
         else:
             raise TranslationError(f"{where} has an unsupported content part type: {kind!r}", f"{where}.type")
+        if marks is not None and "cache_control" in part and (control := _cache_control(part)):
+            marks.append((len(parts) - 1, control))
     return tuple(parts)
 
 
@@ -544,16 +580,17 @@ def _tool_result(message: dict[str, Any], i: int, call_names: dict[str, str]) ->
         where = f"messages[{i}].tool_call_id"
         raise TranslationError(f"{where} must be a non-empty string", where)
     content = message.get("content")
+    marks: list[tuple[int, dict[str, Any]]] = []
     if isinstance(content, str):
         pass
     elif content is None:
         content = ""
     elif isinstance(content, list):
-        content = _parts(content, i)
+        content = _parts(content, i, marks)
     else:
         where = f"messages[{i}].content"
         raise TranslationError(f"{where} must be a string or an array of content parts", where)
-    return ToolResult(call_id, call_names.get(call_id), content, i)
+    return ToolResult(call_id, call_names.get(call_id), content, i, marks[-1][1] if marks else None)
 
 
 # --- tools ------------------------------------------------------------------------------------
@@ -583,7 +620,7 @@ def _tool(tool: Any, i: int) -> Tool:
         raise TranslationError(f"{where} must be a JSON schema object", where)
     description = function.get("description")
     description = description if isinstance(description, str) and description else None
-    return Tool(function["name"], description, parameters, i)
+    return Tool(function["name"], description, parameters, i, _cache_control(tool))
 
 
 def _read_tool_choice(choice: Any) -> ToolChoice | None:

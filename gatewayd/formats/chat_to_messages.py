@@ -35,6 +35,7 @@ from gatewayd.formats.chat_request import (
     read_chat_request,
 )
 from gatewayd.formats.errors import TranslationError
+from gatewayd.formats.thinking import THINKING_ANSWER_ROOM, fit_budget
 
 __all__ = [
     "CONTINUE_PLACEHOLDER",
@@ -57,11 +58,6 @@ EFFORT_BUDGET_TOKENS: dict[str, int] = {
     "max": 49152,
 }
 
-#: Anthropic needs ``budget_tokens < max_tokens``. When the requested (or default)
-#: cap does not exceed the budget, the cap is raised to ``budget + this``, so the
-#: answer after the thinking has room too.
-THINKING_ANSWER_ROOM = 4096
-
 #: Anthropic refuses a conversation whose first turn is the assistant's; such a
 #: conversation gets this user turn in front of it.
 CONTINUE_PLACEHOLDER = "(continue)"
@@ -73,30 +69,42 @@ _THINKING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
 _TOOL_CHOICE_TYPES = {"auto": "auto", "required": "any", "none": "none"}
 
 
-def chat_request_to_messages(body: dict[str, Any], *, upstream_model: str, default_max_tokens: int) -> dict[str, Any]:
+def chat_request_to_messages(body: dict[str, Any], *, upstream_model: str, default_max_tokens: int,
+                             max_output_tokens: int | None = None, cache_markers: bool = False) -> dict[str, Any]:
     """Translate a chat-format request body into a messages-format request body.
 
     ``upstream_model`` is the provider's model id (routing already happened).
     ``default_max_tokens`` is used when the client sets no cap, because the messages
-    format requires one. The returned ``max_tokens`` may exceed both when thinking
-    needs room (see :data:`THINKING_ANSWER_ROOM`): holds must be computed from the
-    returned body, not from the client's.
+    format requires one; ``max_output_tokens`` is the model's own maximum, which the
+    returned ``max_tokens`` never exceeds. The returned ``max_tokens`` may exceed the
+    client's cap when thinking needs room (see :func:`_enable_thinking`): holds must be
+    computed from the returned body, not from the client's. ``cache_markers``: the client's
+    ``cache_control`` markers (on system, user and tool content parts, and on tools) are
+    carried; otherwise they are dropped (the spec's rule for chat clients, unless the route's
+    operator turned ``auto_cache`` on).
     """
     return messages_request(read_chat_request(body), upstream_model=upstream_model,
-                            default_max_tokens=default_max_tokens)
+                            default_max_tokens=default_max_tokens, max_output_tokens=max_output_tokens,
+                            cache_markers=cache_markers)
 
 
-def messages_request(request: ChatRequest, *, upstream_model: str, default_max_tokens: int) -> dict[str, Any]:
+def messages_request(request: ChatRequest, *, upstream_model: str, default_max_tokens: int,
+                     max_output_tokens: int | None = None, cache_markers: bool = False) -> dict[str, Any]:
     """The messages-format body for a read chat request (see :func:`chat_request_to_messages`)."""
-    turns = _turns(request)
+    turns = _turns(request, cache_markers)
     tool_choice = _tool_choice(request) if request.tools else None
 
-    out: dict[str, Any] = {"model": upstream_model, "max_tokens": request.max_tokens or default_max_tokens,
-                           "messages": turns}
+    cap = request.max_tokens or default_max_tokens
+    if max_output_tokens is not None:
+        cap = min(cap, max_output_tokens)
+    out: dict[str, Any] = {"model": upstream_model, "max_tokens": cap, "messages": turns}
     if request.system:
         out["system"] = [_text(text) for text in request.system]
+        if cache_markers:
+            for k, control in request.system_cache:
+                out["system"][k]["cache_control"] = control
     if request.tools:
-        out["tools"] = [_tool(tool) for tool in request.tools]
+        out["tools"] = [_tool(tool, cache_markers) for tool in request.tools]
     if tool_choice is not None:
         out["tool_choice"] = tool_choice
     if request.stop:
@@ -112,27 +120,33 @@ def messages_request(request: ChatRequest, *, upstream_model: str, default_max_t
 
     budget = EFFORT_BUDGET_TOKENS.get(request.reasoning_effort) if request.reasoning_effort else None
     if budget is not None and _thinking_allowed(tool_choice, turns):
-        _enable_thinking(out, budget)
+        _enable_thinking(out, budget, max_output_tokens)
     return out
 
 
 # --- messages ---------------------------------------------------------------------------------
 
 
-def _turns(request: ChatRequest) -> list[dict[str, Any]]:
+def _turns(request: ChatRequest, cache_markers: bool) -> list[dict[str, Any]]:
     """Turns alternate roles: consecutive turns of one side (tool results count as user)
     merge into one. The reader put the tool results first on the user's side, as Anthropic
     requires (right after the tool_use turn, before any text)."""
     turns: list[dict[str, Any]] = []
+    blocks: list[dict[str, Any]]
     for turn in request.turns:
         if isinstance(turn, str):  # a user message of one text, the commonest turn
             role, blocks = "user", [{"type": "text", "text": turn}]
         elif isinstance(turn, UserTurn):
             role, blocks = "user", [_part_block(part) for part in turn.parts]
+            if cache_markers:
+                for k, control in turn.cache:
+                    blocks[k]["cache_control"] = control
         elif isinstance(turn, AssistantTurn):
             role, blocks = "assistant", _assistant_blocks(turn)
         else:
             role, blocks = "user", [_tool_result_block(turn.call_id, turn.content)]
+            if cache_markers and turn.cache is not None:
+                blocks[0]["cache_control"] = turn.cache
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
@@ -142,7 +156,7 @@ def _turns(request: ChatRequest) -> list[dict[str, Any]]:
         turns.insert(0, {"role": "user", "content": [_text(CONTINUE_PLACEHOLDER)]})
     for finished in turns:  # a turn that is a single text block is sent as a plain string
         blocks = finished["content"]
-        if len(blocks) == 1 and blocks[0]["type"] == "text":
+        if len(blocks) == 1 and blocks[0]["type"] == "text" and "cache_control" not in blocks[0]:
             finished["content"] = blocks[0]["text"]
     return turns
 
@@ -217,7 +231,7 @@ def _tool_result_block(call_id: str, content: str | tuple[Part, ...]) -> dict[st
 # --- tools ------------------------------------------------------------------------------------
 
 
-def _tool(tool: Tool) -> dict[str, Any]:
+def _tool(tool: Tool, cache_markers: bool) -> dict[str, Any]:
     """``strict`` is dropped: Anthropic has no per-tool equivalent in this API."""
     parameters = tool.parameters
     if parameters is None:
@@ -228,6 +242,8 @@ def _tool(tool: Tool) -> dict[str, Any]:
     if tool.description is not None:
         out["description"] = tool.description
     out["input_schema"] = schema
+    if cache_markers and tool.cache is not None:
+        out["cache_control"] = tool.cache
     return out
 
 
@@ -281,12 +297,25 @@ def _thinking_allowed(tool_choice: dict[str, Any] | None, turns: list[dict[str, 
     return not calls_tools or blocks[0]["type"] in _THINKING_BLOCK_TYPES
 
 
-def _enable_thinking(out: dict[str, Any], budget: int) -> None:
+def _enable_thinking(out: dict[str, Any], wanted: int, max_output_tokens: int | None) -> None:
     """Anthropic: ``1024 <= budget_tokens < max_tokens``; temperature only 1 (any
-    other value is dropped); ``top_p`` at least 0.95 (raised to it)."""
+    other value is dropped); ``top_p`` at least 0.95 (raised to it).
+
+    A cap that leaves the effort's budget no room is raised to ``budget + 4096`` (room for
+    the answer), but never above the model's maximum; where even that cannot hold the
+    budget, the budget is lowered to fit (:func:`fit_budget`), so a higher effort still
+    thinks at least as much as a lower one and the pair is always one Anthropic accepts. A
+    cap of 1024 or less that cannot be raised leaves thinking off."""
+    cap = out["max_tokens"]
+    if cap <= wanted:
+        cap = wanted + THINKING_ANSWER_ROOM
+        if max_output_tokens is not None:
+            cap = min(cap, max_output_tokens)
+    budget = fit_budget(wanted, cap)
+    if budget is None:
+        return
+    out["max_tokens"] = cap
     out["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    if out["max_tokens"] <= budget:
-        out["max_tokens"] = budget + THINKING_ANSWER_ROOM
     if out.get("temperature", 1) != 1:
         del out["temperature"]
     if out.get("top_p", 1) < 0.95:

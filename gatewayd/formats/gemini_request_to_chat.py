@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import orjson
 
+from gatewayd.formats.chat_fields import standard_base64
 from gatewayd.formats.errors import TranslationError
 
 __all__ = ["GeminiAsChat", "gemini_request_to_chat", "json_schema_from_gemini", "reasoning_effort"]
@@ -203,12 +204,13 @@ def _inline(data: Any, at: str) -> dict[str, Any]:
             or not isinstance(data.get("data"), str) or not data["data"]:
         raise TranslationError(f"{at} must have a mimeType and base64 data", at)
     mime = str(data.get("mimeType", data.get("mime_type"))).lower()
+    payload = standard_base64(data["data"], f"{at}.data")  # google-genai sends the URL-safe alphabet
     if mime.startswith("image/"):
-        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data['data']}"}}
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{payload}"}}
     if mime == "application/pdf":
-        return {"type": "file", "file": {"filename": "document.pdf", "file_data": f"data:{mime};base64,{data['data']}"}}
+        return {"type": "file", "file": {"filename": "document.pdf", "file_data": f"data:{mime};base64,{payload}"}}
     if mime in _AUDIO_FORMATS:
-        return {"type": "input_audio", "input_audio": {"data": data["data"], "format": _AUDIO_FORMATS[mime]}}
+        return {"type": "input_audio", "input_audio": {"data": payload, "format": _AUDIO_FORMATS[mime]}}
     raise TranslationError(f"inline data of type {mime} is supported only by Gemini models "
                            "(images, PDF, WAV and MP3 are carried to other models)", at)
 

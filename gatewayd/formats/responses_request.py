@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gatewayd.formats.compaction import summary_message
 from gatewayd.formats.errors import TranslationError
 from gatewayd.formats.stored_objects import item_reference_refused
 from gatewayd.formats.responses_tools import chat_name, chat_tool_choice, custom_arguments, plan_tools
@@ -139,6 +140,10 @@ def _input_to_messages(value: Any) -> list[dict[str, Any]]:
             continue
         elif kind == "item_reference":
             raise item_reference_refused(where)
+        elif kind == "compaction":  # the gateway's own summary of the earlier conversation
+            messages.append(summary_message(item, where))
+        elif kind == "compaction_trigger":  # answered by the gateway before any translation
+            raise TranslationError("compaction_trigger must be the last input item", where)
         else:
             raise TranslationError(f"input item type {kind!r} is not supported for this model", where)
     return messages
@@ -160,7 +165,7 @@ def _append_message(messages: list[dict[str, Any]], item: dict[str, Any], where:
         raise TranslationError("content must be a string or a list of content parts", f"{where}.content")
 
     if role == "user":
-        if len(parts) == 1 and parts[0]["type"] == "text":
+        if len(parts) == 1 and parts[0]["type"] == "text" and "cache_control" not in parts[0]:
             messages.append({"role": "user", "content": parts[0]["text"]})
         else:
             messages.append({"role": "user", "content": parts})
@@ -180,6 +185,16 @@ def _append_message(messages: list[dict[str, Any]], item: dict[str, Any], where:
 
 
 def _content_part(part: Any, where: str) -> dict[str, Any]:
+    """A content part as the chat format has it, with the client's ``cache_control`` marker
+    (Anthropic's, which some Responses clients send) kept on it for the messages writer."""
+    chat_part = _chat_part(part, where)
+    control = part.get("cache_control")
+    if isinstance(control, dict):
+        chat_part["cache_control"] = control
+    return chat_part
+
+
+def _chat_part(part: Any, where: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise TranslationError("content part must be an object", where)
     kind = part.get("type")

@@ -20,6 +20,7 @@ import attrs
 import orjson
 
 from gatewayd.formats.errors import TranslationError, provider_json_or_none
+from gatewayd.formats.raw_json import duplicate_key
 
 __all__ = [
     "CREATE",
@@ -58,6 +59,11 @@ def socket_event(text: str | bytes) -> dict[str, Any]:
         raise TranslationError(f"the message is not valid JSON: {e}", None) from None
     if not isinstance(event, dict):
         raise TranslationError("each message must be a JSON object with a 'type'", None)
+    twice = duplicate_key(text.encode() if isinstance(text, str) else text, event)
+    if twice is not None:  # the body is re-encoded from the last one: refused, as over HTTP
+        key, path = twice
+        raise TranslationError(f"the message has the key {key!r} more than once in one object (at {path}); "
+                               "send each field once", path)
     if not isinstance(event.get("type"), str):
         raise TranslationError("the message has no 'type'; send {\"type\": \"response.create\", ...}", "type")
     return event

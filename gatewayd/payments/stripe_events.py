@@ -3,8 +3,11 @@
 Each entry is one payment row, unique by ``(source, reference)`` where the reference is
 Stripe's own id for the thing that moved money: the Checkout Session for a top-up
 (``card``), each refund (``refund``: a charge refunded in parts is several refunds, each
-recorded once whatever event brought it), the dispute (``dispute``). So an event
-delivered twice, or two events that both show one refund, can never record it twice.
+recorded once whatever event brought it), the dispute (``dispute``: the disputed amount,
+held from the moment the dispute opens), and a dispute's end in the holder's favour
+(``dispute_won``: the held amount back). So an event delivered twice, or two events that
+both show one refund, can never record it twice, and the events of one dispute record the
+same rows in whatever order they arrive.
 
 Amounts come from what Stripe says moved (cents in the configured currency), never from
 our own metadata: the metadata only says whose money it is.
@@ -21,7 +24,9 @@ from gatewayd.payments.stripe_settings import NANO_PER_CENT, StripeSettings
 
 SESSION_EVENTS = frozenset({"checkout.session.completed", "checkout.session.async_payment_succeeded"})
 REFUND_EVENTS = frozenset({"charge.refunded"})
-DISPUTE_EVENTS = frozenset({"charge.dispute.closed"})
+DISPUTE_EVENTS = frozenset({"charge.dispute.created", "charge.dispute.closed"})
+# a dispute closed with the money staying with the merchant: the amount held is given back
+DISPUTE_KEPT = frozenset({"won", "warning_closed"})
 HANDLED = SESSION_EVENTS | REFUND_EVENTS | DISPUTE_EVENTS
 # a pending refund has left the merchant's balance already; failed and canceled ones never will
 REFUND_STATUSES = frozenset({"succeeded", "pending"})
@@ -88,18 +93,30 @@ def refund_entries(charge: dict[str, Any], refunds: list[dict[str, Any]], accoun
     return out
 
 
-def dispute_entry(dispute: dict[str, Any], account_id: str, settings: StripeSettings) -> Entry | Ignored:
-    """A dispute closed as lost: the disputed amount went back to the card holder."""
+def dispute_entries(kind: str, dispute: dict[str, Any], account_id: str,
+                    settings: StripeSettings) -> list[Entry | Ignored]:
+    """A dispute's rows. Opened (``charge.dispute.created``): the disputed amount is held (a
+    negative ``dispute`` row), since Stripe takes it from the merchant at once. Closed lost:
+    the same row (recorded once, whichever event came first). Closed won (or an inquiry
+    closed): the same row and the amount given back (``dispute_won``), so the account ends
+    where it was before the dispute whether or not the opening event arrived, or arrived
+    last. Closed in any other state: nothing yet."""
     dispute_id = dispute.get("id")
     if not isinstance(dispute_id, str):
-        return Ignored("a dispute without an id")
-    if dispute.get("status") != "lost":
-        return Ignored(f"dispute {dispute_id} closed as {dispute.get('status')}")
+        return [Ignored("a dispute without an id")]
+    status = dispute.get("status")
+    closed = kind == "charge.dispute.closed"
+    if closed and status != "lost" and status not in DISPUTE_KEPT:
+        return [Ignored(f"dispute {dispute_id} closed as {status}")]
     cents = _cents(dispute, "amount", settings)
     if isinstance(cents, Ignored):
-        return cents
-    return Entry(account_id, -cents * NANO_PER_CENT, "dispute", dispute_id,
-                 f"lost card dispute (Stripe {dispute_id} of {dispute.get('charge')})")
+        return [cents]
+    held = Entry(account_id, -cents * NANO_PER_CENT, "dispute", dispute_id,
+                 f"card dispute (Stripe {dispute_id} of {dispute.get('charge')})")
+    if closed and status in DISPUTE_KEPT:
+        return [held, Entry(account_id, cents * NANO_PER_CENT, "dispute_won", dispute_id,
+                            f"card dispute closed {status} (Stripe {dispute_id})")]
+    return [held]
 
 
 def intent_of(obj: dict[str, Any]) -> str | None:

@@ -20,7 +20,8 @@ from gatewayd.config_tables import ConfigError, Section as _Section
 from gatewayd.money import MAX_PAID_NANO
 
 NANO_PER_CENT = 10_000_000
-KEYS = frozenset({"secret_key_env", "webhook_secret_env", "currency", "min_amount", "max_amount", "api_base"})
+KEYS = frozenset({"secret_key_env", "webhook_secret_env", "currency", "min_amount", "max_amount", "api_base",
+                  "checkout_sessions_per_hour"})
 # balances are US dollars: a top-up in another currency would need an exchange rate we do not have
 CURRENCIES = ("usd",)
 DEFAULT_API_BASE = "https://api.stripe.com"
@@ -35,6 +36,8 @@ class StripeSettings:
     min_cents: int
     max_cents: int
     api_base: str
+    # Checkout Sessions one account may create an hour (the console's "Add funds"; 429 past it)
+    checkout_sessions_per_hour: int = 10
 
     @property
     def checkout_origins(self) -> tuple[str, ...]:
@@ -89,4 +92,5 @@ def read_payments(raw: Any, env: Mapping[str, str] | None = None) -> StripeSetti
         webhook_secret=_secret(s, "webhook_secret_env", "STRIPE_WEBHOOK_SECRET", env),
         currency=s.str("currency", "usd", choices=CURRENCIES),
         min_cents=min_cents, max_cents=max_cents, api_base=api_base,
+        checkout_sessions_per_hour=s.number("checkout_sessions_per_hour", 10, minimum=1, integer=True),
     )

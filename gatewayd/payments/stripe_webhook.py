@@ -26,7 +26,7 @@ from gatewayd import logs
 from gatewayd.errors import GatewayError, not_found_path
 from gatewayd.payments import stripe_api
 from gatewayd.payments.stripe_events import (
-    DISPUTE_EVENTS, HANDLED, REFUND_EVENTS, SESSION_EVENTS, Entry, Ignored, dispute_entry, intent_of,
+    DISPUTE_EVENTS, HANDLED, REFUND_EVENTS, SESSION_EVENTS, Entry, Ignored, dispute_entries, intent_of,
     refund_entries, session_entry,
 )
 from gatewayd.payments.stripe_settings import StripeSettings
@@ -103,7 +103,7 @@ async def entries_of(settings: StripeSettings, event: dict[str, Any]) -> list[En
     if kind in REFUND_EVENTS:
         return refund_entries(obj, await stripe_api.refunds_of(settings, obj["id"]), account_id, settings)
     if kind in DISPUTE_EVENTS:
-        return [dispute_entry(obj, account_id, settings)]
+        return dispute_entries(kind, obj, account_id, settings)
     raise AssertionError(kind)  # pragma: no cover - HANDLED is the union of the three
 
 
@@ -118,14 +118,20 @@ async def _record(holder: Any, event_id: str, entry: Entry) -> dict[str, Any]:
                    logging.ERROR, **fields)
         return {"reference": entry.reference, "recorded": False, "reason": "no such account"}
     try:
-        _payment, created = await holder.store.record_payment(
+        outcome = await holder.store.record_outside_payment(
             account, entry.amount_nano, entry.note, source=entry.source, reference=entry.reference)
-    except PaymentTooLarge:  # above MAX_PAID_NANO in all, or more given back than was ever paid
+    except PaymentTooLarge:  # above MAX_PAID_NANO in all
         logs.event("stripe: payment would take the account's total paid out of bounds; not recorded",
                    logging.ERROR, **fields)
         return {"reference": entry.reference, "recorded": False, "reason": "total paid out of bounds"}
-    logs.event("stripe: payment recorded" if created else "stripe: payment already recorded", **fields)
-    return {"reference": entry.reference, "recorded": created}
+    if outcome == "waiting":
+        # money given back before the credit it gives back: kept, applied when that credit arrives
+        logs.event("stripe: money given back before its credit arrived; waiting for the credit",
+                   logging.WARNING, **fields)
+        return {"reference": entry.reference, "recorded": False, "waiting": True}
+    logs.event("stripe: payment recorded" if outcome == "recorded" else "stripe: payment already recorded",
+               **fields)
+    return {"reference": entry.reference, "recorded": outcome == "recorded"}
 
 
 async def handle(holder: Any) -> Response:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from gatewayd.providers import anthropic, azure_openai, bedrock, gemini, openai, vertex
 from gatewayd.providers.base import Builder
+from gatewayd.providers.compaction import compact, compacting
 
 __all__ = ["ADAPTERS", "CLIENT_FORMATS", "builder"]
 
@@ -29,6 +30,16 @@ CLIENT_FORMATS = ("chat", "messages", "responses", "embeddings", "gemini")
 
 
 def builder(client_format: str, protocol: str) -> Builder | None:
-    """How a client of ``client_format`` reaches a provider speaking ``protocol``; None if it cannot."""
-    return ADAPTERS[protocol].ROUTES.get(client_format)
+    """How a client of ``client_format`` reaches a provider speaking ``protocol``; None if it cannot.
+    Responses clients' compaction (a ``compaction_trigger`` request, and ``"compact"``: ``POST
+    /v1/responses/compact``) is served on every protocol that serves responses
+    (:mod:`.compaction`)."""
+    adapter = ADAPTERS[protocol]
+    if client_format == "compact":
+        responses = adapter.ROUTES.get("responses")
+        return None if responses is None else compact(responses, getattr(adapter, "COMPACT", None))
+    build = adapter.ROUTES.get(client_format)
+    if client_format == "responses" and build is not None:
+        return compacting(build)
+    return build
 

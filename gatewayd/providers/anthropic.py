@@ -19,6 +19,7 @@ from gatewayd.catalogue import Model, ModelRoute
 from gatewayd.errors import MESSAGES_TYPE_BY_STATUS, UpstreamError
 from gatewayd.protocols import PROTOCOLS
 from gatewayd.formats import partial, pipes, usage as usage_mod
+from gatewayd.formats.cache_breakpoints import place_breakpoints
 from gatewayd.formats.chat_to_messages import chat_request_to_messages
 from gatewayd.formats.errors import answer_object, provider_json_or_none
 from gatewayd.formats.messages_to_chat import messages_response_to_chat
@@ -116,12 +117,19 @@ def messages(call: Call, target: ModelRoute, upstream) -> Route:
     )
 
 
-def _to_messages(chat_body: dict, model: Model, target: ModelRoute) -> dict:
-    """The messages body for a chat body, its cap lowered to the model's maximum, priced
-    (400 ``unpriced_feature`` otherwise)."""
+def _to_messages(chat_body: dict, model: Model, target: ModelRoute, *, chat_client: bool = True) -> dict:
+    """The messages body for a chat body, its cap lowered to the model's maximum, with the
+    gateway's prompt-cache breakpoints on an ``auto_cache`` route (:mod:`cache_breakpoints`),
+    priced (400 ``unpriced_feature`` otherwise). The client's own ``cache_control`` markers
+    are carried from a responses client always, from a chat client (and a Gemini-API one, which
+    has none) only where the operator set ``auto_cache = true`` (``carry_cache_markers``): the
+    spec's rule for chat clients, which the default keeps."""
     default_max = min(model.max_output_tokens, DEFAULT_TRANSLATED_MAX_TOKENS)
     body = translate(chat_request_to_messages, chat_body, upstream_model=target.upstream_id,
-                     default_max_tokens=default_max)
+                     default_max_tokens=default_max, max_output_tokens=model.max_output_tokens,
+                     cache_markers=target.carry_cache_markers or not chat_client)
+    if target.auto_cache:
+        place_breakpoints(body)
     body.update(messages_changes(body, model))
     require_prices(model, messages_asks(body, model))
     return body
@@ -156,7 +164,7 @@ def chat(call: Call, target: ModelRoute, upstream) -> Route:
 def responses(call: Call, target: ModelRoute, upstream) -> Route:
     """A responses-format client of a messages upstream: responses -> chat -> messages and back."""
     body, model = call.body, call.model
-    upstream_body = _to_messages(translate(responses_request_to_chat, body), model, target)
+    upstream_body = _to_messages(translate(responses_request_to_chat, body), model, target, chat_client=False)
     created = int(time.time())
     response_id = "resp_" + os.urandom(12).hex()
     encode_body(envelope(body, response_id=response_id, created_at=created, status=""))  # echoed later

@@ -39,3 +39,4 @@ def request(upstream, target: ModelRoute, operation: str, body: bytes, *, stream
 
 
 ROUTES = openai.routes(request)
+COMPACT = openai.compact_route(request)

@@ -255,22 +255,20 @@ class RefusingSplitter(EventStreamSplitter):
 
 
 def messages(call: Call, target: ModelRoute, upstream) -> Route:
-    """A messages client: Claude's body passes through (edited in the bytes); a Converse
-    model's is translated."""
+    """A messages client of Claude on Bedrock: the body passes through (edited in the bytes).
+    Only InvokeModel routes serve messages clients (``protocols._bedrock_formats``): a Converse
+    model is not dual-format, and the router never plans its route for /v1/messages."""
     body, model = call.body, call.model
     kind = _Kind(target)
+    assert kind.invoke, "a Converse route was planned for a messages client"
     bounds = messages_changes(body, model)
     asks = messages_asks({**body, **bounds} if bounds else body, model)
     require_prices(model, asks)
     estimate = estimate_input_tokens(body, "messages", ANTHROPIC_MEDIA)
-    if kind.invoke:
-        upstream_body = passthrough_body(call.raw, body, bounds, _client_betas(call.headers))
-    else:
-        upstream_body = kind.body({**body, **bounds})
+    upstream_body = passthrough_body(call.raw, body, bounds, _client_betas(call.headers))
 
     def finish(raw: bytes):
-        message = kind.message(raw, model.id)
-        return (raw if kind.invoke else orjson.dumps(message)), answer_usage(message, estimate, model.family)
+        return raw, answer_usage(kind.message(raw, model.id), estimate, model.family)
 
     return Route(
         request=_request(upstream, target, upstream_body, kind.action(call.stream), stream=call.stream),
@@ -317,7 +315,7 @@ def responses(call: Call, target: ModelRoute, upstream) -> Route:
     """A responses client: responses -> chat -> messages (-> Converse) and back."""
     body, model = call.body, call.model
     kind = _Kind(target)
-    messages_body = _to_messages(translate(responses_request_to_chat, body), model, target)
+    messages_body = _to_messages(translate(responses_request_to_chat, body), model, target, chat_client=False)
     created = int(time.time())
     response_id = "resp_" + os.urandom(12).hex()
     encode_body(envelope(body, response_id=response_id, created_at=created, status=""))  # echoed later

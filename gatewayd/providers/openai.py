@@ -67,6 +67,11 @@ def produced_response_usage(doc: dict, input_estimate: int, family: str) -> usag
                            service_tier=usage_mod.tier_of(doc.get("service_tier")))
 
 
+#: OpenAI's prompt-cache fields: passed to OpenAI and Azure OpenAI (GPT-like models), dropped for
+#: other OpenAI-compatible providers (docs/translation.md, "Prompt caching").
+OPENAI_CACHE_FIELDS = frozenset({"prompt_cache_key", "prompt_cache_retention"})
+
+
 def routes(address: Addresser) -> dict[str, Builder]:
     """The builders of an OpenAI-shaped protocol, its requests addressed by ``address``."""
 
@@ -79,7 +84,11 @@ def routes(address: Addresser) -> dict[str, Builder]:
         changes.update(chat_cap_change(body, call.model))  # the cap held for, sent upstream
         if stream and not wants_usage:  # the gateway bills from the provider's usage: always ask for it
             changes["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        payload = with_changes(call.raw, body, changes)
+        if call.model.family != "gpt" and not OPENAI_CACHE_FIELDS.isdisjoint(body):
+            # OpenAI's own prompt-cache fields: another OpenAI-compatible provider does not read them
+            payload = encode_body({k: v for k, v in {**body, **changes}.items() if k not in OPENAI_CACHE_FIELDS})
+        else:
+            payload = with_changes(call.raw, body, changes)
 
         def finish(raw: bytes):
             doc = answer_object(raw)
@@ -183,4 +192,35 @@ def routes(address: Addresser) -> dict[str, Builder]:
     return {"chat": chat, "responses": responses, "embeddings": embeddings, "gemini": via_chat(chat)}
 
 
+def compact_route(address: Addresser) -> Builder:
+    """``POST /v1/responses/compact`` passed through to an OpenAI-shaped provider's own
+    endpoint (GPT-like models; :mod:`gatewayd.providers.compaction` decides): the client's
+    bytes, the answer (a ``response.compaction`` object) back as it came, billed by its usage."""
+
+    def compact(call: Call, target: ModelRoute, upstream) -> Route:
+        body = call.body
+        asks = responses_asks(body, call.model)
+        require_prices(call.model, asks)
+        estimate = estimate_input_tokens(body, "responses", media_for(target.provider.protocol, target.upstream_id))
+
+        def finish(raw: bytes):
+            doc = answer_object(raw)
+            return raw, usage_mod.from_response(doc) or produced_response_usage(doc, estimate, call.model.family)
+
+        return Route(
+            request=address(upstream, target, "responses/compact", with_changes(call.raw, body, model_change(call, target)),
+                            stream=False),
+            stream=False,
+            input_tokens_estimate=estimate,
+            output_tokens=asks.output_tokens,
+            make_pipe=pipes.ResponsesPassthrough,  # never used: compaction does not stream
+            finish=finish,
+            upstream_error=passthrough_error,
+            asks=asks,
+        )
+
+    return compact
+
+
 ROUTES = routes(request)
+COMPACT = compact_route(request)

@@ -9,11 +9,13 @@ Every stream event has an ``event:`` line (the SDKs drop events without one):
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
+from .prompt_cache import MAX_CACHE_BREAKPOINTS, count_breakpoints
 from .behaviour import (
     CONTENT,
     FINISH,
@@ -63,11 +65,40 @@ def validate(body: dict) -> tuple[str, str | None] | None:
             return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024", "thinking"
         if budget >= max_tokens:
             return "`max_tokens` must be greater than `thinking.budget_tokens`", "max_tokens"
+    bad_source = _invalid_base64_source(messages)
+    if bad_source is not None:
+        return f"{bad_source}: invalid base64 data", bad_source
+    breakpoints = count_breakpoints(body)
+    if breakpoints > MAX_CACHE_BREAKPOINTS:
+        return (f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+                f"Found {breakpoints}."), None
     choice = body.get("tool_choice")
     if choice is not None and (not isinstance(choice, dict) or choice.get("type") not in _TOOL_CHOICE_TYPES):
         kind = choice.get("type") if isinstance(choice, dict) else choice
         return (f"tool_choice: Input tag {kind!r} found using 'type' does not match any of the expected tags: "
                 "'auto', 'any', 'tool', 'none'"), "tool_choice"
+    return None
+
+
+def _invalid_base64_source(messages: list) -> str | None:
+    """Where an image or document block carries base64 that is not standard base64 (Anthropic
+    refuses it: "invalid base64 data"), as Anthropic names it (``messages.0.content.1.source``)."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            inner = block.get("content") if isinstance(block, dict) and block.get("type") == "tool_result" else None
+            for k, item in ((None, block), *enumerate(inner if isinstance(inner, list) else ())):
+                source = item.get("source") if isinstance(item, dict) else None
+                if isinstance(source, dict) and source.get("type") == "base64":
+                    data = source.get("data")
+                    try:
+                        binascii.a2b_base64(data if isinstance(data, str) else "", strict_mode=True)
+                        valid = isinstance(data, str) and bool(data)
+                    except binascii.Error:
+                        valid = False
+                    if not valid:
+                        where = f"messages.{i}.content.{j}" + (f".content.{k}" if k is not None else "")
+                        return f"{where}.source.base64"
     return None
 
 

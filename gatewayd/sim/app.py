@@ -151,6 +151,8 @@ RESPONSES = _wire(openai_responses, "responses", openai_error, _openai_headers)
 MESSAGES = _wire(anthropic, "messages", anthropic_error, _anthropic_headers)
 AZURE_CHAT = _wire(openai_chat, "chat", openai_error, _azure_headers)
 AZURE_RESPONSES = _wire(openai_responses, "responses", openai_error, _azure_headers)
+#: ``POST /v1/responses/compact``: a responses body, answered whole as a ``response.compaction``
+COMPACT = attrs.evolve(RESPONSES, render=openai_responses.render_compact)
 GEMINI = _wire(gemini, "gemini", google_error, _google_headers)
 
 
@@ -257,6 +259,10 @@ def create_sim_app() -> QuartTrio:
     @app.post("/v1/responses")
     async def responses() -> Response:
         return await _answer(state, RESPONSES)
+
+    @app.post("/v1/responses/compact")
+    async def responses_compact() -> Response:
+        return await _answer(state, COMPACT)
 
     @app.post("/v1/messages")
     async def messages() -> Response:

@@ -199,7 +199,10 @@ def count_words(value, protocol: str | None = None) -> int:
     flat count for each media part of ``protocol`` (an image, a document, an audio clip:
     ``MEDIA_TOKENS``, ``DOCUMENT_TOKENS``), whatever its data holds.
 
-    Dict keys are not counted; numbers, booleans and null count nothing.
+    Dict keys are not counted; numbers, booleans and null count nothing. A text block
+    (``{"type": "text", "text": ...}``) counts its text only, as the same text given as a
+    string does, and a ``cache_control`` marker counts nothing: marking a prompt for the cache
+    does not change its size (a gateway that places breakpoints bills the same input).
     """
     if isinstance(value, str):
         return len(value.split())
@@ -214,6 +217,12 @@ def count_words(value, protocol: str | None = None) -> int:
             kind = item.get("type")
             if isinstance(kind, str) and kind in media_types:
                 total += media_types[kind]
+                continue
+            if kind == "text" and isinstance(item.get("text"), str):
+                total += len(item["text"].split())
+                continue
+            if "cache_control" in item:
+                stack.extend(v for k, v in item.items() if k != "cache_control")
                 continue
             media = next((k for k in _GEMINI_MEDIA_KEYS if k in item), None) if protocol == "gemini" else None
             if media is not None:

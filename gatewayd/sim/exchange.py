@@ -138,9 +138,17 @@ def google_error(status: int, message: str, *, retry_after_s: int | None = None,
 def with_prompt_cache(state, reply: Plan, body: dict, protocol: str,
                       count: Callable[[dict], int] | None = None) -> Plan:
     """``reply`` with the part of its input the simulator's prompt cache holds (when the
-    setting is on) moved to cache reads."""
+    setting is on) moved to cache reads; for Anthropic's protocol, by its breakpoints, and
+    what they newly mark moved to cache writes (:mod:`.prompt_cache`)."""
     if state.prompt_cache is None:
         return reply
+    if protocol == "messages":
+        read, written, one_hour = state.prompt_cache.anthropic(body)
+        read = min(read, reply.input_tokens)
+        written = min(written, reply.input_tokens - read)
+        return attrs.evolve(reply, input_tokens=reply.input_tokens - read - written,
+                            cache_read=reply.cache_read + read, cache_write=reply.cache_write + written,
+                            cache_write_1h=reply.cache_write_1h + (written if one_hour else 0))
     cached = min(state.prompt_cache.cached_tokens(body, protocol, count), reply.input_tokens)
     return attrs.evolve(reply, input_tokens=reply.input_tokens - cached, cache_read=reply.cache_read + cached)
 

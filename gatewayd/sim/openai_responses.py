@@ -65,7 +65,50 @@ def validate(body: dict) -> tuple[str, str | None] | tuple[str, str | None, str 
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             return f"Invalid '{name}': integer below minimum value. Expected a value >= 1.", name, "integer_below_min_value"
+    unreadable = _unreadable_compaction(body)
+    if unreadable is not None:
+        return (f"The encrypted content for item input[{unreadable}] could not be verified.",
+                f"input[{unreadable}].encrypted_content", "invalid_encrypted_content")
     return check_service_tier(body, SERVICE_TIERS)
+
+
+#: OpenAI's compaction: a request whose last input item is this gets one ``compaction`` item
+#: back; ``POST /v1/responses/compact`` answers a ``response.compaction`` object
+COMPACTION_TRIGGER = "compaction_trigger"
+#: the simulator's own "encryption" of a summary (OpenAI's is opaque; only the model that made
+#: it reads it back, and another provider's item is refused)
+SIM_COMPACTION = "sim-compaction:"
+
+
+def wants_compaction(body: dict) -> bool:
+    value = body.get("input")
+    return isinstance(value, list) and bool(value) and value[-1].get("type") == COMPACTION_TRIGGER
+
+
+def _unreadable_compaction(body: dict) -> int | None:
+    """The index of a ``compaction`` input item this provider did not make, if any."""
+    value = body.get("input")
+    for k, item in enumerate(value if isinstance(value, list) else ()):
+        content = item.get("encrypted_content")
+        if item.get("type") == "compaction" and not (isinstance(content, str) and content.startswith(SIM_COMPACTION)):
+            return k
+    return None
+
+
+def compaction_item(plan: Plan, n: int) -> dict:
+    """The item's content is the simulator's "summary": its reply text, or a note of what it
+    summarised when its reply is a tool call."""
+    return {"id": f"cmp_sim_{n}", "type": "compaction",
+            "encrypted_content": SIM_COMPACTION + (plan.text or f"summary of request {n}")}
+
+
+def render_compact(plan: Plan, body: dict, n: int) -> dict:
+    """``POST /v1/responses/compact``: the input's user messages, then one compaction item."""
+    value = body.get("input")
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}] \
+        if isinstance(value, str) else [i for i in value or () if _is_user_message(i)]
+    return {"id": response_id(n), "object": "response.compaction", "created_at": int(time.time()),
+            "output": [*items, compaction_item(plan, n)], "usage": usage(plan)}
 
 
 def _is_user_message(item: dict) -> bool:
@@ -154,7 +197,10 @@ def _server_item(call, body: dict, n: int) -> dict:
 
 
 def _items(plan: Plan, body: dict, n: int) -> list[dict]:
-    """The finished output items, in order: reasoning, message, function calls."""
+    """The finished output items, in order: reasoning, message, function calls; for a
+    compaction trigger, the one compaction item."""
+    if wants_compaction(body):
+        return [compaction_item(plan, n)]
     status = "incomplete" if plan.stop == "max_tokens" else "completed"
     items: list[dict] = []
     if plan.thinking:

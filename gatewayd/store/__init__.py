@@ -46,7 +46,8 @@ Console state (shared by every instance)
     ``console_secret(candidate) -> secret`` (first one stored wins),
     ``end_session(sid, until, now)``, ``session_ended(sid, now)``,
     ``take_signin_attempt(buckets, now, decide)`` (before the password is checked),
-    ``signin_succeeded(cleared, refunded)``, ``forget_signin_attempts(quiet_since, now)``
+    ``signin_succeeded(cleared, refunded)``, ``unlock_signin(email_buckets)``,
+    ``forget_signin_attempts(quiet_since, now)``
     (``gatewayd.store.signin_attempts``).
 Changes (the key cache of every instance)
     ``follow_changes(apply)`` (run in the nursery): ``await apply(Change)`` for each account

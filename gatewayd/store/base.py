@@ -143,7 +143,8 @@ class Payment:
 
 
 # Where a payment comes from (``payments.source``); the last two are negative amounts
-PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute")
+# dispute_won: a dispute closed in the card holder's favour gives back what its opening held
+PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute", "dispute_won")
 NEGATIVE_SOURCES = frozenset({"refund", "dispute"})
 
 

@@ -106,6 +106,72 @@ class PaymentsSQL:
             raise PaymentTooLarge(total["total_paid_nano"] if total else 0)
         return Payment(row["id"], account_id, amount_nano, note, created_at, source, reference), paid[0]
 
+    async def record_outside_payment(self, account: Account, amount_nano: int, note: str, *, source: str,
+                                     reference: str) -> str:
+        """A payment from outside (Stripe's webhook), in whichever order its events arrive:
+        ``"recorded"``, ``"repeat"`` (this reference was recorded before: nothing done), or
+        ``"waiting"``.
+
+        Money given back (a refund, a dispute) that would take the account's total paid below
+        zero arrived before the credit it gives back: it waits in ``payments_waiting``
+        (unique by source and reference, so a repeat waits once) instead of being refused.
+        Every credit recorded here applies, in the same transaction, the account's waiting
+        entries that now fit, oldest first: each becomes its payment row exactly once, in
+        either order of arrival. The account's row is locked first (PostgreSQL: ``FOR UPDATE``;
+        SQLite has one writer), so a credit and a refund racing on two instances see each
+        other: the refund either fits or is waiting when the credit looks."""
+        check_payment(amount_nano, source)
+        created_at = utc_now_iso()
+        lock = " FOR UPDATE" if getattr(self, "kind", "") == "postgres" else ""
+
+        def job(tx: Tx) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
+            row = tx.one(f"SELECT total_paid_nano FROM accounts WHERE id = ?{lock}", (account.id,))
+            if row is None:
+                raise PaymentTooLarge(0)
+            if tx.one("SELECT 1 FROM payments WHERE source = ? AND reference = ?", (source, reference)):
+                return "repeat", []
+            if amount_nano < 0 and row["total_paid_nano"] + amount_nano < 0:
+                tx.run("INSERT INTO payments_waiting (source, reference, account_id, amount_nano, note, created_at)"
+                       " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                       (source, reference, account.id, amount_nano, note, created_at))
+                return "waiting", []
+            tx.run("DELETE FROM payments_waiting WHERE source = ? AND reference = ?", (source, reference))
+            _, stored = self._record_payment(tx, account.id, amount_nano, note, source, reference, created_at)
+            assert stored is not None  # the reference was free, under the account's lock
+            credited = [(amount_nano, stored)]
+            if amount_nano > 0:
+                credited += self._apply_waiting(tx, account.id, stored["total_paid_nano"], created_at)
+            return "recorded", credited
+
+        outcome, credited = await self._write(job)
+        for amount, stored in credited:
+            self._credit_payment(account, amount, stored)
+        return outcome
+
+    def _apply_waiting(self, tx: Tx, account_id: str, total_paid: int,
+                       created_at: str) -> list[tuple[int, dict[str, Any]]]:
+        """The account's waiting entries that fit under ``total_paid`` now, recorded (oldest first)."""
+        applied = []
+        for waiting in tx.rows("SELECT source, reference, amount_nano, note FROM payments_waiting"
+                               " WHERE account_id = ? ORDER BY created_at, source, reference", (account_id,)):
+            if total_paid + waiting["amount_nano"] < 0:
+                continue  # still more than was paid: it waits for the next credit
+            tx.run("DELETE FROM payments_waiting WHERE source = ? AND reference = ?",
+                   (waiting["source"], waiting["reference"]))
+            _, stored = self._record_payment(tx, account_id, waiting["amount_nano"], waiting["note"],
+                                             waiting["source"], waiting["reference"], created_at)
+            if stored is not None:
+                total_paid = stored["total_paid_nano"]
+                applied.append((waiting["amount_nano"], stored))
+        return applied
+
+    async def payments_waiting(self, account_id: str) -> list[dict[str, Any]]:
+        """Money given back that waits for its credit (``record_outside_payment``)."""
+        rows = await self._read(lambda tx: tx.rows(
+            "SELECT source, reference, amount_nano, note, created_at FROM payments_waiting WHERE account_id = ?"
+            " ORDER BY created_at", (account_id,)))
+        return [dict(r) for r in rows]
+
     def _credit_payment(self, account: Account, amount_nano: int, stored: dict[str, Any]) -> None:
         """Show a payment on the cached account: ``stored`` has the row's new credit and total."""
         raise NotImplementedError  # pragma: no cover - each store says where its truth is

@@ -59,6 +59,14 @@ def settle_success(tx: Tx, cleared: Iterable[str], refunded: Iterable[str]) -> N
             tx.run("UPDATE signin_attempts SET attempts = attempts - 1 WHERE bucket = ? AND attempts > 0", (bucket,))
 
 
+def unlock(tx: Tx, email_buckets: str) -> int:
+    """Delete every bucket of one email (``e:<email>``, and ``e:<email>|<address>`` for every
+    address): the operator's ``gatewayctl account unlock``. Returns how many there were."""
+    pattern = email_buckets.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "|%"
+    return tx.run("DELETE FROM signin_attempts WHERE bucket = ? OR bucket LIKE ? ESCAPE '\\'",
+                  (email_buckets, pattern))
+
+
 def forget(tx: Tx, quiet_since: float, now: float, *, skip_locked: bool) -> int:
     """Delete the buckets with no attempt since ``quiet_since`` and no lockout running.
     ``skip_locked`` (PostgreSQL): rows an attempt holds are left for next time, so this

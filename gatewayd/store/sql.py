@@ -46,7 +46,7 @@ ACCOUNT_COLUMNS = (
 KEY_COLUMNS = (
     "k.id, k.account_id, k.name, k.secret_hash, k.secret_hint, k.status, k.spend_limit_nano, k.spent_nano,"
     " k.expires_on, k.models, k.allow_ips, k.group_name, k.created_at, k.last_used_at, a.timezone, k.max_concurrent,"
-    " k.budget_nano, k.budget_period, k.budget_period_start, k.budget_spent_nano"
+    " k.budget_nano, k.budget_period, k.budget_period_start, k.budget_spent_nano, k.mcp"
 )
 
 # A key's budget period counted afresh from its usage rows (``gatewayd_period_start`` is an SQL
@@ -113,6 +113,7 @@ def key_from_row(row: Any, held_nano: int = 0) -> Key:
         budget_period=row["budget_period"],
         budget_period_start=row["budget_period_start"],
         budget_spent_nano=row["budget_spent_nano"],
+        mcp=tuple(orjson.loads(row["mcp"])) if row["mcp"] is not None else None,
     )
     key.expires_at = expiry_instant(key.expires_on, row["timezone"])
     return key
@@ -120,7 +121,7 @@ def key_from_row(row: Any, held_nano: int = 0) -> Key:
 
 def key_params(key: Key) -> tuple[Any, ...]:
     """The editable fields of a key as stored: name, limit, expiry, models, IPs, group, concurrency
-    cap, periodic budget (amount and period)."""
+    cap, periodic budget (amount and period), MCP access list."""
     return (
         key.name,
         key.spend_limit_nano,
@@ -131,6 +132,7 @@ def key_params(key: Key) -> tuple[Any, ...]:
         key.max_concurrent,
         key.budget_nano,
         key.budget_period,
+        orjson.dumps(list(key.mcp)).decode() if key.mcp is not None else None,
     )
 
 
@@ -252,7 +254,7 @@ class SQLStore(PaymentsSQL):
             tx.run(
                 "INSERT INTO keys (id, account_id, secret_hash, secret_hint, status, spent_nano, created_at,"
                 " name, spend_limit_nano, expires_on, models, allow_ips, group_name, max_concurrent, budget_nano,"
-                " budget_period) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " budget_period, mcp) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (key.id, key.account_id, key.secret_hash, key.secret_hint, key.status, key.created_at,
                  *key_params(key)),
             )
@@ -269,7 +271,7 @@ class SQLStore(PaymentsSQL):
         def update(tx: Tx) -> Any:
             changed = tx.run(
                 "UPDATE keys SET name = ?, spend_limit_nano = ?, expires_on = ?, models = ?, allow_ips = ?,"
-                " group_name = ?, max_concurrent = ?, budget_nano = ?, budget_period = ?"
+                " group_name = ?, max_concurrent = ?, budget_nano = ?, budget_period = ?, mcp = ?"
                 " WHERE id = ? AND status != 'deleted'", (*key_params(key), key.id))
             if not changed:
                 raise KeyRevoked(key.id)
@@ -394,6 +396,13 @@ class SQLStore(PaymentsSQL):
         from gatewayd.store import signin_attempts
 
         await self._write(lambda tx: signin_attempts.settle_success(tx, cleared, refunded))
+
+    async def unlock_signin(self, email_buckets: str) -> int:
+        """``signin_attempts.unlock``: every throttle bucket of one email deleted."""
+        from gatewayd.store import signin_attempts
+
+        deleted: int = await self._write(lambda tx: signin_attempts.unlock(tx, email_buckets))
+        return deleted
 
     async def forget_signin_attempts(self, quiet_since: float, now: float) -> int:
         from gatewayd.store import signin_attempts

@@ -94,10 +94,10 @@ def test_a_body_nested_deeper_than_orjson_encodes_is_no_crash_of_the_duplicate_c
     of tests/test_fuzz_bodies.py found the TypeError)."""
     import json
 
-    from gatewayd.formats.raw_json import duplicate_top_level_key
+    from gatewayd.formats.raw_json import duplicate_key
 
     deep: object = 1
     for _ in range(300):
         deep = [deep]
     raw = json.dumps({"model": "m", "tools": deep}).encode()
-    assert duplicate_top_level_key(raw, orjson.loads(raw)) is None
+    assert duplicate_key(raw, orjson.loads(raw)) is None

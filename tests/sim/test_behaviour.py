@@ -22,7 +22,9 @@ def test_count_input_tokens_rule():
     assert count_input_tokens(chat, "chat") == (1 + 2) + (1 + 2) + 3 * 2
     assert count_input_tokens(chat, "openai") == count_input_tokens(chat, "chat")
     messages = {"system": "Be nice.", "messages": [{"role": "user", "content": [{"type": "text", "text": "a b c"}]}]}
-    assert count_input_tokens(messages, "messages") == 2 + (1 + 1 + 3) + 3 + 3
+    assert count_input_tokens(messages, "messages") == 2 + (1 + 3) + 3 + 3  # a text block counts its text
+    marked = {**messages, "messages": [{"role": "user", "content": [{"type": "text", "text": "a b c", "cache_control": {"type": "ephemeral"}}]}]}
+    assert count_input_tokens(marked, "messages") == count_input_tokens(messages, "messages")
     assert count_input_tokens({"input": "one two", "instructions": "x"}, "responses") == 2 + 1 + 3 + 3
     tools = [{"name": "f", "input_schema": {"type": "object"}}]
     assert count_input_tokens({"messages": [], "tools": tools}, "anthropic") == 2
