@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import ssl
 from typing import Any
 from urllib.parse import quote
 
@@ -53,10 +54,19 @@ def segment(value: str) -> str:
 
 
 class AdminClient:
-    """Thin JSON client for the admin API. One short-lived connection per call."""
+    """Thin JSON client for the admin API. One short-lived connection per call: over the Unix
+    socket (``socket_path``) or, remote, over HTTPS to ``url`` with an admin token."""
 
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str | None = None, *, url: str | None = None, token: str | None = None,
+                 cacert: str | None = None) -> None:
         self.socket_path = socket_path
+        self.url = url.rstrip("/") if url else None
+        self.token = token
+        self.cacert = cacert
+
+    @property
+    def where(self) -> str:
+        return self.url or f"admin socket at {self.socket_path}"
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self.request("GET", path, params=params)
@@ -70,6 +80,22 @@ class AdminClient:
     def patch(self, path: str, body: Any) -> Any:
         return self.request("PATCH", path, body=body)
 
+    def _http(self) -> httpx.Client:
+        if self.url is None:
+            # plain HTTP on a Unix socket: no TLS context (loading the CA bundle for
+            # one is ~20 ms, as long as the rest of a command's round trip)
+            return httpx.Client(transport=httpx.HTTPTransport(uds=self.socket_path, verify=False),
+                                base_url="http://gatewayd", timeout=TIMEOUT)
+        verify: Any = True
+        if self.cacert:
+            try:
+                verify = ssl.create_default_context(cafile=self.cacert)
+            except (OSError, ssl.SSLError) as exc:
+                raise AdminError(f"--cacert {self.cacert}: cannot be read as PEM certificates "
+                                 f"({getattr(exc, 'strerror', None) or exc})") from None
+        return httpx.Client(base_url=self.url, timeout=TIMEOUT, verify=verify,
+                            headers={"authorization": f"Bearer {self.token}"})
+
     def request(
         self,
         method: str,
@@ -80,30 +106,38 @@ class AdminClient:
     ) -> Any:
         """Send one request and return the decoded JSON answer, or raise :class:`AdminError`."""
         try:
-            with httpx.Client(
-                # plain HTTP on a Unix socket: no TLS context (loading the CA bundle for
-                # one is ~20 ms, as long as the rest of a command's round trip)
-                transport=httpx.HTTPTransport(uds=self.socket_path, verify=False),
-                base_url="http://gatewayd",
-                timeout=TIMEOUT,
-            ) as http:
+            with self._http() as http:
                 response = http.request(method, path, json=body, params=params)
         except httpx.ConnectError as exc:
+            if self.url is not None:
+                raise AdminError(f"cannot reach gatewayd at {self.url} ({_remote_reason(exc)})") from None
             raise AdminError(
                 f"cannot reach gatewayd admin socket at {self.socket_path} "
                 f"({_connect_reason(exc)}): is gatewayd running?"
             ) from None
         except httpx.TimeoutException:
             raise AdminError(
-                f"gatewayd did not answer on {self.socket_path} within "
+                f"gatewayd did not answer on {self.where} within "
                 f"{TIMEOUT.read:g} s ({method} {path})"
             ) from None
         except httpx.TransportError as exc:
             raise AdminError(
-                f"lost the connection to gatewayd at {self.socket_path} "
+                f"lost the connection to gatewayd at {self.where} "
                 f"({exc or type(exc).__name__})"
             ) from None
         return _decode(response)
+
+
+def _remote_reason(exc: BaseException) -> str:
+    """A TLS failure named as one (the certificate is not trusted: --cacert), else the OS's reason."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"TLS certificate not trusted: {cause.verify_message or cause.reason}; for a private CA give --cacert"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS failed: {cause.reason or cause}"
+        cause = cause.__cause__ or cause.__context__
+    return _connect_reason(exc)
 
 
 def _decode(response: httpx.Response) -> Any:

@@ -12,6 +12,7 @@ import re
 import sys
 import zoneinfo
 from collections.abc import Callable
+from urllib.parse import urlsplit
 from typing import Annotated, Any, Optional
 
 import attrs
@@ -178,8 +179,50 @@ class Session:
             human(Console(highlight=False))
 
 
+@attrs.frozen
+class Remote:
+    """``--url`` / ``--token`` / ``--cacert`` (or GATEWAYCTL_URL, GATEWAYCTL_TOKEN, GATEWAYCTL_CACERT):
+    the admin API of a gateway elsewhere, over HTTPS with an admin token."""
+
+    url: str | None = None
+    token: str | None = None
+    cacert: str | None = None
+
+
+_remote = Remote()  # set by the root callback, which runs first on every invocation
+
+
+def check_url(value: str) -> str:
+    """An https:// base address; plain http only to this host (a token must not cross a network
+    in clear)."""
+    parsed = urlsplit(value)
+    if parsed.scheme not in ("https", "http") or not parsed.hostname:
+        raise typer.BadParameter(f"{value!r} is not an https:// address (e.g. https://gateway.example.com:8443)",
+                                 param_hint="--url")
+    if parsed.path not in ("", "/") or parsed.query:
+        raise typer.BadParameter("give the gateway's base address only, no path (gatewayctl adds /admin/v1/...)",
+                                 param_hint="--url")
+    if parsed.scheme == "http" and parsed.hostname not in ("localhost", "127.0.0.1", "::1"):
+        raise typer.BadParameter("plain http:// is only for this host: an admin token must not cross a network "
+                                 "in clear; use https://", param_hint="--url")
+    return value
+
+
 def session(socket: str | None, as_json: bool) -> Session:
-    return Session(api=AdminClient(resolve_socket(socket)), as_json=as_json)
+    """The admin client: the remote gateway when ``--url`` was given, else the local socket."""
+    remote = _remote
+    if remote.url is None:
+        return Session(api=AdminClient(resolve_socket(socket)), as_json=as_json)
+    if socket is not None:
+        raise typer.BadParameter("give --url (a remote gateway) or --socket (this host's), not both",
+                                 param_hint="--socket")
+    if not remote.token:
+        raise typer.BadParameter("a remote gateway needs an admin token: --token gwa-... or GATEWAYCTL_TOKEN",
+                                 param_hint="--token")
+    if not remote.token.startswith("gwa-"):
+        raise typer.BadParameter("an admin token starts with gwa- (gatewayctl admin-token create); an API key "
+                                 "(sk-) cannot operate the gateway", param_hint="--token")
+    return Session(api=AdminClient(url=remote.url, token=remote.token, cacert=remote.cacert), as_json=as_json)
 
 
 def data(document: Any) -> list[dict[str, Any]]:
@@ -232,8 +275,25 @@ VersionOpt = Annotated[bool, typer.Option("--version", is_eager=True, callback=_
 
 
 @app.callback()
-def _root(socket: SocketOpt = None, json_output: JsonOpt = False, version: VersionOpt = False) -> None:
-    """Operate a running gatewayd over its admin socket: accounts, payments, keys, usage.
+def _root(
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+    url: Annotated[Optional[str], typer.Option(
+        "--url", envvar="GATEWAYCTL_URL", metavar="https://HOST:PORT", parser=check_url, show_default=False,
+        help="Operate a remote gateway over HTTPS (its admin API) instead of this host's admin socket.")] = None,
+    token: Annotated[Optional[str], typer.Option(
+        "--token", envvar="GATEWAYCTL_TOKEN", metavar="gwa-...", show_default=False,
+        help="The admin token for --url (better in GATEWAYCTL_TOKEN: a command line is visible to others).")] = None,
+    cacert: Annotated[Optional[str], typer.Option(
+        "--cacert", envvar="GATEWAYCTL_CACERT", metavar="FILE", show_default=False,
+        help="PEM CA certificate(s) to verify the remote gateway with (a private CA); default: the system's.")] = None,
+    version: VersionOpt = False,
+) -> None:
+    """Operate a running gatewayd over its admin socket, or a remote one with --url and an admin
+    token: accounts, payments, keys, usage.
 
-    --socket and --json may come before the command or after it.
+    --socket and --json may come before the command or after it; --url, --token and
+    --cacert before it.
     """
+    global _remote
+    _remote = Remote(url, token, cacert)

@@ -20,7 +20,7 @@ converted exactly to integer nano-dollars before it is sent.
 from __future__ import annotations
 
 # each command module registers its commands on the app when imported, in the order of --help
-from gatewayctl import accounts, keys, usage, operations, prices, codes  # noqa: F401
+from gatewayctl import accounts, keys, usage, operations, prices, codes, operators  # noqa: F401
 from gatewayctl.common import app
 
 

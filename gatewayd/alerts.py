@@ -37,7 +37,8 @@ KINDS = {"balance_below": "balance.below", "key_spend_limit": "key.spend_limit",
          "payment": "payment.received"}
 
 PAYMENT_SOURCES = {"operator": "payment", "code": "code redemption", "card": "card payment", "refund": "refund",
-                   "dispute": "card dispute", "dispute_won": "card dispute closed in your favour"}
+                   "dispute": "card dispute", "dispute_won": "card dispute closed in your favour",
+                   "adjustment": "balance adjustment"}
 
 
 def level_80_at(limit_nano: int) -> int:

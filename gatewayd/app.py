@@ -43,6 +43,7 @@ JSON = "application/json"
 # Served over TLS (``[server] tls_cert``): browsers keep to HTTPS for a year. Behind a proxy that
 # ends TLS, the proxy sends it (docs/deploy/nginx.conf).
 HSTS = (b"strict-transport-security", b"max-age=31536000")
+ADMIN_API_PREFIX = "/admin/v1/"  # the admin API over HTTP, behind its gate (gatewayd.admin.gate)
 
 
 ENDPOINTS = {
@@ -79,8 +80,12 @@ class Listener:
 
     def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics | None = None,
                  api: ApiRoutes | None = None, *, bodies: BodyPools | None = None,
-                 body_timeout_s: float | None = None, telemetry: "Telemetry | None" = None) -> None:
+                 body_timeout_s: float | None = None, telemetry: "Telemetry | None" = None,
+                 admin: Any = None) -> None:
         self.app = app
+        # the admin API over HTTP and the operator console (gatewayd.admin.gate.AdminDoor): their
+        # own body cap, budget and throttle
+        self.admin = admin
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.api = api  # the /v1 API routes, served without Quart (gatewayd.api_routes)
@@ -186,7 +191,12 @@ class Listener:
                 has_body = True
         scope["gateway.content_length"] = declared
         app = self.api.route(scope["method"], scope["path"]) if self.api is not None else None
-        lease = self._lease(scope, api=app is not None)
+        # the admin API and the operator console: bodies under the admin door's own cap and budget
+        admin = self.admin is not None and (t.path == "/admin" or t.path.startswith("/admin/"))
+        if admin:
+            t.endpoint = "admin"
+            app = self.admin.api if t.path.startswith(ADMIN_API_PREFIX) else self.admin.console(self.app)
+        lease = None if admin else self._lease(scope, api=app is not None)
         scope["gateway.body_lease"] = lease  # the API routes name its owner (the key's account) once known
         deadline = trio.current_time() + self.body_timeout_s if self.body_timeout_s else math.inf
         received = 0

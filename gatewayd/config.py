@@ -105,6 +105,17 @@ class ServerSettings:
 
 
 @attrs.frozen
+class AdminSettings:
+    """``[admin]``: the admin API over HTTP (``gatewayd.admin.gate``), beside the Unix socket."""
+
+    http: bool = True  # /admin/v1/ and the operator console /admin/ on the public listener(s)
+    listen: tuple[str, ...] = ()  # HOST:PORT: a listener of their own for them (an internal interface)
+    requests_per_minute: int = 600  # per admin token (and per address for calls without a valid one)
+    max_body_bytes: int = 4 << 20  # one admin request's body; its own budget, not the API's
+    max_buffered_bytes: int = 16 << 20  # admin request bodies held at once (every caller together)
+
+
+@attrs.frozen
 class LogSettings:
     format: str | None  # "json" | "text"; None: JSON unless stdout is a terminal
     level: str  # "debug" | "info" | "warning" | "error"
@@ -146,6 +157,7 @@ class Config:
             return None
         return (f"providers left out, their key variable not set: {', '.join(left)}; their models are not listed "
                 "and are refused saying why (set the variable to serve them)")
+    admin: AdminSettings = AdminSettings()  # [admin]: the admin API over HTTP
     console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
     mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
     telemetry: TelemetrySettings | None = None  # [telemetry]: OTLP traces and metrics (gatewayd.telemetry); None: off
@@ -571,6 +583,19 @@ def _groups(raw: Any) -> dict[str, Group]:
     return groups
 
 
+def _admin(raw: Any) -> AdminSettings:
+    s = _Section(raw, "admin")
+    s.unknown({f.name for f in attrs.fields(AdminSettings)})
+    d = AdminSettings()
+    return AdminSettings(
+        http=s.bool("http", d.http),
+        listen=_listen_list(s.table["listen"], "admin.listen") if "listen" in s.table else (),
+        requests_per_minute=s.number("requests_per_minute", d.requests_per_minute, minimum=1, integer=True),
+        max_body_bytes=s.number("max_body_bytes", d.max_body_bytes, minimum=1024, integer=True),
+        max_buffered_bytes=s.number("max_buffered_bytes", d.max_buffered_bytes, minimum=1024, integer=True),
+    )
+
+
 def _routing(raw: Any) -> RoutingSettings:
     s = _Section(raw, "routing")
     s.unknown({f.name for f in attrs.fields(RoutingSettings)})
@@ -606,7 +631,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "aliases", "console", "mcp_servers", "telemetry"}
+               "payments", "aliases", "console", "mcp_servers", "telemetry", "admin"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -663,4 +688,5 @@ def load_config(
                                       and alert_settings.smtp is not None, env=env),
         mcp_servers=mcp_servers,
         telemetry=telemetry_settings.read_settings(raw.get("telemetry"), env),
+        admin=_admin(raw.get("admin", {})),
     )

@@ -310,6 +310,29 @@ class Directory:
                 f"{format_usd(amount_nano, 2)} is refused") from None
         return payment.doc()
 
+    async def adjust(self, account: Account, amount_nano: Any, note: Any) -> dict:
+        """The operator's correction of a balance, up or down (a payment row of source
+        ``adjustment``): it moves the credit and the total paid together, as a refund does, so
+        the ledger's invariant (total paid == the sum of the payment rows) holds unchanged.
+        A reason is required: an adjustment is a decision someone must be able to explain."""
+        if isinstance(amount_nano, bool) or not isinstance(amount_nano, int) or amount_nano == 0:
+            raise DirectoryError("amount_nano must be a non-zero integer number of nano-dollars (negative lowers "
+                                 "the balance)")
+        if not isinstance(note, str) or not note.strip() or len(note) > 500:
+            raise DirectoryError("note must be the adjustment's reason: a non-empty string of at most 500 characters")
+        refuse_control_characters(note, "note")
+        if abs(amount_nano) > MAX_PAID_NANO:
+            raise DirectoryError(f"amount_nano: an adjustment is at most {format_usd(MAX_PAID_NANO, 2)} either way")
+        try:
+            payment, _ = await self.store.record_payment(account, amount_nano, note, source="adjustment",
+                                                         reference=None)
+        except PaymentTooLarge:
+            raise DirectoryError(
+                f"amount_nano: the account's total paid ({format_usd(account.total_paid_nano, 2)}) would go "
+                f"{'below zero' if amount_nano < 0 else 'above ' + format_usd(MAX_PAID_NANO, 2)}; "
+                "the adjustment is refused") from None
+        return payment.doc()
+
     async def set_groups(self, account: Account, groups: Any) -> Account:
         if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
             raise DirectoryError("groups must be a list of group names")

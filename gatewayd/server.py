@@ -24,7 +24,11 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
+from gatewayd.admin.console_views import mount_operator_console
+from gatewayd.admin.gate import AdminGate, AdminOnly, door
+from gatewayd.admin.route_reports import publish_forever
 from gatewayd.alert_delivery import AlertDeliverer
 from gatewayd.api_routes import ApiRoutes
 from gatewayd.app import Listener, create_app
@@ -98,8 +102,12 @@ def _public_config(config: Config, worker: WorkerSockets | None = None) -> Hyper
 def listen_refusal(config: Config) -> str | None:
     """Why a listen address cannot be bound, in one line naming it and how to pick another, or
     None. Checked before start: left to hypercorn, a port in use was a 257-line traceback."""
-    addresses = [*config.server.listen, *([config.server.metrics_listen] if config.server.metrics_listen else [])]
-    for address in addresses:
+    flags = {address: "--listen HOST:PORT (or [server] listen)" for address in config.server.listen}
+    if config.server.metrics_listen:
+        flags.setdefault(config.server.metrics_listen, "[server] metrics_listen")
+    for address in config.admin.listen:
+        flags.setdefault(address, "[admin] listen")
+    for address, flag in flags.items():
         host, port = parse_host_port(address)
         if port == 0:
             continue
@@ -109,13 +117,25 @@ def listen_refusal(config: Config) -> str | None:
             try:
                 probe.bind((host, port))
             except OSError as e:
-                flag = "--listen HOST:PORT (or [server] listen)" if address in config.server.listen else \
-                    "[server] metrics_listen"
                 if e.errno == errno.EADDRINUSE:
                     return (f"port {port} on {host} is already in use (another gatewayd, or another program); "
                             f"stop it, or choose another port with {flag}")
                 return f"cannot listen on {address}: {e.strerror}; choose another address with {flag}"
     return None
+
+
+def _admin_listen_config(config: Config) -> HypercornConfig:
+    """``[admin] listen``: the admin API and the operator console on a listener of their own
+    (TLS as the public listener has it)."""
+    binds = []
+    for listen in config.admin.listen:
+        host, port = parse_host_port(listen)
+        binds.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    hc = _hypercorn_config(bind=binds, graceful_timeout=5)
+    if config.server.tls_cert:
+        hc.certfile = config.server.tls_cert
+        hc.keyfile = config.server.tls_key
+    return hc
 
 
 def admin_socket_refusal(path: str) -> str | None:
@@ -238,6 +258,8 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             relay = Relay(config, directory, ledger, upstream, limiter, drain=drain, metrics=metrics)
             telemetry = start_telemetry(config, metrics)
             nursery.start_soon(store.maintain)
+            if store.kind == "postgres":  # route health across instances (gatewayd.admin.route_reports)
+                nursery.start_soon(publish_forever, store, lambda: relay.router.report(relay.config.models))
             # the alert outbox (gatewayd.alert_delivery); [alerts] as reloaded
             nursery.start_soon(AlertDeliverer(store, directory, lambda: relay.config.alerts, metrics.registry).run)
             readiness = Readiness(store, metrics, drain)
@@ -261,6 +283,12 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             admin_app = create_admin_app(directory, store, time.time, reload=reload,
                                          routes=lambda: relay.router.report(relay.config.models),
                                          invite=lambda email: invite(console, email))
+            # one gate for the socket, HTTP and the operator console: scopes, throttle, audit log
+            admin_gate = AdminGate(admin_app, store, openapi.document(), lambda: relay.config.admin,
+                                   lambda: relay.config.server.trusted_proxies)
+            # the operator console, /admin/: on the public listener unless [admin] http is false, and on
+            # [admin] listen (the blueprint says where it is served: gatewayd.admin.console_views)
+            await mount_operator_console(public_app, admin_gate, store, console)
             shutdown = trio.Event()
             ops_shutdown = trio.Event()
             admin_path = config.server.admin_socket
@@ -271,16 +299,26 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
             async with trio.open_nursery() as servers:
                 servers.start_soon(_drain_on_shutdown, shutdown, drain, config.server.shutdown_grace_s)
                 await servers.start(
-                    lambda task_status: hypercorn_serve(admin_app, _admin_config(admin_path, worker),
+                    lambda task_status: hypercorn_serve(admin_gate.socket_app, _admin_config(admin_path, worker),
                                                         shutdown_trigger=shutdown.wait, task_status=task_status)
                 )
                 os.chmod(admin_path, 0o600)
                 binds = await servers.start(
                     lambda task_status: hypercorn_serve(
-                        _public_listener(public_app, config, api, telemetry), _public_config(config, worker),
+                        _public_listener(public_app, config, api, telemetry, admin_gate),
+                        _public_config(config, worker),
                         shutdown_trigger=shutdown.wait, task_status=task_status,
                     )
                 )
+                if config.admin.listen and (worker is None or worker.index == 0):
+                    fields_admin = await servers.start(lambda task_status: hypercorn_serve(
+                        AdminOnly(Listener(public_app, config.admin.max_body_bytes, relay.metrics,
+                                           body_timeout_s=config.server.body_timeout_s,
+                                           admin=door(admin_gate, dedicated=True))),
+                        _admin_listen_config(config), shutdown_trigger=shutdown.wait, task_status=task_status))
+                    # (not "listening on": that line names the public listener, which scripts wait for)
+                    logs.event(f"gatewayd admin API and operator console at {', '.join(fields_admin)}",
+                               admin_listen=fields_admin)
                 loopwatch.freeze_startup_heap()  # full GC passes stop walking the startup objects
                 fields = {"listen": binds, "admin_socket": admin_path, "models": len(config.models),
                           "providers": len(config.providers), "database": _database_label(config.database_url)}
@@ -311,12 +349,14 @@ async def _serve(config: Config, loader, signals, worker: WorkerSockets | None, 
     logs.event("gatewayd stopped")
 
 
-def _public_listener(app, config: Config, api: ApiRoutes, telemetry: "Telemetry | None" = None) -> Listener:
-    """The public listener: bodies read after the key, within the deadline and their pool's budget."""
+def _public_listener(app, config: Config, api: ApiRoutes, telemetry: "Telemetry | None" = None,
+                     admin: AdminGate | None = None) -> Listener:
+    """The public listener: bodies read after the key, within the deadline and their pool's budget;
+    the admin API (``/admin/v1/``) and the operator console behind their own door."""
     server = config.server
     return Listener(app, server.max_body_bytes, api.relay.metrics, api,
                     bodies=BodyPools.from_settings(server), body_timeout_s=server.body_timeout_s,
-                    telemetry=telemetry)
+                    telemetry=telemetry, admin=door(admin) if admin is not None else None)
 
 
 def start_telemetry(config: Config, metrics: Metrics) -> "Telemetry | None":

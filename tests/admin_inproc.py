@@ -27,7 +27,9 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
+from gatewayd.admin import openapi
 from gatewayd.admin.api import create_admin_app
+from gatewayd.admin.gate import AdminGate
 from gatewayd.config import load_config
 from gatewayd.directory import Directory
 from gatewayd.reload import Reloader
@@ -49,8 +51,12 @@ class RealAdmin:
     ``call(fn)`` runs ``await fn(directory, store)`` on the server's trio loop (to set up
     or inspect state the way the daemon would) and returns its result."""
 
-    def __init__(self, socket_path: str, data_dir: Path, config_path: Path | None = None) -> None:
+    def __init__(self, socket_path: str, data_dir: Path, config_path: Path | None = None,
+                 tls: tuple[str, str] | None = None) -> None:
         self.socket_path = socket_path
+        self.tls = tls  # (certfile, keyfile): also serve the admin API over HTTPS at ``https_url``
+        self.https_url: str | None = None
+        self.gate: AdminGate | None = None
         self.data_dir = data_dir
         self.config_path = config_path  # None: the default catalogue
         self.requests: list[Recorded] = []
@@ -82,9 +88,12 @@ class RealAdmin:
             self.directory, self.store = directory, store
             reloader = Reloader(load, lambda c: c, [directory])
             router = Router(config.routing)  # a fresh daemon's: every route healthy, nothing seen yet
-            app = _Recorder(create_admin_app(directory, store, time.time, reload=reloader.reload,
-                                             routes=lambda: router.report(directory.config.models)),
-                            self.requests)
+            admin_app = create_admin_app(directory, store, time.time, reload=reloader.reload,
+                                         routes=lambda: router.report(directory.config.models))
+            # the daemon's gate in front, as gatewayd.server has it: scopes, throttle, audit log
+            self.gate = AdminGate(admin_app, store, openapi.document(), lambda: directory.config.admin,
+                                  lambda: directory.config.server.trusted_proxies)
+            app = _Recorder(self.gate.socket_app, self.requests)
             hc = HypercornConfig()
             hc.bind = [f"unix:{self.socket_path}"]
             hc.accesslog = None
@@ -94,6 +103,16 @@ class RealAdmin:
             async with trio.open_nursery() as nursery:
                 await nursery.start(lambda task_status: serve(app, hc, shutdown_trigger=self._stop.wait,
                                                               task_status=task_status))
+                if self.tls is not None:  # the admin API over HTTPS, as on the public listener
+                    https = HypercornConfig()
+                    https.bind = ["127.0.0.1:0"]
+                    https.accesslog = None
+                    https.graceful_timeout = 0.5
+                    https.certfile, https.keyfile = self.tls
+                    binds = await nursery.start(lambda task_status: serve(
+                        _Recorder(self.gate, self.requests), https, shutdown_trigger=self._stop.wait,
+                        task_status=task_status))
+                    self.https_url = binds[0].replace("http://", "https://")
                 self._ready.set()
         finally:
             await store.close()
@@ -133,14 +152,15 @@ class RealAdmin:
 
 @contextlib.contextmanager
 def running_admin(data_dir: Path, config_path: Path | None = None,
-                  prices: dict[str, dict[str, Any]] | None = None) -> Iterator[RealAdmin]:
+                  prices: dict[str, dict[str, Any]] | None = None,
+                  tls: tuple[str, str] | None = None) -> Iterator[RealAdmin]:
     """A :class:`RealAdmin` started on a socket in a short directory (Unix socket paths: about
     100 bytes), stopped after; ``prices`` is written as the data dir's prices file first
     (``gatewayd.billing.price_overlay``: model -> field -> value in the config file's units)."""
     if prices is not None:
         (data_dir / "prices.json").write_text(json.dumps({"format": "gatewayd-prices/1", "models": prices}))
     short = tempfile.mkdtemp(prefix="gwctl-", dir="/tmp")
-    real = RealAdmin(os.path.join(short, "admin.sock"), data_dir, config_path)
+    real = RealAdmin(os.path.join(short, "admin.sock"), data_dir, config_path, tls)
     real.start()
     try:
         yield real

@@ -131,7 +131,7 @@ def test_pay_json_is_the_api_object(admin: RealAdmin, ann: Made) -> None:
     assert admin.last.body == {"amount_nano": 1}
     paid = one_json(run)
     assert paid["account"] == {**ann.account, "balance_nano": 10_500_000_001, "total_paid_nano": 10_500_000_001,
-                               "balance_usd": "10.500000001"}
+                               "balance_usd": "10.500000001", "total_paid_usd": "10.500000001"}
     assert (paid["payment"]["amount_nano"], paid["payment"]["account_id"]) == (1, ann.id)
 
 

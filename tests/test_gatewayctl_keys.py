@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 import pytest
 
+from gatewayd.money import nano_to_usd_str
 from gatewayd.store.base import Settlement
 from tests.admin_inproc import RealAdmin
 from tests.gatewayctl_cli import Made, gatewayctl, ok, one_json, settle
@@ -150,8 +151,11 @@ def test_key_update_sends_only_given_fields(admin: RealAdmin, laptop: dict, args
     updated = one_json(run)
     expected = {**body, **shown}
     assert {k: updated[k] for k in expected} == expected
+    for name in expected:  # each nano-dollar field has its dollars beside it
+        if name.endswith("_nano"):
+            assert updated[name[:-5] + "_usd"] == nano_to_usd_str(updated[name])
     derived = {"secret", "state", "budget_period_start", "budget_left_nano", "budget_period_spent_nano"}
-    unchanged = set(laptop) - set(expected) - derived
+    unchanged = {k for k in set(laptop) - set(expected) - derived if not k.endswith("_usd")}  # dollars: derived
     assert {k: updated[k] for k in unchanged} == {k: laptop[k] for k in unchanged}
     assert one_json(ok(admin, "key", "show", laptop["id"], "--json")) == updated  # kept, not only answered
 

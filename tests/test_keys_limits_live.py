@@ -107,7 +107,7 @@ def test_one_thousand_keys_per_account(gateway):
     assert len(admin.call("GET", f"/accounts/{account['id']}/keys")["data"]) == 1000
     response = admin.http.post(path, json={"name": "one too many"})
     assert response.status_code == 409
-    assert response.json()["error"] == {"message": TOO_MANY, "code": "too_many_keys"}
+    assert response.json()["error"] == {"message": TOO_MANY, "type": "invalid_request_error", "code": "too_many_keys"}
     run = ctl(gateway, "key", "create", account["id"], "--name", "one too many")
     assert run.returncode == 1 and one_line(run.stderr) == f"gatewayctl: {TOO_MANY}"
     # disabled and expired keys still count; revoked keys do not

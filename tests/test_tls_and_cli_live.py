@@ -59,7 +59,8 @@ def test_gatewayctl_end_to_end(gateway):
     paid = ctl(gateway, "account", "pay", email, "12.50", "--note", "card", "--json")
     assert paid.returncode == 0, paid.stderr
     balance = json.loads(ctl(gateway, "balance", email, "--json").stdout)
-    assert balance == {"balance_nano": 12_500_000_000, "held_nano": 0, "total_paid_nano": 12_500_000_000}
+    assert balance == {"balance_nano": 12_500_000_000, "held_nano": 0, "total_paid_nano": 12_500_000_000,
+                       "balance_usd": "12.5", "held_usd": "0", "total_paid_usd": "12.5"}
     key = json.loads(ctl(gateway, "key", "create", email, "--name", "cli", "--spend-limit", "1.5",
                          "--models", "gpt-4.1-mini,claude-haiku-4-5", "--json").stdout)
     assert key["secret"].startswith("sk-") and key["spend_limit_nano"] == 1_500_000_000

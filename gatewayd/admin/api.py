@@ -1,4 +1,8 @@
-"""The admin API: JSON over the local Unix socket (mode 0600), spoken by ``gatewayctl``.
+"""The admin API: JSON, spoken by ``gatewayctl`` over the local Unix socket (mode 0600) and by
+anyone with an admin token over HTTP under ``/admin/v1/``. This app is the one implementation;
+every door reaches it through the gate (``gatewayd.admin.gate``: who may call what, the
+throttle, the audit log), and its routes are described, each with its scope, in the OpenAPI
+document (``gatewayd.admin.openapi``).
 
 Every change goes through the ``Directory`` (validation, write-through), so it takes
 effect on the very next public request. Reads of history (payments, usage) go to the
@@ -11,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import zoneinfo
 from typing import Any, Awaitable, Callable
 
 import orjson
@@ -19,8 +22,12 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from gatewayd.admin.answers import MAX_ROW_ID, json_response as _json, instant
 from gatewayd.admin.codes import add_code_routes
+from gatewayd.admin.gate import error_body
+from gatewayd.admin.operators import add_operator_routes
 from gatewayd.admin.prices import add_price_routes
+from gatewayd.admin.route_reports import every_instance
 from gatewayd.budgets import budget_view
 from gatewayd.directory import Directory, DirectoryError, parse_alert_below, parse_max_concurrent
 from gatewayd.store.base import utc_iso
@@ -30,44 +37,6 @@ JSON = "application/json"
 log = logging.getLogger("gatewayd.admin")
 KEY_FIELDS = ("name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
               "budget_nano", "budget_period", "mcp")
-
-
-# The stored times' range: a bound outside it (the end of 9999-12-31, the start of 0001-01-01
-# in a zone east of UTC) is clamped to it, which selects the same rows.
-EARLIEST = "0001-01-01T00:00:00.000Z"
-LATEST = "9999-12-31T23:59:59.999Z"
-MAX_ROW_ID = 2**63 - 1  # the stores' 64-bit row ids: a larger ``before`` pages from the newest row
-
-
-def instant(value: str | None, timezone: str, name: str, *, end_of_day: bool = False) -> str | None:
-    """``YYYY-MM-DD`` in ``timezone`` (``until``: the end of that day, inclusive) or an ISO 8601
-    timestamp with an offset, as the stored UTC text it is compared with."""
-    if value is None or value == "":
-        return None
-    try:
-        if len(value) == 10:
-            day = datetime.date.fromisoformat(value)
-            if end_of_day:
-                if day == datetime.date.max:
-                    return LATEST
-                day += datetime.timedelta(days=1)
-            moment = datetime.datetime.combine(day, datetime.time(), zoneinfo.ZoneInfo(timezone))
-        else:
-            moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            if moment.tzinfo is None:
-                raise ValueError("no offset")
-    except ValueError:
-        raise DirectoryError(f"{name} must be a date YYYY-MM-DD or an ISO 8601 time with an offset (got {value!r})"
-                             ) from None
-    try:
-        utc = moment.astimezone(datetime.timezone.utc)
-    except OverflowError:  # before year 1 or after year 9999 once in UTC
-        return EARLIEST if moment.year == 1 else LATEST
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
-
-
-def _json(doc: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(doc), status=status, content_type=JSON)
 
 
 def create_admin_app(directory: Directory, store, clock, reload=None,
@@ -102,32 +71,32 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         value = doc.get(field)
         return default if value is None else value
 
+    def error_response(status: int, message: str, code: str) -> Response:
+        return Response(error_body(status, message, code), status=status, content_type=JSON)
+
     @app.errorhandler(DirectoryError)
     async def refused(error: DirectoryError):
-        return _json({"error": {"message": error.message, "code": error.code}}, error.status)
+        return error_response(error.status, error.message, error.code)
 
     @app.errorhandler(Exception)
     async def failed(error: Exception):
         """Whatever escapes a route is answered in the JSON shape gatewayctl reads, never Quart's
         HTML page: an HTTP error with its own status, anything else a logged 500."""
         if isinstance(error, HTTPException):
-            return _json({"error": {"message": f"{error.name}: {error.description}", "code": "http_error"}},
-                         error.code or 500)
+            return error_response(error.code or 500, f"{error.name}: {error.description}", "http_error")
         log.error("admin: internal error on %s %s: %s", request.method, request.path, type(error).__name__,
                   exc_info=error)
-        return _json({"error": {"message": f"the gateway failed on {request.method} {request.path} "
-                                           f"({type(error).__name__}); this is a gateway bug, its traceback is "
-                                           "in the daemon's log", "code": "internal_error"}}, 500)
+        return error_response(500, f"the gateway failed on {request.method} {request.path} "
+                              f"({type(error).__name__}); this is a gateway bug, its traceback is in the daemon's log",
+                              "internal_error")
 
     @app.errorhandler(404)
     async def not_found(_error):
-        return _json({"error": {"message": f"no admin route {request.method} {request.path}", "code": "not_found"}},
-                     404)
+        return error_response(404, f"no admin route {request.method} {request.path}", "not_found")
 
     @app.errorhandler(405)
     async def not_allowed(_error):
-        return _json({"error": {"message": f"{request.method} not allowed on {request.path}", "code": "not_found"}},
-                     405)
+        return error_response(405, f"{request.method} not allowed on {request.path}", "method_not_allowed")
 
     def key_doc(key) -> dict:
         now = clock()
@@ -154,7 +123,15 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
 
     @app.get("/admin/v1/accounts")
     async def list_accounts():
+        """Every account, or (``q``) those whose email, name or id holds ``q`` (any case); at most
+        ``limit`` of them (by email). Only those shown have their balance refreshed."""
         accounts = list(directory.accounts.values())
+        q = (request.args.get("q") or "").strip().lower()
+        if q:
+            accounts = [a for a in accounts if q in a.email.lower() or q in a.name.lower() or q in a.id]
+        limit = _int_arg("limit", None, 1, None)
+        if limit is not None:
+            accounts = sorted(accounts, key=lambda a: a.email.lower())[:limit]
         for account in accounts:
             await store.refresh_balance(account)
         return _json({"data": [a.public() for a in accounts]})
@@ -201,6 +178,14 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         doc = await body("amount_nano", "note")
         payment = await directory.pay(account, doc.get("amount_nano"), given(doc, "note", ""))
         return _json({"account": account.public(), "payment": payment}, 201)
+
+    @app.post("/admin/v1/accounts/<ref>/adjustments")
+    async def adjust(ref: str):
+        """A correction of the balance, up or down, with its reason (``Directory.adjust``)."""
+        account = directory.account(ref)
+        doc = await body("amount_nano", "note")
+        adjustment = await directory.adjust(account, doc.get("amount_nano"), doc.get("note"))
+        return _json({"account": account.public(), "adjustment": adjustment}, 201)
 
     @app.get("/admin/v1/accounts/<ref>/payments")
     async def payments(ref: str):
@@ -321,9 +306,17 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
 
     @app.get("/admin/v1/routes")
     async def list_routes():
-        return _json({"data": routes() if routes is not None else []})
+        """This instance's routes; ``?instances=all``: every instance's (``gatewayd.admin.route_reports``)."""
+        local = routes() if routes is not None else []
+        scope = request.args.get("instances")
+        if scope is None:
+            return _json({"data": local})
+        if scope != "all":
+            raise DirectoryError("instances must be all (every instance's routes) or absent (this instance's)")
+        return _json({"data": await every_instance(store, local)})
 
     add_price_routes(app, directory, reload)
     add_code_routes(app, directory, store, body)
+    add_operator_routes(app, store, body)
 
     return app

@@ -15,13 +15,14 @@ import orjson
 from quart import Response
 
 from gatewayd import codes
+from gatewayd.admin.answers import usd_beside
 from gatewayd.directory import Directory, DirectoryError
 from gatewayd.records import utc_now_iso
 from gatewayd.store.redemption_codes import RedemptionCode
 
 
 def _json(doc: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(doc), status=status, content_type="application/json")
+    return Response(orjson.dumps(usd_beside(doc)), status=status, content_type="application/json")
 
 
 def add_code_routes(app, directory: Directory, store, body: Callable[..., Awaitable[dict]]) -> None:

@@ -142,10 +142,12 @@ class Payment:
         return attrs.asdict(self)
 
 
-# Where a payment comes from (``payments.source``); the last two are negative amounts
-# dispute_won: a dispute closed in the card holder's favour gives back what its opening held
-PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute", "dispute_won")
+# Where a payment comes from (``payments.source``); refunds and disputes are negative amounts
+# (dispute_won: a dispute closed in the card holder's favour gives back what its opening held), an
+# operator's adjustment (``POST /admin/v1/accounts/{ref}/adjustments``) either sign
+PAYMENT_SOURCES = ("operator", "code", "card", "refund", "dispute", "dispute_won", "adjustment")
 NEGATIVE_SOURCES = frozenset({"refund", "dispute"})
+SIGNED_SOURCES = frozenset({"adjustment"})
 
 
 USAGE_FIELDS = (

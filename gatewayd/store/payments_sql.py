@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gatewayd.money import MAX_PAID_NANO
 from gatewayd.records import Account, utc_now_iso
 from gatewayd.store import redemption_codes
-from gatewayd.store.base import NEGATIVE_SOURCES, PAYMENT_SOURCES, Payment, PaymentTooLarge
+from gatewayd.store.base import NEGATIVE_SOURCES, PAYMENT_SOURCES, SIGNED_SOURCES, Payment, PaymentTooLarge
 from gatewayd.store.redemption_codes import RedemptionCode
 
 if TYPE_CHECKING:
@@ -35,7 +35,10 @@ def check_payment(amount_nano: int, source: str) -> None:
     """A payment's amount fits its source: a programming error otherwise (callers validate input)."""
     if source not in PAYMENT_SOURCES:
         raise ValueError(f"unknown payment source {source!r}")
-    if source in NEGATIVE_SOURCES:
+    if source in SIGNED_SOURCES:
+        if amount_nano == 0 or abs(amount_nano) > MAX_PAID_NANO:
+            raise ValueError(f"an {source} is a non-zero amount of at most {MAX_PAID_NANO} either way, not {amount_nano}")
+    elif source in NEGATIVE_SOURCES:
         if not -MAX_PAID_NANO <= amount_nano < 0:
             raise ValueError(f"a {source} is a negative amount of at most {MAX_PAID_NANO}, not {amount_nano}")
     elif not 0 < amount_nano <= MAX_PAID_NANO:

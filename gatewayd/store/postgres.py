@@ -297,6 +297,14 @@ class PostgresStore(InstanceMaintenance, ChangeFeed, SQLStore):
     async def _read(self, job: Callable[[Tx], R], *, deadline_s: float = READ_DEADLINE_S) -> R:
         return await self._call(job, self._requests, deadline_s=deadline_s)
 
+    async def _bounded_read(self, job: Callable[[Tx], R]) -> R:
+        """(AdminSQL: an admin token's check) bounded like a request's store call."""
+        return await self._read(job, deadline_s=POOL_WAIT_S)
+
+    async def _bounded_write(self, job: Callable[[Tx], R]) -> R:
+        """(AdminSQL: an admin call's audit row) bounded like a request's store call."""
+        return await self._write(job, deadline_s=POOL_WAIT_S)
+
     async def ping(self) -> None:
         """One round trip (readiness), bounded like a request's."""
         await self._read(lambda tx: tx.one("SELECT 1 AS one"), deadline_s=POOL_WAIT_S)

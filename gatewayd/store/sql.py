@@ -24,6 +24,7 @@ from gatewayd.records import Account, Key, expiry_instant, new_id, utc_now_iso
 from gatewayd.store import alert_outbox
 from gatewayd.store.alert_outbox import OutboxRow
 from gatewayd.store.audit import NAMED_AT_MOST, over_hold_condition
+from gatewayd.store.admin_sql import AdminSQL
 from gatewayd.store.payments_sql import PaymentsSQL
 from gatewayd.store.signin_attempts import Decide
 from gatewayd.store.usage_queries import UsageFilter
@@ -155,7 +156,7 @@ def instance_host() -> str:
     return socket.gethostname()[:200]
 
 
-class SQLStore(PaymentsSQL):
+class SQLStore(PaymentsSQL, AdminSQL):
     """The contract methods with one SQL text for both stores (see the module docstring)."""
 
     kind = "sql"

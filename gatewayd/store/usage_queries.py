@@ -83,10 +83,20 @@ def usage_report(tx: Any, where: UsageFilter) -> dict[str, Any]:
         f"SELECT account_id, key_id, {_SUMS} FROM usage WHERE {sql} GROUP BY account_id, key_id"
         " ORDER BY cost_nano DESC, key_id", args)
     total = tx.one(f"SELECT {_SUMS} FROM usage WHERE {sql}", args)
-    return {"by_model": [_ints(r) for r in by_model], "by_key": [_ints(r) for r in by_key], "total": _ints(total)}
+    # over time: each UTC day's sums per model, and per account (the operator console's revenue
+    # chart and CSV)
+    by_day = tx.rows(
+        f"SELECT substr(created_at, 1, 10) AS day, model, {_SUMS} FROM usage WHERE {sql}"
+        " GROUP BY substr(created_at, 1, 10), model ORDER BY day, model", args)
+    by_day_account = tx.rows(
+        f"SELECT substr(created_at, 1, 10) AS day, account_id, {_SUMS} FROM usage WHERE {sql}"
+        " GROUP BY substr(created_at, 1, 10), account_id ORDER BY day, account_id", args)
+    return {"by_model": [_ints(r) for r in by_model], "by_key": [_ints(r) for r in by_key],
+            "by_day": [_ints(r) for r in by_day], "by_day_account": [_ints(r) for r in by_day_account],
+            "total": _ints(total)}
 
 
 def _ints(row: Any) -> dict[str, Any]:
     """Sums as plain ints (PostgreSQL's sum() of bigint is numeric)."""
-    return {name: int(row[name]) if name not in ("model", "account_id", "key_id") else row[name]
+    return {name: int(row[name]) if name not in ("model", "account_id", "key_id", "day") else row[name]
             for name in row.keys()}
