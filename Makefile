@@ -1,4 +1,5 @@
-# make run   - create .venv, install, start `gatewayd serve --demo` (SQLite, built-in simulator)
+# make run   - create .venv, install the runtime only, start `gatewayd serve --demo` (SQLite, built-in
+#             simulator); RUN_ARGS='--listen 127.0.0.1:8081' passes flags to it
 # make lint  - ruff check and mypy (configured in pyproject.toml); make test runs it first
 # make test  - create .venv, install, lint, run the whole suite (slow and browser tests included)
 #             on SQLite, then the keys, billing, faults and console tests on PostgreSQL
@@ -10,21 +11,34 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	&& echo $$p && break; done)
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps: the runtime (gatewayd and what it needs to run: `make run`) and, on top of it, the
+# test tools (`make install`, `make test`, `make lint`: the `test` extra). Each is redone when
+# pyproject.toml changes; `make test` on a clean checkout makes both.
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP := $(VENV)/.installed-stamp
+RUN_ARGS ?=
 
 .PHONY: install run lint test test-unit test-postgres test-fast bench clean
 
-$(STAMP): pyproject.toml
-	@test -n "$(PYTHON)" || { echo "gatewayd needs Python 3.11 or newer on PATH"; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+# (a .venv whose full install is newer than pyproject.toml already has the runtime: stamped
+# with that install's time, so the test tools are not installed again)
+$(RUNTIME_STAMP): pyproject.toml
+	@if [ $(STAMP) -nt pyproject.toml ]; then touch -r $(STAMP) $(RUNTIME_STAMP); else \
+	  test -n "$(PYTHON)" || { echo "gatewayd needs Python 3.11 or newer on PATH"; exit 1; }; \
+	  test -x $(BIN)/python || { echo "make: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }; \
+	  echo "make: installing gatewayd and its runtime dependencies into $(VENV) (about 200 MB and a minute the first time; the test tools come with make test)"; \
+	  $(BIN)/python -m pip install --quiet --upgrade pip && $(BIN)/python -m pip install --quiet -e . && touch $(RUNTIME_STAMP); fi
+
+$(STAMP): $(RUNTIME_STAMP)
+	@echo "make: installing the test tools (the test extra: pytest, ruff, mypy, Playwright, the SDKs) into $(VENV)"
+	@$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
-	$(BIN)/gatewayd serve --demo
+run: $(RUNTIME_STAMP)
+	@echo "make: starting gatewayd serve --demo $(RUN_ARGS) (every model answered by the built-in simulator; Ctrl-C stops it)"
+	$(BIN)/gatewayd serve --demo $(RUN_ARGS)
 
 # The keys, billing, faults and console tests again with every daemon on PostgreSQL
 # (a fresh database per daemon on 127.0.0.1:5432, dropped after the run; see tests/pg.py).

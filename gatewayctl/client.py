@@ -18,6 +18,7 @@ from urllib.parse import quote
 import httpx
 
 DEFAULT_SOCKET = "var/admin.sock"
+DEMO_SOCKET = "var/demo/admin.sock"  # `gatewayd serve --demo` (make run) in the same directory
 SOCKET_ENV = "GATEWAY_ADMIN_SOCKET"
 
 # The admin API is local and quick, but an audit of a large database is a full scan.
@@ -37,8 +38,14 @@ class AdminError(Exception):
 
 
 def resolve_socket(explicit: str | None) -> str:
-    """``--socket`` if given, else ``$GATEWAY_ADMIN_SOCKET``, else ``var/admin.sock``."""
-    return explicit or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+    """``--socket`` if given, else ``$GATEWAY_ADMIN_SOCKET``, else ``var/admin.sock``; else, when
+    only the demo's socket is there (``make run`` in this checkout), ``var/demo/admin.sock``."""
+    chosen = explicit or os.environ.get(SOCKET_ENV)
+    if chosen:
+        return chosen
+    if not os.path.exists(DEFAULT_SOCKET) and os.path.exists(DEMO_SOCKET):
+        return DEMO_SOCKET
+    return DEFAULT_SOCKET
 
 
 def segment(value: str) -> str:

@@ -262,6 +262,18 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from gatewayd.version import version
+
+        typer.echo(f"gatewayctl {version()}")
+        raise typer.Exit(0)
+
+
+VersionOpt = Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print gatewayctl's version and exit.")]
+
+
 @app.callback()
 def _root(
     socket: SocketOpt = None,
@@ -275,6 +287,7 @@ def _root(
     cacert: Annotated[Optional[str], typer.Option(
         "--cacert", envvar="GATEWAYCTL_CACERT", metavar="FILE", show_default=False,
         help="PEM CA certificate(s) to verify the remote gateway with (a private CA); default: the system's.")] = None,
+    version: VersionOpt = False,
 ) -> None:
     """Operate a running gatewayd over its admin socket, or a remote one with --url and an admin
     token: accounts, payments, keys, usage.

@@ -7,6 +7,7 @@ money is held, so none of them is ever charged.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import time
 from fractions import Fraction
@@ -16,6 +17,7 @@ import attrs
 from gatewayd.config import Config, Group, Model
 from gatewayd.directory import Directory
 from gatewayd.errors import GatewayError, invalid_token, model_not_found
+from gatewayd.money import usd_brief
 from gatewayd.records import Account, Key
 
 
@@ -49,11 +51,31 @@ def authenticate(directory: Directory, headers, *, key_headers: tuple[str, ...] 
                  query_key: str | None = None, now: float | None = None) -> Caller:
     secret = presented_secret(headers, key_headers=key_headers, query_key=query_key)
     if secret is None:
-        raise invalid_token()
+        raise invalid_token(_absent_key_reason(headers, key_headers, query_key))
     key = directory.key_for_secret(secret)
-    if key is None or key.state(time.time() if now is None else now) != "enabled":
-        raise invalid_token()
+    if key is None:
+        raise invalid_token("no key has this secret (mistyped, or another gateway's)")
+    state = key.state(time.time() if now is None else now)
+    if state != "enabled":
+        raise invalid_token(f"key {key.id} is {_STATE_WORDS.get(state, state)}")
     return Caller(key=key, account=directory.accounts[key.account_id])
+
+
+_STATE_WORDS = {"deleted": "revoked", "used_up": "used up (spend limit reached)"}
+
+# the headers some client may put a key in, for telling the operator which one an endpoint ignored
+_OTHER_KEY_HEADERS = ("x-api-key", "x-goog-api-key", "api-key")
+
+
+def _absent_key_reason(headers, key_headers: tuple[str, ...], query_key: str | None) -> str:
+    """Why no key was read, for the operator's log (the client gets the spec's one 401)."""
+    auth = headers.get("authorization")
+    if auth is not None:
+        return "Authorization header is not 'Bearer <key>'"
+    ignored = [name for name in _OTHER_KEY_HEADERS if name not in key_headers and headers.get(name)]
+    if ignored:
+        return f"key sent in {ignored[0]}, which this endpoint does not read"
+    return "no key presented"
 
 
 def _unmapped(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -100,6 +122,7 @@ class Grant:
     model: Model
     price_ratio: Fraction
     group: str
+    alias: str | None = None  # the id the request named, when it was an alias of ``model``
 
 
 def caller_group(config: Config, caller: Caller) -> Group:
@@ -122,16 +145,35 @@ def caller_group(config: Config, caller: Caller) -> Group:
 
 
 def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str, endpoint: str) -> Grant:
-    """Model list, group, availability, price: the checks between the body and the rate limit."""
+    """Model list, group, availability, price: the checks between the body and the rate limit.
+
+    Each refusal keeps the spec's status and code and says which case it is and what to do
+    (the SDKs retry a 503: a message that explains is what tells a person to stop)."""
     key, account = caller.key, caller.account
-    if key.models is not None and model_id not in key.models:
-        raise GatewayError(403, f"This token has no access to model {model_id}", "")
+    model, alias = config.model(model_id)
+    if key.models is not None and model_id not in key.models and (model is None or model.id not in key.models):
+        allowed = ", ".join(sorted(key.models)) or "none"
+        raise GatewayError(403, f"This token has no access to model {model_id}; this key may use: {allowed} "
+                           "(GET /v1/models lists them)", "", reason="model not on the key's model list")
     group = caller_group(config, caller)
-    model = config.models.get(model_id)
-    if model is None or account.total_paid_nano < config.server.models_visible_after_paid_nano:
-        raise model_not_found(model_id)
-    if model.kind == "embedding" and model_id not in account.embedding_models:
-        raise model_not_found(model_id)
+    threshold = config.server.models_visible_after_paid_nano
+    if account.total_paid_nano < threshold:
+        more = threshold - account.total_paid_nano
+        raise model_not_found(
+            model_id, f"this account can use models once its total paid reaches {usd_brief(threshold)}; it has paid "
+            f"{usd_brief(account.total_paid_nano)} so far, so {usd_brief(more)} more is needed (the console's "
+            "Balance page shows Total paid)", reason="account under the visibility threshold")
+    if model is None:
+        raise model_not_found(model_id, _unknown_model_hint(config, caller, model_id), reason="unknown model id")
+    if not any(route.usable for route in model.routes):
+        missing = sorted({r.provider.missing_key_env or "" for r in model.routes})
+        raise model_not_found(
+            model_id, f"its provider has no API key on this gateway (the operator sets {', '.join(missing)} and "
+            "restarts or reloads)", reason=f"provider left out: {', '.join(missing)} not set")
+    if model.kind == "embedding" and model.id not in account.embedding_models:
+        raise model_not_found(
+            model_id, "this embedding model is not enabled for this account; the gateway's operator enables it "
+            "(gatewayctl account embeddings ACCOUNT MODEL --enable)", reason="embedding model not enabled for the account")
     if model.kind != kind:
         if kind == "embedding":
             raise GatewayError(400, f"{model_id} is a chat model; /v1/embeddings takes an embedding model",
@@ -146,8 +188,21 @@ def authorize_model(config: Config, caller: Caller, model_id: str, *, kind: str,
             param="model",
         )
     if not model.priced:
-        raise GatewayError(400, f"model {model_id} is listed but has no price yet", "model_price_error")
-    return Grant(model=model, price_ratio=group.price_ratio, group=group.name)
+        raise GatewayError(400, f"model {model_id} is listed but has no price yet; the gateway's operator sets its "
+                           "input_price and output_price", "model_price_error", reason="model has no price")
+    return Grant(model=model, price_ratio=group.price_ratio, group=group.name, alias=alias)
+
+
+def _unknown_model_hint(config: Config, caller: Caller, model_id: str) -> str:
+    """The closest ids this caller may use (never the ones it may not: the catalogue past what
+    GET /v1/models lists is not told), and where the full list is."""
+    ids = [m.id for m in visible_models(config, caller)]
+    close = difflib.get_close_matches(model_id, ids, n=3, cutoff=0.5)
+    if not close:  # a prefix (a dated or shortened id) is close too
+        stem = model_id.split("-20")[0]
+        close = [i for i in ids if i.startswith(stem) or stem.startswith(i)][:3]
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"no model with this id on this gateway; {hint}GET /v1/models lists the models this key may use"
 
 
 def visible_models(config: Config, caller: Caller) -> list[Model]:
@@ -161,6 +216,8 @@ def visible_models(config: Config, caller: Caller) -> list[Model]:
             return []  # pinned to a group it cannot use: every model request is refused, so none is listed
     out = []
     for model in config.models.values():
+        if not any(route.usable for route in model.routes):
+            continue  # its provider was left out (an unset key variable): refused, saying why
         if key.models is not None and model.id not in key.models:
             continue
         if model.kind == "embedding" and model.id not in account.embedding_models:

@@ -174,14 +174,16 @@ class ApiRoutes:
         await self._answer(send, ctx, listing())
 
     async def _model(self, scope, receive, send) -> None:
-        """``GET /v1/models/{id}``: one item of the key's listing, or 404."""
+        """``GET /v1/models/{id}``: one item of the key's listing (an alias's: its model's), or 404."""
         ctx = self._context(scope, Headers(scope["headers"]), "models")
         model_id = scope["path"][len(MODEL_PREFIX):]
 
         async def item() -> tuple[int, dict, bytes]:
             caller = self.relay.admit(ctx, key_headers=("x-api-key",))
-            for entry in endpoints.model_entries(self.relay.config, caller, ctx):
-                if entry["id"] == model_id:
+            config = self.relay.config
+            named = config.aliases.get(model_id, model_id)  # an alias: its catalogue model's entry
+            for entry in endpoints.model_entries(config, caller, ctx):
+                if entry["id"] == named:
                     return 200, {}, orjson.dumps(entry)
             raise GatewayError(404, f"The model {model_id} does not exist", "model_not_found", param="model")
 

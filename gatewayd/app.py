@@ -263,6 +263,7 @@ class Listener:
     async def _refuse(self, send, request_id: str, error: GatewayError) -> None:
         """A refusal made while the body was (or would be) coming, in the chat envelope; the
         connection is closed after it, the rest of the body unread."""
+        trace.refused(error.code, error.log_reason())
         telemetry.refused(error)
         body = error.chat_body(request_id)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
@@ -329,6 +330,7 @@ def create_app(readiness: "Readiness | None" = None) -> QuartTrio:
         add_ops_routes(app, readiness)
 
     def error_response(error: GatewayError) -> Response:
+        trace.refused(error.code, error.log_reason())
         body = error_body(error, str(request.scope.get("gateway.request_id", "")))  # none is a messages route
         return Response(body, status=error.status, content_type=JSON, headers=error.headers)
 

@@ -35,5 +35,7 @@ class AttemptFailed(Exception):
         self.reason = reason
         self.upstream = upstream
         self.retryable = retryable
+        # the provider refused the gateway's own credentials (401/403): the operator's to fix
+        self.misconfigured = upstream is not None and upstream.status in (401, 403)
         self.retry_after_s = retry_after_s
         self.reached = reached or upstream is not None

@@ -26,6 +26,13 @@ class Provider:
     base_url: str
     api_key: str | None
     settings: Mapping[str, Any] = attrs.field(factory=dict, hash=False)  # compared, not hashed: a dict
+    # the default catalogue's provider whose ``api_key_env`` names an unset variable: left out
+    # (its routes are never planned, its models unlisted and refused saying so); None: usable
+    missing_key_env: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.missing_key_env is None
 
 
 @attrs.frozen
@@ -44,6 +51,11 @@ class ModelRoute:
     weight: int = 1
     auto_cache: bool = False
     carry_cache_markers: bool = False
+
+    @property
+    def usable(self) -> bool:
+        """False when its provider was left out (an unset key variable): never planned."""
+        return self.provider.usable
 
     @property
     def name(self) -> str:

@@ -13,6 +13,20 @@ from gatewayd.config import ConfigError, load_config
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="gatewayd: a multi-model LLM gateway.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from gatewayd.version import describe
+
+        print(describe())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and the database schema it knows, and exit.")) -> None:
+    """gatewayd: a multi-model LLM gateway."""
+
+
 @app.command()
 def serve(
     config: Optional[str] = typer.Option(None, "--config", help="TOML config file (env GATEWAY_CONFIG)."),
@@ -33,7 +47,7 @@ def serve(
     from gatewayd import hypercorn_patches
     from gatewayd.local_files import DAEMON_UMASK, LocalFileRefused, prepare_data_dir
     from gatewayd.server import run
-    from gatewayd.store.base import StoreError
+    from gatewayd.store.base import SchemaTooNew, StoreError
 
     unfit = hypercorn_patches.refusal()  # a hypercorn the patches no longer fit: refuse, one line
     if unfit is not None:
@@ -63,14 +77,16 @@ def serve(
         import attrs
 
         cfg = attrs.evolve(cfg, demo=True)
+    elif cfg.left_out_warning():
+        print(f"gatewayd: warning: {cfg.left_out_warning()}", file=sys.stderr)
     try:
         prepare_data_dir(cfg.server.data_dir, tighten=False)
     except LocalFileRefused as e:
         print(f"gatewayd: {e}", file=sys.stderr)
         raise typer.Exit(2)
-    from gatewayd.server import admin_socket_refusal
+    from gatewayd.server import admin_socket_refusal, listen_refusal
 
-    refusal = admin_socket_refusal(cfg.server.admin_socket)
+    refusal = admin_socket_refusal(cfg.server.admin_socket) or listen_refusal(cfg)
     if refusal is not None:
         print(f"gatewayd: {refusal}", file=sys.stderr)
         raise typer.Exit(2)
@@ -88,6 +104,9 @@ def serve(
     except KeyboardInterrupt:
         pass
     except LocalFileRefused as e:  # a link where the database or a slot file goes
+        print(f"gatewayd: {e}", file=sys.stderr)
+        raise typer.Exit(2)
+    except SchemaTooNew as e:  # a newer gatewayd migrated the database: serving it could corrupt it
         print(f"gatewayd: {e}", file=sys.stderr)
         raise typer.Exit(2)
     except StoreError as e:  # the database is in use by another process, unreachable, or refused us
@@ -111,6 +130,8 @@ def check_config(path: str = typer.Argument(..., metavar="FILE", help="The TOML 
     except ConfigError as e:
         print(f"gatewayd: config error: {e}", file=sys.stderr)
         raise typer.Exit(2)
+    if cfg.left_out_warning():
+        print(f"gatewayd: warning: {cfg.left_out_warning()}", file=sys.stderr)
     mcp = f", {len(cfg.mcp_servers)} MCP servers" if cfg.mcp_servers else ""
     print(f"gatewayd: {path}: config ok ({len(cfg.providers)} providers, {len(cfg.models)} models, "
           f"{len(cfg.groups)} groups{mcp})")
@@ -126,11 +147,50 @@ def simulate(listen: str = typer.Option("127.0.0.1:9090", "--listen", help="HOST
 
 
 @app.command()
-def catalogue() -> None:
-    """Print the default catalogue (providers, models, groups): a starting point for --config."""
+def catalogue(
+    check: Optional[str] = typer.Option(None, "--check", metavar="PRICES.json",
+                                        help="Compare the prices with this price list (LiteLLM's JSON) instead."),
+    config: Optional[str] = typer.Option(None, "--config", help="With --check: the config whose prices are compared "
+                                         "(default: the default catalogue)."),
+) -> None:
+    """Print the default catalogue (providers, models, groups): a starting point for --config.
+    With --check: print where its prices (or a config's) differ from a price list; exit 0
+    when none does, 1 when some do, 2 when the list or the config cannot be read."""
     from gatewayd.config import DEFAULT_CATALOGUE
 
-    sys.stdout.write(DEFAULT_CATALOGUE.read_text(encoding="utf-8"))
+    if check is None:
+        sys.stdout.write(DEFAULT_CATALOGUE.read_text(encoding="utf-8"))
+        return
+    raise typer.Exit(_check_catalogue(check, config))
+
+
+def _check_catalogue(list_path: str, config_path: str | None) -> int:
+    import orjson
+
+    from gatewayd.billing.price_list import CatalogueModel, PriceListError, import_price_list
+
+    try:
+        cfg = load_config(config_path)  # the default catalogue's providers without keys are only left out
+        with open(list_path, "rb") as f:
+            doc = orjson.loads(f.read())
+        result = import_price_list(doc, [CatalogueModel.of(m) for m in cfg.models.values()])
+    except ConfigError as e:
+        print(f"gatewayd: config error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, orjson.JSONDecodeError, PriceListError) as e:
+        print(f"gatewayd: price list {list_path}: {e}", file=sys.stderr)
+        return 2
+    for change in result.changes:
+        c = change.doc()
+        old = c["old_usd"] or ("-" if c["old"] is None else str(c["old"]))
+        new = c["new_usd"] or str(c["new"])
+        unit = {"token": "USD per 1M tokens", "call": "USD per call"}.get(c["unit"], c["unit"])
+        print(f"{c['model']}: {c['field']} configured {old}, list {new} ({unit})")
+    for model in result.missing:
+        print(f"{model}: not in the price list")
+    print(f"gatewayd: {len(result.changes)} price(s) differ, {len(result.missing)} model(s) not in the list, "
+          f"{len(set(result.matched) - {c.model for c in result.changes})} model(s) match")
+    return 1 if result.changes else 0
 
 
 def main() -> None:

@@ -24,6 +24,8 @@ from gatewayd.alerts import AlertSettings
 from gatewayd.protocols import PROTOCOLS, SettingError
 from gatewayd.billing import price_overlay
 from gatewayd.config_tables import ConfigError, Section as _Section
+from gatewayd.billing.tool_prices import default_tool_prices
+from gatewayd.config_aliases import read_aliases
 from gatewayd.mcp import access as mcp_access
 from gatewayd.mcp.settings import McpServer, read_servers as read_mcp_servers
 from gatewayd.catalogue import LongContext, Model, ModelRoute, Provider, RateLimit, Rates
@@ -138,6 +140,24 @@ class Config:
     price_overlay: dict[str, dict[str, int]] = attrs.field(factory=dict)
     alerts: AlertSettings | None = None  # [alerts] (gatewayd.alerts): None, no alert is sent
     stripe: StripeSettings | None = None  # [payments.stripe]: card top-ups (gatewayd.payments)
+    aliases: dict[str, str] = attrs.field(factory=dict)  # other id -> catalogue model id (gatewayd.config_aliases)
+
+    def model(self, model_id: str) -> tuple[Model | None, str | None]:
+        """The catalogue model ``model_id`` names, by its id or an alias; and the alias, if it was one."""
+        found = self.models.get(model_id)
+        if found is not None:
+            return found, None
+        target = self.aliases.get(model_id)
+        return (self.models[target], model_id) if target is not None else (None, None)
+
+    def left_out_warning(self) -> str | None:
+        """The one line saying which default-catalogue providers were left out for an unset key
+        variable, naming each variable (None: none was)."""
+        left = [f"{p.name} ({p.missing_key_env})" for p in self.providers.values() if not p.usable]
+        if not left:
+            return None
+        return (f"providers left out, their key variable not set: {', '.join(left)}; their models are not listed "
+                "and are refused saying why (set the variable to serve them)")
     admin: AdminSettings = AdminSettings()  # [admin]: the admin API over HTTP
     console: ConsoleSettings = ConsoleSettings()  # [console]: sign-up and reset links (gatewayd.self_service)
     mcp_servers: dict[str, McpServer] = attrs.field(factory=dict)  # [[mcp_servers]] (gatewayd.mcp)
@@ -297,10 +317,16 @@ def _log(raw: Any, env: Any, overrides: dict[str, Any]) -> LogSettings:
 PROVIDER_KEYS = frozenset({"name", "protocol", "base_url", "api_key", "api_key_env"})
 
 
-def _providers(raw: Any, env: Mapping[str, str]) -> dict[str, Provider]:
+def _providers(raw: Any, env: Mapping[str, str], *, own: bool = True) -> dict[str, Provider]:
     """``[[providers]]``: the keys every protocol has are read here; the keys only one
     protocol takes (Azure's ``api_version``, Bedrock's region and credentials ...) are declared and
-    checked by ``gatewayd.protocols``."""
+    checked by ``gatewayd.protocols``.
+
+    An ``api_key_env`` naming an unset variable is a config error in the operator's own file
+    (``own``): requests would go out without a key. A provider only the default catalogue
+    brings is left out instead (``Provider.missing_key_env``), so using the catalogue never
+    needs every provider's key. Protocols that read their own credentials (Bedrock, Vertex AI)
+    judge them in their settings."""
     if not isinstance(raw, list):
         raise ConfigError("providers: must be an array of tables ([[providers]])")
     providers: dict[str, Provider] = {}
@@ -321,10 +347,16 @@ def _providers(raw: Any, env: Mapping[str, str]) -> dict[str, Provider]:
             raise ConfigError(f"providers[{i}].base_url: must start with http:// or https://")
         api_key = s.str("api_key", None)
         key_env = s.str("api_key_env", None)
+        missing = None
         if api_key is None and key_env is not None:
             api_key = env.get(key_env) or None
+            if api_key is None and PROTOCOLS[protocol].settings_module is None:
+                if own:
+                    raise ConfigError(f"providers[{i}].api_key_env: the environment variable {key_env} is not set "
+                                      f"(provider {name!r} would be called without a key)")
+                missing = key_env
         providers[name] = Provider(name=name, protocol=protocol, base_url=base_url, api_key=api_key,
-                                   settings=settings)
+                                   settings=settings, missing_key_env=missing)
     return providers
 
 
@@ -409,7 +441,8 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
         s = _Section(table, f"models[{i}]")
         s.unknown({
             "id", "provider", "upstream_id", "routes", "kind", "family", "input_price", "output_price",
-            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", "auto_cache",
+            "cached_input_price", "cache_write_price", "max_output_tokens", "rate_limit", "reasoning", "aliases",
+            "auto_cache",
             *PRICE_TABLE_KEYS,
         })
         model_id = s.str("id")
@@ -448,7 +481,7 @@ def _models(raw: Any, providers: dict[str, Provider]) -> dict[str, Model]:
             rate_limit=rate,
             client_formats=formats,
             reasoning=s.bool("reasoning", False),
-            **_price_tables(s, f"models[{i}]"),
+            **_price_tables(s, f"models[{i}]", [r.provider.protocol for r in routes]),
         )
     return models
 
@@ -473,9 +506,11 @@ def _rates(s: _Section, *, anthropic_defaults: bool = False) -> Rates:
     return rates
 
 
-def _price_tables(s: _Section, where: str) -> dict[str, Any]:
+def _price_tables(s: _Section, where: str, protocols: list[str]) -> dict[str, Any]:
     """``long_context``, ``service_tiers``, ``tool_prices`` and the audio / image rates of a
-    ``[[models]]`` table (docs/billing.md, "The price schedule")."""
+    ``[[models]]`` table (docs/billing.md, "The price schedule"). No ``tool_prices`` key: the
+    hosted tools of its routes' provider protocols at their list prices
+    (:mod:`gatewayd.billing.tool_prices`)."""
     out: dict[str, Any] = {
         "audio_input_price": s.price("audio_input_price"),
         "audio_output_price": s.price("audio_output_price"),
@@ -511,7 +546,17 @@ def _price_tables(s: _Section, where: str) -> dict[str, Any]:
             except MoneyError as e:
                 raise ConfigError(f"{key}: {e}") from None
         out["tool_prices"] = prices
+    else:
+        out["tool_prices"] = default_tool_prices(protocols, s.bool("reasoning", False))
     return out
+
+
+def _aliases(raw: dict[str, Any], catalogue: dict[str, Any], models: dict[str, Model]) -> dict[str, str]:
+    """The catalogue's aliases; the file's ``[[aliases]]`` over them when the catalogue is the default one."""
+    aliases = read_aliases(catalogue, models)
+    if catalogue is not raw and "aliases" in raw:
+        aliases.update(read_aliases({"aliases": raw["aliases"]}, models))
+    return aliases
 
 
 def _groups(raw: Any) -> dict[str, Group]:
@@ -588,7 +633,7 @@ def load_config(
     path = path or env.get("GATEWAY_CONFIG")
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     allowed = {"server", "database", "redis", "providers", "models", "groups", "log", "routing", "alerts",
-               "payments", "console", "mcp_servers", "telemetry", "admin"}
+               "payments", "aliases", "console", "mcp_servers", "telemetry", "admin"}
     extra = sorted(set(raw) - allowed)
     if extra:
         raise ConfigError(f"{extra[0]}: unknown top-level key")
@@ -597,7 +642,8 @@ def load_config(
     server = _server(raw.get("server"), overrides)
 
     catalogue = raw if "models" in raw else _read_toml(DEFAULT_CATALOGUE)
-    providers = _providers(catalogue.get("providers", []), env)
+    # under --demo every provider is the simulator: no key is needed from the environment
+    providers = _providers(catalogue.get("providers", []), env, own=catalogue is raw and not overrides.get("demo"))
     models = _models(catalogue.get("models", []), providers)
     try:  # prices applied with `gatewayctl prices import --apply`, over the catalogue's
         overlay = price_overlay.read(price_overlay.path_in(server.data_dir))
@@ -638,6 +684,7 @@ def load_config(
         routing=_routing(raw.get("routing", {})),
         price_overlay={m: dict(f) for m, f in overlay.items() if m in models},
         alerts=alert_settings,
+        aliases=_aliases(raw, catalogue, models),
         stripe=read_payments(raw.get("payments"), env),
         console=read_console_settings(raw.get("console"), mail_configured=alert_settings is not None
                                       and alert_settings.smtp is not None, env=env),

@@ -54,6 +54,7 @@ class GatewayError(Exception):
         param: str | None = None,
         headers: dict[str, str] | None = None,
         model_step: bool = False,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -63,6 +64,14 @@ class GatewayError(Exception):
         self.param = param
         self.headers = headers or {}
         self.model_step = model_step  # on /v1/messages: answer in the messages shape
+        # for the operator's log line only, never the client: why (a 401's cause, which the
+        # spec keeps from the client); None: the message says it
+        self.reason = reason
+
+    def log_reason(self) -> str:
+        """The short reason the request log line carries (``reason``, else the message, cut)."""
+        text = self.reason or self.message
+        return text if len(text) <= 200 else text[:197] + "..."
 
     def chat_body(self, request_id: str) -> bytes:
         """The OpenAI envelope (what every check before the model step answers in)."""
@@ -111,9 +120,10 @@ class BodyError(GatewayError):
         super().__init__(400, message, "invalid_request_error", param=param, model_step=True)
 
 
-def invalid_token() -> GatewayError:
-    """The one 401 for every key problem: the cause is not told."""
-    return GatewayError(401, "Invalid token", "")
+def invalid_token(reason: str) -> GatewayError:
+    """The one 401 for every key problem: the cause is not told to the client (the spec), only
+    to the operator's log line (``reason``: "no key presented", "key disabled", ...)."""
+    return GatewayError(401, "Invalid token", "", reason=reason)
 
 
 def not_found_path(path: str) -> GatewayError:
@@ -124,9 +134,10 @@ def not_implemented(what: str) -> GatewayError:
     return GatewayError(501, f"{what} is not offered by this gateway", "api_not_implemented")
 
 
-def model_not_found(model: str) -> GatewayError:
-    return GatewayError(503, f"No available channel for model {model} (model not found or not available right now)",
-                        "model_not_found")
+def model_not_found(model: str, why: str, reason: str) -> GatewayError:
+    """The spec's 503 ``model_not_found``, its message naming the model and saying ``why`` (which
+    case, and what to do); ``reason``: the case in a few words, for the log line."""
+    return GatewayError(503, f"No available channel for model {model}: {why}", "model_not_found", reason=reason)
 
 
 class UpstreamError(Exception):

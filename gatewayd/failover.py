@@ -92,6 +92,9 @@ class Failover:
             except AttemptFailed as failure:
                 telemetry.attempt_failed(failure)
                 failures.append((failure, route))
+                if failure.misconfigured:  # our key, not the request: the next route may serve it
+                    self.router.misconfigured(target, failure.reason)
+                    continue
                 if failure.retryable:
                     self.router.failed(target, failure.reason, failure.retry_after_s)
                     continue
@@ -115,9 +118,15 @@ class Failover:
         """No route answered: the last provider error (status and message kept), else, when
         several routes were tried and none could be reached, 503 ``model_not_found``; a lone
         attempt keeps its own 502/504."""
-        answered = [(f.upstream, r) for f, r in failures if f.upstream is not None]
+        answered = [(f, r) for f, r in failures if f.upstream is not None]
         if answered:
-            upstream, route = answered[-1]
+            last, route = answered[-1]
+            upstream = last.upstream
+            assert upstream is not None
+            # a 401/403 (the provider refused the gateway's key: the route is marked misconfigured)
+            # is answered as the provider's errors are, its status and message kept (the spec)
+            trace.refused("upstream_error", ("provider refused the gateway's credentials: " if last.misconfigured
+                                             else "provider error ") + last.reason)
             status, body, headers = route.upstream_error(upstream)
             await tab.release(Outcome.UPSTREAM_ERROR, status)
             return status, {**route.headers, **headers}, body

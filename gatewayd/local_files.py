@@ -58,18 +58,33 @@ def check_directory(path: str | os.PathLike, what: str, *, tighten: bool = False
                                f"gatewayd runs as (uid {euid}): give the real directory")
     if not stat.S_ISDIR(st.st_mode):
         raise LocalFileRefused(f"{what} {path} is not a directory")
-    if st.st_uid != euid:
+    mode = stat.S_IMODE(st.st_mode)
+    shared = _service_group_dir(st, mode)
+    if st.st_uid != euid and not (shared and st.st_uid == 0):
         raise LocalFileRefused(f"{what} {path} is owned by uid {st.st_uid}, not by the user gatewayd runs as "
                                f"(uid {euid}): another user could read the database or plant links in it "
                                "(chown it, or choose another --data-dir)")
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022:
+    if mode & 0o002 or (mode & 0o020 and not shared):
         raise LocalFileRefused(f"{what} {path} is writable by its group or by everyone (mode {mode:04o}): "
-                               f"others could plant links in it (chmod 700 {path})")
+                               f"others could plant links in it (chmod 700 {path}; a directory shared with "
+                               "gatewayd's own group is accepted with the setgid bit: chmod 2770)")
+    if shared:  # the group is gatewayd's own: only what others may do is taken away
+        if tighten and mode & 0o007 and st.st_uid == euid:
+            os.chmod(path, mode & ~0o007)
+            return [f"{what} {path} was mode {mode:04o}, now {mode & ~0o007:04o}"]
+        return []
     if tighten and mode & 0o077:
         os.chmod(path, 0o700)
         return [f"{what} {path} was mode {mode:04o}, now 0700"]
     return []
+
+
+def _service_group_dir(st: os.stat_result, mode: int) -> bool:
+    """A directory shared with the service's own group, as Kubernetes' ``fsGroup`` makes a
+    volume (mode 2775 or 2770, group = the pod's fsGroup, which the process belongs to): the
+    setgid bit keeps every file made in it in that group, and only members of the group
+    (gatewayd's own) may write. Group write is accepted on such a directory only."""
+    return bool(mode & stat.S_ISGID) and (st.st_gid == os.getegid() or st.st_gid in os.getgroups())
 
 
 def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o600) -> int:

@@ -16,6 +16,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gatewayd.version import version
 from gatewayd.trace import Trace
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -53,8 +54,15 @@ class Metrics:
                                  ["provider"], registry=r)
         self.route_up = Gauge("gateway_route_up", "Route health: 1 healthy, 0 cooling down after failures.",
                               ["route"], registry=r)  # route = provider/upstream_id, as in the log line
+        self.route_misconfigured = Gauge(
+            "gateway_route_misconfigured",
+            "1 while the route's provider refuses the gateway's credentials (401/403), 0 once it answers.",
+            ["route"], registry=r)
         self.reloads = Counter("gateway_config_reloads", "Config reloads, by result (ok, refused).", ["result"],
                                registry=r)
+        self.build_info = Gauge("gateway_build_info", "Always 1; the labels say which gatewayd this is.",
+                                ["version"], registry=r)
+        self.build_info.labels(version()).set(1)
         self.ready = Gauge("gateway_ready", "1 when /readyz answers 200.", registry=r)
         self.holds_open = Gauge("gateway_holds_open", "Holds in flight (requests admitted, not yet settled).",
                                 registry=r)

@@ -91,6 +91,16 @@ def format_usd(nano: int | None, places: int = 6) -> str:
     return f"{sign}${amount}"
 
 
+def usd_brief(nano: int | None) -> str:
+    """For people, as the console shows money: the cents always, more places only where the
+    amount has them ('$3.00', '$0.0015')."""
+    text = format_usd(nano)
+    if nano is None or "." not in text:
+        return text
+    whole, frac = text.split(".")
+    return f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
+
+
 def nano_to_usd_str(nano: int | None) -> str | None:
     """Exact decimal string for JSON beside the ``*_nano`` integers: 1_500_000_000 -> '1.5'."""
     if nano is None:

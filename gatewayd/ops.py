@@ -18,6 +18,7 @@ from quart import Quart, Response
 from gatewayd import logs
 from gatewayd.drain import Drain
 from gatewayd.metrics import CONTENT_TYPE, Metrics
+from gatewayd.version import version
 
 READY_TIMEOUT_S = 2.0
 STORE_CHECK_S = 5.0  # the daemon checks the store this often whether or not /readyz is polled
@@ -76,10 +77,13 @@ class Readiness:
             await trio.sleep(every_s)
 
 
+HEALTHY = orjson.dumps({"ok": True, "version": version()})
+
+
 def add_ops_routes(app: Quart, readiness: Readiness) -> None:
     @app.get("/healthz")
     async def healthz():
-        return Response(b'{"ok":true}', content_type=JSON)
+        return Response(HEALTHY, content_type=JSON)
 
     @app.get("/readyz")
     async def readyz():

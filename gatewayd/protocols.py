@@ -198,7 +198,7 @@ def simulated(provider: Provider, sim_url: str) -> Provider:
     if described.demo_hook is not None:
         module, _, function = described.demo_hook.partition(":")
         return getattr(importlib.import_module(module), function)(provider, sim_url)  # type: ignore[no-any-return]
-    return attrs.evolve(provider, base_url=sim_url + described.sim_base_path, api_key="sim-key")
+    return attrs.evolve(provider, base_url=sim_url + described.sim_base_path, api_key="sim-key", missing_key_env=None)
 
 
 def finishes_abandoned_answers(protocol: str) -> bool:

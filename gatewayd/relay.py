@@ -173,9 +173,11 @@ class Relay:
         (never the client's bytes when they say something else)."""
         caller = self.admit(ctx, endpoint=endpoint)  # key, then IP
         body = await read_body(raw)  # JSON object, each key once in every object
+        trace.asked_for(body.get("model"))
         if len(raw) > LARGE_BODY_BYTES:
             self._refuse_early(caller, body, endpoint)  # spare a refused large body the walks
         body, raw, asked = read_canonical(endpoint, body, raw, ctx)  # the fields the gateway reads, caps...
+        trace.asked_for(asked.model_id)
         if asked.response_ids:
             await self.received_ids.check(caller.account.id, list(asked.response_ids))
         return caller, body, raw, asked
@@ -252,7 +254,9 @@ class Relay:
         key = sticky_key(call.client_format, call.body) if sticky else None
         plan = self.router.plan(model, call.client_format, key)
         if not plan:
-            raise model_not_found(model.id)  # authorize() checked some route serves this format
+            raise model_not_found(model.id, f"none of its routes serves the {call.client_format} format; the "
+                                  "gateway's operator configures a provider that does",
+                                  reason=f"no route serves the {call.client_format} format")
         attempts = await self._build_counted(call, plan[:self.config.routing.max_attempts])
         # all that any route of the plan can bill for the body it sends: the charge never
         # escapes the hold, whichever route serves
@@ -264,7 +268,7 @@ class Relay:
         async with self.ledger.open_tab(
             caller.account, caller.key, estimate, request_id=ctx.request_id, model=grant.model,
             endpoint=ctx.endpoint, stream=route.stream, price_ratio=grant.price_ratio,
-            input_estimate=route.input_tokens_estimate, on_settled=self._settled,
+            input_estimate=route.input_tokens_estimate, on_settled=self._settled, requested_model=grant.alias,
         ) as tab:
             telemetry.held(tab)
             try:
@@ -347,6 +351,17 @@ def watch_health(router: Router, metrics: Metrics, config: Config) -> None:
             logs.event(f"provider {name} is {'up' if up else 'down'}", 20 if up else 30, provider=name,
                        up=up, reason=reason or None)
 
-    router.on_change = route_changed
+    def route_misconfigured(route: ModelRoute, reason: str) -> None:
+        metrics.route_misconfigured.labels(route.name).set(1)
+        logs.event(f"route {route.name} is misconfigured: its provider refused the gateway's credentials", 40,
+                   route=route.name, provider=route.provider.name, reason=reason)
+
+    def route_changed_and_configured(route: ModelRoute, up: bool, reason: str) -> None:
+        route_changed(route, up, reason)
+        if up:
+            metrics.route_misconfigured.labels(route.name).set(0)
+
+    router.on_change = route_changed_and_configured
     router.on_provider_change = provider_changed
+    router.on_misconfigured = route_misconfigured
     publish_routes(router, metrics, config)

@@ -120,6 +120,7 @@ class Reply:
                 await self.whole(status, headers, body)
 
     async def error(self, error: GatewayError, request_id: str, envelope: str) -> None:
+        trace.refused(error.code, error.log_reason())  # the log line says which refusal and why
         telemetry.refused(error)
         await self.whole(error.status, error.headers, error_body(error, request_id, envelope))
 

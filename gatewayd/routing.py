@@ -58,9 +58,12 @@ class Health:
     failures: int = 0
     latency_ms: float | None = None  # moving average of the time to the first byte (stream: event; else status line)
     last_error: str | None = None
+    misconfigured: str | None = None  # the provider refused the gateway's credentials (401/403): why
     recent_errors: collections.deque = attrs.Factory(lambda: collections.deque(maxlen=RECENT_ERRORS))
 
     def state(self, now: float) -> str:
+        if self.misconfigured is not None:
+            return "misconfigured"
         if self.probing:
             return "probing"
         if self.cooled_until > now:
@@ -112,6 +115,8 @@ class Router:
         # told (name, up, what it was before or None, reason) on each change
         self.provider_up: dict[str, bool] = {}
         self.on_provider_change: Callable[[str, bool, bool | None, str], None] | None = None
+        # told (route, reason) when a route's provider starts refusing the gateway's credentials
+        self.on_misconfigured: Callable[[ModelRoute, str], None] | None = None
         self._sticky: collections.OrderedDict[tuple[str, str], tuple[str, float]] = collections.OrderedDict()
 
     def _health(self, route: ModelRoute) -> Health:
@@ -130,7 +135,7 @@ class Router:
 
     def plan(self, model: Model, client_format: str, key: str | None = None) -> list[ModelRoute]:
         """The routes of ``model`` that can serve ``client_format``, in the order to try them."""
-        serving = [r for r in model.routes if protocols.serves(r, client_format)]
+        serving = [r for r in model.routes if r.usable and protocols.serves(r, client_format)]
         if len(serving) < 2:
             return serving
         now = self.clock()
@@ -193,8 +198,9 @@ class Router:
     def succeeded(self, route: ModelRoute, first_byte_s: float | None = None) -> None:
         """The provider answered (including a 4xx that is the client's error): it is reachable."""
         health = self._health(route)
-        if health.cooled_until and self.on_change is not None:
+        if (health.cooled_until or health.misconfigured) and self.on_change is not None:
             self.on_change(route, True, "answered again")
+        health.misconfigured = None
         health.consecutive_failures = 0
         health.cooldowns = 0
         health.cooled_until = 0.0
@@ -209,8 +215,10 @@ class Router:
         """The attempt ended without telling anything about the route (the client left)."""
         self._health(route).probing = False
 
-    def failed(self, route: ModelRoute, reason: str, retry_after_s: float | None = None) -> None:
-        """A connect failure, a timeout, a 429 or 5xx, an invalid or broken answer."""
+    def failed(self, route: ModelRoute, reason: str, retry_after_s: float | None = None, *,
+               cool_now: bool = False) -> None:
+        """A connect failure, a timeout, a 429 or 5xx, an invalid or broken answer (``cool_now``:
+        one failure is enough to cool the route)."""
         now = self.clock()
         health = self._health(route)
         health.failures += 1
@@ -219,7 +227,7 @@ class Router:
         health.recent_errors.append((time.time(), reason))
         s = self.settings
         was_cooling = health.cooled_until > now
-        if health.probing or health.consecutive_failures >= s.failures_to_cool:
+        if health.probing or cool_now or health.consecutive_failures >= s.failures_to_cool:
             length = min(s.cooldown_s * (2 ** health.cooldowns), s.max_cooldown_s)
             health.cooldowns += 1
             health.cooled_until = max(health.cooled_until, now + length)
@@ -230,6 +238,18 @@ class Router:
         health.probing = False
         if health.cooled_until > now and not was_cooling and self.on_change is not None:
             self.on_change(route, False, f"{reason}; cooling down for {health.cooled_until - now:.0f} s")
+
+    def misconfigured(self, route: ModelRoute, reason: str) -> None:
+        """The provider refused the gateway's credentials (401/403): a mistake of the operator's
+        (a wrong or revoked key, a model not enabled for the provider account), not of the
+        request. The route cools down at once, as after ``failures_to_cool`` failures, and
+        reads as misconfigured until it answers again (a probe, after the cool-down)."""
+        health = self._health(route)
+        was = health.misconfigured
+        health.misconfigured = reason
+        self.failed(route, reason, cool_now=True)
+        if was is None and self.on_misconfigured is not None:
+            self.on_misconfigured(route, reason)
 
     def provider_seen(self, name: str, up: bool, reason: str = "") -> None:
         """A provider answered (``up``) or could not be reached: its health, per provider
@@ -265,6 +285,7 @@ class Router:
                     "failures": health.failures,
                     "latency_ms": round(health.latency_ms, 1) if health.latency_ms is not None else None,
                     "last_error": health.last_error,
+                    "misconfigured": health.misconfigured,
                     "recent_errors": [
                         {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)), "error": text}
                         for at, text in health.recent_errors

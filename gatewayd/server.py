@@ -8,10 +8,12 @@ settled as incomplete by the relay's shielded ``finally``).
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
 import signal
+import socket
 import stat
 import time
 from pathlib import Path
@@ -95,6 +97,31 @@ def _public_config(config: Config, worker: WorkerSockets | None = None) -> Hyper
     else:
         hc.bind = binds
     return hc
+
+
+def listen_refusal(config: Config) -> str | None:
+    """Why a listen address cannot be bound, in one line naming it and how to pick another, or
+    None. Checked before start: left to hypercorn, a port in use was a 257-line traceback."""
+    flags = {address: "--listen HOST:PORT (or [server] listen)" for address in config.server.listen}
+    if config.server.metrics_listen:
+        flags.setdefault(config.server.metrics_listen, "[server] metrics_listen")
+    for address in config.admin.listen:
+        flags.setdefault(address, "[admin] listen")
+    for address, flag in flags.items():
+        host, port = parse_host_port(address)
+        if port == 0:
+            continue
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as hypercorn binds: TIME_WAIT is no conflict
+            try:
+                probe.bind((host, port))
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return (f"port {port} on {host} is already in use (another gatewayd, or another program); "
+                            f"stop it, or choose another port with {flag}")
+                return f"cannot listen on {address}: {e.strerror}; choose another address with {flag}"
+    return None
 
 
 def _admin_listen_config(config: Config) -> HypercornConfig:

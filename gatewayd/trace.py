@@ -40,6 +40,11 @@ class Trace:
     account_id: str | None = None
     key_id: str | None = None
     model: str | None = None  # a catalogue id, set once the model is authorized (bounded label)
+    requested_model: str | None = None  # the id the client sent, as sent (cut to 100 characters)
+    # a refused or failed request: the code it was answered with (else its type), also the
+    # ``error.type`` of its span and metrics (gatewayd.telemetry)
+    error_code: str | None = None
+    reason: str | None = None  # ... and why, in a few words (a 401's cause: for the operator only)
     provider: str | None = None
     route: str | None = None  # the route taken: "provider/upstream_id" (ModelRoute.name), the last one tried
     stream: bool = False
@@ -53,7 +58,6 @@ class Trace:
     upstream_ttfb_s: float | None = None  # request sent -> provider's status line
     first_byte_s: float | None = None  # request arrived -> first body byte to the client
     duration_s: float = 0.0
-    error_code: str | None = None  # the gateway's error code when it refused or failed the request
     # the request's OpenTelemetry spans (gatewayd.telemetry.otel.RequestSpans); None: telemetry off
     spans: Any = None
     # the client left before the request was settled: the line waits for the settlement
@@ -72,6 +76,9 @@ class Trace:
             "path": self.path,
             "endpoint": self.endpoint,
             "model": self.model,
+            "requested_model": self.requested_model,
+            "error_code": self.error_code,
+            "reason": self.reason,
             "provider": self.provider,
             "route": self.route,
             "stream": self.stream,
@@ -101,3 +108,19 @@ def settled_later(t: Trace | None) -> None:
     finish, t.finish = t.finish, None
     if finish is not None:
         finish(t)
+
+
+def asked_for(model_id: object) -> None:
+    """The request names ``model_id``: the log line says so, whether or not it is served."""
+    t = current.get()
+    if t is not None and isinstance(model_id, str):
+        t.requested_model = model_id[:100]
+
+
+def refused(code: str, reason: str) -> None:
+    """The request is answered with an error: its code and why (gatewayd.telemetry.refused sets
+    the code too, the error's type where the code is empty)."""
+    t = current.get()
+    if t is not None:
+        t.error_code = code
+        t.reason = reason

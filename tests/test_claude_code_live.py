@@ -85,3 +85,25 @@ def test_claude_code_tool_round_trip_through_the_gateway(claude_cli, gateway, si
     balance = gateway.admin.balance(account["id"])
     assert balance["balance_nano"] == 10_000_000_000 - sum(r["cost_nano"] for r in rows)
     assert balance["held_nano"] == 0
+
+
+def test_claude_code_with_no_model_set_is_served_its_default_model(claude_cli, gateway, sim, funded, tmp_path):
+    """Pointed at the gateway with only a base URL and a key (issue 32): Claude Code sends its
+    built-in default id (claude-opus-4-8 in 2.1.197), a model of the default catalogue now:
+    served at once (it used to be nine 503s over two minutes), and its small model's dated id
+    (if it sends one) through its alias."""
+    account, _, secret = funded
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    marker = f"claude-default-{uuid.uuid4().hex[:8]}"
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": gateway.url,
+           "ANTHROPIC_API_KEY": secret, "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    done = subprocess.run([str(claude_cli), "-p", f"Say hello ({marker})", "--output-format", "json"],
+                          env=env, cwd=work, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, f"claude exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert json.loads(done.stdout)["is_error"] is False
+    rows = [r for r in gateway.admin.usage(account["id"]) if r["status"] == "ok"]
+    assert rows and {r["model"] for r in rows} == {"claude-opus-4-8"}
+    assert {turn["json"]["model"] for turn in sim.requests(marker)} == {"claude-opus-4-8"}

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.live import Daemon, unique_email
 from tests.npm_cli import pinned_cli
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,8 @@ def codex_cli() -> Path:
 
 
 def run_codex(cli: Path, gateway, secret: str, model: str, prompt: str, tmp_path: Path,
-              *, websockets: bool = False, compact_at: int | None = None) -> tuple[list[dict], Path]:
+              *, websockets: bool = False, compact_at: int | None = None,
+              settings: str = "") -> tuple[list[dict], Path]:
     """``codex exec --json`` in a fresh CODEX_HOME and work directory; returns its events.
     ``websockets``: over the Responses WebSocket (docs/codex-websocket.md's settings).
     ``compact_at``: Codex's own OpenAI provider pointed at the gateway (``openai_base_url``,
@@ -74,6 +76,7 @@ def run_codex(cli: Path, gateway, secret: str, model: str, prompt: str, tmp_path
             f'model = "{model}"\n'
             'model_provider = "gatewayd"\n'
             f'model_catalog_json = "{catalogue}"\n'
+            + settings
             + ("\n[features]\nresponses_websockets = true\n" if websockets else "")
             + "\n[model_providers.gatewayd]\n"
             'name = "gatewayd"\n'
@@ -232,6 +235,62 @@ def test_codex_applies_a_patch_over_the_websocket_on_a_claude_like_model(codex_c
     assert (tool_use["name"], tool_use["input"]) == ("apply_patch", {"input": patch})
     _billed_as_codex_reports(gateway, account, events, 1000, 5000)
     _went_over_the_socket(gateway, account["id"])
+
+
+# --- a model the operator added the plain way (issue 32, point 8) ----------------------------
+
+OPERATORS_MODEL = """
+[[models]]
+id = "team-gpt"
+provider = "openai"
+upstream_id = "gpt-4.1-mini"
+input_price = 0.40
+output_price = 1.60
+
+[[models]]
+id = "team-gpt-no-tools"
+provider = "openai"
+upstream_id = "gpt-4.1-mini"
+input_price = 0.40
+output_price = 1.60
+tool_prices = {}
+"""
+
+
+def test_codex_runs_on_a_model_configured_without_tool_prices(codex_cli, sim, tmp_path):
+    """Codex sends a hosted web_search tool with every request: a model whose [[models]] entry
+    says nothing of tool_prices has its provider's list prices for it, so the turn is served
+    (it was refused with unpriced_feature), passed through with the tool."""
+    daemon = Daemon(tmp_path / "gateway", sim.url, extra=OPERATORS_MODEL)
+    try:
+        account = daemon.admin.account(unique_email("codex-plain"))
+        secret = daemon.admin.key(account["id"])["secret"]
+        marker = f"codex-plain-{uuid.uuid4().hex[:8]}"
+        args = json.dumps({"cmd": "cat sim-found.txt", "login": False})
+        prompt = f"Show me the file please ({marker}) [[sim:tool=exec_command]] [[sim:args={args}]]"
+        (tmp_path / "work").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "work" / "sim-found.txt").write_text(f"found me {marker}\n")
+        events, _ = run_codex(codex_cli, daemon, secret, "team-gpt", prompt, tmp_path)
+        [command] = [e["item"] for e in events if e["type"] == "item.completed"
+                     and e["item"]["type"] == "command_execution"]
+        assert command["exit_code"] == 0 and f"found me {marker}" in command["aggregated_output"]
+        for turn in sim.requests(marker):
+            assert turn["json"]["model"] == "gpt-4.1-mini" and "web_search" in {t["type"] for t in turn["json"]["tools"]}
+        _billed_as_codex_reports(daemon, account, events, 400, 1600)
+
+        # tool_prices = {}: refused, and what the refusal tells Codex's user to set works
+        (tmp_path / "codex-home").rename(tmp_path / "codex-home-1")
+        with pytest.raises(AssertionError, match="unpriced_feature|not priced"):
+            run_codex(codex_cli, daemon, secret, "team-gpt-no-tools", f"hello {marker}", tmp_path)
+        (tmp_path / "codex-home").rename(tmp_path / "codex-home-2")
+        events, _ = run_codex(codex_cli, daemon, secret, "team-gpt-no-tools", f"hello again {marker}", tmp_path,
+                              settings='web_search = "disabled"\n')
+        assert [e for e in events if e["type"] == "turn.completed"]
+        turns = sim.requests(f"hello again {marker}")
+        assert turns and not any("web_search" in {t["type"] for t in turn["json"].get("tools", [])} for turn in turns)
+        assert not sim.requests(f"hello {marker}")  # the refused turn never reached the provider
+    finally:
+        daemon.stop()
 
 
 # --- compaction (issue 36) -------------------------------------------------------------------

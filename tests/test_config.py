@@ -28,12 +28,14 @@ def test_defaults_without_a_file():
     assert config.server.models_visible_after_paid_nano == 3_000_000_000
     assert config.database_url == "sqlite:///var/gateway.db"
     chat = [m for m in config.models.values() if m.kind == "chat"]
-    assert len(chat) == 13  # the spec's 11, plus two Gemini models (issue 12)
-    assert len([m for m in chat if m.dual_format]) == 4
+    assert len(chat) == 14  # the spec's 11, two Gemini models (issue 12), Claude Code's default Opus (issue 32)
+    assert len([m for m in chat if m.dual_format]) == 5
     assert [m.id for m in chat if not m.priced] == ["o3-pro"]
     priced = [m for m in chat if m.priced]
-    assert min(m.input_price for m in priced) == 240 and max(m.input_price for m in priced) == 5500
-    assert min(m.output_price for m in priced) == 960 and max(m.output_price for m in priced) == 33000
+    # the providers' list prices (issue 32; the spec's 0.24-5.50 and 0.96-33 were not theirs)
+    assert min(m.input_price for m in priced) == 100 and max(m.input_price for m in priced) == 15_000
+    assert min(m.output_price for m in priced) == 400 and max(m.output_price for m in priced) == 75_000
+    assert (config.models["claude-opus-4-1"].output_price, config.models["gpt-4.1-nano"].input_price) == (75_000, 100)
     assert config.models["o4-mini"].cached_input_price == 275  # $0.275/M, exact
 
 
@@ -218,7 +220,8 @@ def test_the_environment_is_the_one_given(tmp_path, monkeypatch):
     given = load_config(path, environ={"UPSTREAM_KEY": "from-the-argument"})
     assert given.providers["o"].api_key == "from-the-argument"
     assert given.database_url.startswith("sqlite:///")
-    assert load_config(path, environ={}).providers["o"].api_key is None
+    with pytest.raises(ConfigError, match="providers\\[0\\].api_key_env: the environment variable UPSTREAM_KEY is not set"):
+        load_config(path, environ={})  # the operator's own provider without its key: refused (issue 32)
     assert load_config(path).providers["o"].api_key == "from-the-process"  # no mapping: the process's
 
 

@@ -17,10 +17,9 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from gatewayd.config import load_config
-from tests.live import CATALOGUE
 from tests.sim.provider_bill import provider_bill
 
-MODELS = load_config(CATALOGUE).models
+MODELS = load_config(None, environ={}).models  # the default catalogue (its providers need no key here)
 # (model, the protocol its simulator answer is billed in)
 TARGETS = [("gemini-2.5-flash", "gemini"), ("claude-sonnet-4-5", "messages"), ("gpt-4.1-mini", "chat")]
 

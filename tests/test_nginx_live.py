@@ -19,6 +19,7 @@ import openai
 import pytest
 import trustme
 
+from gatewayd.version import version
 from tests.live import Daemon, Nginx, free_port, nginx_binary, postgres_ready, unique_email
 
 pytestmark = [
@@ -179,7 +180,7 @@ def test_metrics_and_readyz_are_not_public_but_healthz_is(behind_nginx):
             assert http.get(path).status_code == 403, path
         for path in ("/metrics/", "/METRICS"):  # not the exact location: gatewayd has no such route
             assert http.get(path).status_code == 404, path
-        assert http.get("/healthz").json() == {"ok": True}
+        assert http.get("/healthz").json() == {"ok": True, "version": version()}
     assert "gateway_requests_total" in httpx.get(f"{daemon.url}/metrics").text  # scraped on the instance itself
 
 

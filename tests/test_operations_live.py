@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gatewayd.version import version
 from tests.live import BIN, Daemon, unique_email
 
 MINI = (400, 1600)  # gpt-4.1-mini, nano-dollars per token (catalogue: 0.40 / 1.60 per 1M)
@@ -199,7 +200,7 @@ def test_open_streams_and_holds_are_gauges(daemon):
 
 
 def test_healthz_and_readyz(daemon):
-    assert httpx.get(f"{daemon.url}/healthz").json() == {"ok": True}
+    assert httpx.get(f"{daemon.url}/healthz").json() == {"ok": True, "version": version()}
     ready = httpx.get(f"{daemon.url}/readyz")
     assert (ready.status_code, ready.json()) == (200, {"ready": True})
 
@@ -330,7 +331,7 @@ def reprice(d: Daemon, old: str, new: str) -> None:
     d.config.write_text(text.replace(old, new, 1))
 
 
-MINI_PRICES = 'id = "gpt-4.1-mini"\nprovider = "openai"\nfamily = "gpt"\ninput_price = 0.40\noutput_price = 1.60'
+MINI_PRICES = 'provider = "openai"\nfamily = "gpt"\ninput_price = 0.40\noutput_price = 1.60'  # gpt-4.1-mini's
 
 
 @pytest.mark.slow
@@ -387,6 +388,15 @@ def test_a_bad_reload_is_refused_with_the_start_up_line_and_the_old_config_stays
         response = chat(daemon, secret, "gpt-4.1-mini", f"{nonce()} still the old price")
         row = row_of(daemon, account["id"], response.headers["x-request-id"])
         assert row["cost_nano"] == row["input_tokens"] * MINI[0] + row["output_tokens"] * MINI[1]
+        # a provider of the operator's own file whose key variable is unset (issue 32): refused the same way
+        daemon.config.write_text(good.replace('api_key = "sim-provider-key"', 'api_key_env = "GATEWAYD_UNSET_TEST_KEY"', 1))
+        refused = gatewayctl(daemon, "reload")
+        assert refused.returncode == 1
+        assert refused.stderr.strip() == ("gatewayd: config error: providers[0].api_key_env: the environment variable "
+                                          "GATEWAYD_UNSET_TEST_KEY is not set (provider 'openai' would be called "
+                                          "without a key)")
+        response = chat(daemon, secret, "gpt-4.1-mini", f"{nonce()} still served")
+        assert response.status_code == 200
     finally:
         daemon.config.write_text(good)
 

@@ -109,7 +109,9 @@ def test_gatewayd_catalogue_prints_the_default_catalogue(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout == DEFAULT_CATALOGUE.read_text()
     (tmp_path / "gateway.toml").write_text(done.stdout)
-    assert load_config(tmp_path / "gateway.toml", environ={}).models == load_config(environ={}).models
+    # as a file of the operator's own, its providers' keys must be set (issue 32): an unset one is refused
+    keys = {"OPENAI_API_KEY": "o", "ANTHROPIC_API_KEY": "a", "GEMINI_API_KEY": "g", "DEEPSEEK_API_KEY": "d"}
+    assert load_config(tmp_path / "gateway.toml", environ=keys).models == load_config(environ=keys).models
 
 
 @pytest.mark.live

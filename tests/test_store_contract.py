@@ -331,6 +331,24 @@ async def test_the_usage_row_carries_its_hold_and_breakdown_on_every_read(store)
         ("without", 7_000, None), ("with-breakdown", 5_000, breakdown)]
 
 
+async def test_the_usage_row_records_the_alias_a_request_named(store):
+    """Aliases (issue 32): the row's model is the catalogue id, requested_model the id named."""
+    from gatewayd.store.usage_queries import UsageFilter
+
+    _, account, key = await _account_and_key(store)
+    hold = await _reserve(store, account, key, 5_000, "by-alias")
+    hold.requested_model = "m-20250101"
+    await store.settle(hold, Settlement(status="ok", http_status=200, input_tokens=10, cost_nano=20))
+    plain = await _reserve(store, account, key, 5_000, "by-id")
+    await store.settle(plain, Settlement(status="ok", http_status=200, input_tokens=10, cost_nano=20))
+    await store.flush()
+    rows = await store.usage_rows(UsageQuery(account.id), 10)
+    assert [(r.request_id, r.model, r.requested_model) for r in rows] == [
+        ("by-id", "m", None), ("by-alias", "m", "m-20250101")]
+    exported, _ = await store.usage_export(UsageFilter(account.id), before_id=None, limit=10)
+    assert [r["requested_model"] for r in exported] == [None, "m-20250101"]
+
+
 async def test_a_payment_past_the_total_bound_is_refused_and_stores_nothing(store):
     from gatewayd.money import MAX_PAID_NANO
     from gatewayd.store.base import PaymentTooLarge

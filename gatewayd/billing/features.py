@@ -96,11 +96,23 @@ class UnpricedFeature(BodyError):
     price for. A :class:`BodyError`, so a model's other route that does not carry the feature
     (a translation that drops hosted tools) may still serve the request."""
 
-    def __init__(self, feature: str, model: Model, param: str | None = None) -> None:
+    def __init__(self, feature: str, model: Model, param: str | None = None, *, what_to_do: str = "") -> None:
         super().__init__(f"{feature} is not priced for model {model.id} on this gateway; "
-                         f"the request was not sent", param=param)
+                         f"the request was not sent{what_to_do}", param=param)
         self.code = "unpriced_feature"
         self.feature = feature
+        self.reason = f"{feature} has no price"
+
+
+def _unpriced_tool(name: str, model: Model) -> UnpricedFeature:
+    """A hosted tool without a price: what the client changes (leave the tool out; Codex sends
+    web_search unless its config turns web search off) and what the operator configures."""
+    client = "; leave the tool out of the request"
+    if name == "web_search":
+        client += ' (Codex: web_search = "disabled" in its config.toml)'
+    operator = (f"; or the gateway's operator prices it: tool_prices = {{ {name} = USD_PER_CALL }} in the "
+                f"model's [[models]] entry")
+    return UnpricedFeature(f"the hosted tool {name!r}", model, "tools", what_to_do=client + operator)
 
 
 @attrs.frozen
@@ -551,7 +563,7 @@ def require_prices(model: Model, asks: Asks) -> None:
         raise UnpricedFeature(f"service_tier {asks.tier!r}", model, "service_tier")
     for name in asks.tools:
         if name not in model.tool_prices:
-            raise UnpricedFeature(f"the hosted tool {name!r}", model, "tools")
+            raise _unpriced_tool(name, model)
     if asks.cache_1h and model.cache_write_1h_price is None:
         raise UnpricedFeature("1-hour prompt caching (cache_control ttl '1h')", model, "cache_control")
     if asks.audio_input and model.audio_input_price is None:

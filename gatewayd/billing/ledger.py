@@ -79,7 +79,7 @@ class Ledger:
             if held.what == "key" and key.state(time.time()) == "used_up":
                 # spent through another instance since this one's cache last heard: the spec's
                 # used-up key is the same 401 as every other key problem, not the 403
-                raise invalid_token()
+                raise invalid_token("key used up (spend limit reached through another instance)")
             raise refusal_error(held, amount_nano)
         self.open_holds += 1
         self.held_nano += amount_nano
@@ -87,13 +87,15 @@ class Ledger:
 
     def open_tab(self, account: Account, key: Key, amount_nano: int, *, request_id: str, model: Model,
                  endpoint: str, stream: bool, price_ratio: Fraction, input_estimate: int,
-                 on_settled: OnSettled | None = None) -> OpenTab:
+                 on_settled: OnSettled | None = None, requested_model: str | None = None) -> OpenTab:
         """``async with ledger.open_tab(...) as tab``: hold ``amount_nano`` (or raise the spec's
         403 / a 503 before anything is held) and own it until settled (:mod:`.tab`)."""
 
         async def reserve() -> Hold:
-            return await self.reserve(account, key, amount_nano, request_id=request_id, model=model.id,
+            hold = await self.reserve(account, key, amount_nano, request_id=request_id, model=model.id,
                                       endpoint=endpoint, stream=stream)
+            hold.requested_model = requested_model  # an alias: the usage row records both ids
+            return hold
 
         return OpenTab(reserve, lambda hold: Tab(self, hold, model=model, price_ratio=price_ratio,
                                                  input_estimate=input_estimate, on_settled=on_settled))

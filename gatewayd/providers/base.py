@@ -108,8 +108,9 @@ def dropped_tools_headers(body: dict) -> dict[str, str]:
 
 
 def model_change(call: Call, target: ModelRoute) -> dict[str, Any]:
-    """The provider's id for the model, when it differs from the id the client sent."""
-    return {"model": target.upstream_id} if target.upstream_id != call.model.id else {}
+    """The provider's id for the model, when it differs from the id the client sent (the
+    catalogue id, or an alias of it: gatewayd.config_aliases)."""
+    return {"model": target.upstream_id} if target.upstream_id != call.body.get("model", call.model.id) else {}
 
 
 def translate(fn, *args, **kwargs):

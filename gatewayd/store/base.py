@@ -7,6 +7,7 @@ No ``sqlite3`` or ``psycopg`` type ever crosses this line.
 
 from __future__ import annotations
 
+import logging
 import datetime as dt
 from typing import Any
 
@@ -18,6 +19,30 @@ from gatewayd.records import Account, Key
 
 class StoreError(Exception):
     """A store refused or failed an operation; subclasses say which."""
+
+
+class SchemaTooNew(StoreError):
+    """The database has migrations this binary does not know: a newer gatewayd upgraded it.
+    Serving it could corrupt what the newer code wrote; ``gatewayd serve`` exits 2 with this line."""
+
+
+def check_schema_known(kind: str, applied: set[int], known: set[int]) -> None:
+    """``SchemaTooNew`` when ``applied`` holds a version no migration file of this binary has."""
+    unknown = applied - known
+    if unknown:
+        from gatewayd.version import version
+
+        raise SchemaTooNew(
+            f"the {kind} database's schema is at migration {max(unknown):04d}, which this gatewayd {version()} "
+            f"does not know (it knows up to {max(known, default=0):04d}): a newer gatewayd upgraded it; run that "
+            "version, or restore the backup taken before the upgrade (docs/upgrade.md)")
+
+
+def log_migration(kind: str, before: int, version: int, seconds: float) -> None:
+    """One line a migration applied: the schema it found, the one it made, how long it took."""
+    logging.getLogger("gatewayd.store").info(
+        "database migrated", extra={"fields": {"store": kind, "from": before, "to": version,
+                                               "duration_ms": round(seconds * 1000, 1)}})
 
 
 class StoreUnavailable(StoreError):
@@ -62,6 +87,7 @@ class Hold:
     settled: bool = False
     provider: str | None = None  # the provider of the route tried last (the one that served, on success)
     attempts: int = 0  # routes tried for this request
+    requested_model: str | None = None  # the alias the request named, when not the catalogue id (the usage row's)
 
 
 @attrs.frozen
@@ -127,7 +153,7 @@ SIGNED_SOURCES = frozenset({"adjustment"})
 USAGE_FIELDS = (
     "id", "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status",
     "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms",
-    "provider", "attempts", "hold_nano", "breakdown",
+    "provider", "attempts", "hold_nano", "breakdown", "requested_model",
 )
 
 
@@ -167,6 +193,7 @@ class UsageRow:
     hold_nano: int | None  # what was held for it (None: settled before the column existed)
     # Bill.doc(): what cost_nano is made of (None: not recorded)
     breakdown: dict[str, Any] | None = attrs.field(hash=False)
+    requested_model: str | None = None  # the alias the request named (None: the catalogue id itself)
 
     @classmethod
     def from_row(cls, row: Any) -> UsageRow:

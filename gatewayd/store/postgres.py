@@ -58,7 +58,7 @@ from psycopg.rows import dict_row
 
 from gatewayd.records import Account, Key
 from gatewayd.store.audit import BUDGET_COLUMNS, AuditAccount, AuditKey, audit_budget, build_audit
-from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable
+from gatewayd.store.base import Hold, Refusal, Settlement, StoreUnavailable, check_schema_known, log_migration
 from gatewayd.store.instance_slot import Slot, SlotsExhausted, claim_slot
 from gatewayd.store.pg_feed import ChangeFeed
 from gatewayd.store.pg_instances import Fenced, InstanceMaintenance
@@ -107,7 +107,7 @@ HOLD = ("SELECT * FROM gatewayd_hold(?::text, ?::text, ?::text, ?::text, ?::text
         " ?::text, ?::integer, ?::text)")
 SETTLE = ("SELECT * FROM gatewayd_settle(?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::integer, ?::text,"
           " ?::integer, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::text, ?::integer,"
-          " ?::bigint, ?::text)")  # migrations/postgres/0006_usage_breakdown.sql: + the hold and the breakdown
+          " ?::bigint, ?::text, ?::text)")  # migrations/postgres/0015_usage_requested_model.sql
 
 
 class _SentThenLost(Exception):
@@ -131,13 +131,16 @@ def migrate(url: str, folder: Traversable | None = None) -> int:
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             applied = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
+            check_schema_known("PostgreSQL", applied, {int(f.name.split("_", 1)[0]) for f in files})
             for f in files:
                 version = int(f.name.split("_", 1)[0])
                 if version in applied:
                     continue
+                began = time.perf_counter()
                 with conn.transaction():
                     conn.execute(f.read_text())  # one script (function bodies hold ';'), no parameters
                     conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+                log_migration("postgresql", max(applied, default=0), version, time.perf_counter() - began)
                 applied.add(version)
             return max(applied, default=0)
         finally:
@@ -431,7 +434,7 @@ class PostgresStore(InstanceMaintenance, ChangeFeed, SQLStore):
         args = (hold.request_id, hold.account.id, hold.key.id, hold.model, hold.endpoint, self.now_iso(),
                 int(hold.stream), result.status, result.http_status, result.input_tokens, result.output_tokens,
                 result.cached_tokens, result.cache_write_tokens, result.cost_nano, duration_ms, hold.provider,
-                hold.attempts, hold.amount_nano, result.breakdown_json())
+                hold.attempts, hold.amount_nano, result.breakdown_json(), hold.requested_model)
         return lambda tx: tx.one(SETTLE, args)
 
     async def settle(self, hold: Hold, result: Settlement) -> None:

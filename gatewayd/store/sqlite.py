@@ -44,7 +44,16 @@ from gatewayd.local_files import check_database_files, open_nofollow
 from gatewayd.records import Account, Key, utc_now_iso
 from gatewayd.budgets import period_start
 from gatewayd.store.audit import BUDGET_COLUMNS, AuditAccount, AuditKey, audit_budget, build_audit
-from gatewayd.store.base import Change, Hold, Refusal, Settlement, StoreError, StoreUnavailable
+from gatewayd.store.base import (
+    Change,
+    Hold,
+    Refusal,
+    Settlement,
+    StoreError,
+    StoreUnavailable,
+    check_schema_known,
+    log_migration,
+)
 from gatewayd.store.sql import (
     ACCOUNT_COLUMNS,
     KEY_COLUMNS,
@@ -73,11 +82,13 @@ def migrate(conn: sqlite3.Connection, folder: Traversable | None = None) -> int:
     applied = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
     folder = folder if folder is not None else resources.files("gatewayd.store").joinpath("migrations")
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    check_schema_known("SQLite", applied, {int(f.name.split("_", 1)[0]) for f in files})
     current = max(applied, default=0)
     for f in files:
         version = int(f.name.split("_", 1)[0])
         if version in applied:
             continue
+        began = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
         try:
             for statement in statements(f.read_text()):
@@ -87,6 +98,7 @@ def migrate(conn: sqlite3.Connection, folder: Traversable | None = None) -> int:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        log_migration("sqlite", current, version, time.perf_counter() - began)
         applied.add(version)
         current = max(current, version)
     return current
@@ -315,15 +327,15 @@ class SQLiteStore(SQLStore):
             hold.request_id, now, account.id, key.id, hold.model, hold.endpoint, int(hold.stream), result.status,
             result.http_status, result.input_tokens, result.output_tokens, result.cached_tokens,
             result.cache_write_tokens, cost, int((time.monotonic() - hold.started) * 1000), hold.provider,
-            hold.attempts, hold.amount_nano, result.breakdown_json(),
+            hold.attempts, hold.amount_nano, result.breakdown_json(), hold.requested_model,
         )
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO usage (request_id, created_at, account_id, key_id, model, endpoint, stream, status,"
                 " http_status, input_tokens, output_tokens, cached_tokens, cache_write_tokens, cost_nano,"
-                " duration_ms, provider, attempts, hold_nano, breakdown)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " duration_ms, provider, attempts, hold_nano, breakdown, requested_model)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
             if cost:

@@ -19,7 +19,7 @@ from gatewayd.store.base import parse_breakdown
 USAGE_COLUMNS = (
     "request_id", "created_at", "key_id", "model", "endpoint", "stream", "status", "http_status", "input_tokens",
     "output_tokens", "cached_tokens", "cache_write_tokens", "cost_nano", "duration_ms", "provider", "attempts",
-    "hold_nano", "breakdown",
+    "hold_nano", "breakdown", "requested_model",
 )
 
 
