@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from tests.faults import PAID, chat_body, new_account
+from tests.faults import LIVENESS_S, PAID, chat_body, new_account
 from tests.live import Daemon
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the daemon's RSS from /proc")
@@ -70,9 +70,10 @@ def head(path: str = "/v1/chat/completions", *, length: int | None, secret: str 
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def read_until_closed(sock: socket.socket, within_s: float) -> tuple[bytes, bool, float]:
-    """What the server sent, whether it closed the connection within ``within_s``, and when
-    the first bytes came (seconds from the call)."""
+def read_until_closed(sock: socket.socket, within_s: float = LIVENESS_S) -> tuple[bytes, bool, float]:
+    """What the server sent, whether it closed the connection within ``within_s`` (a liveness
+    bound: the answers these tests wait for come at once, or never), and when the first bytes
+    came (seconds from the call: printed, never asserted, as how fast depends on the machine)."""
     began = time.monotonic()
     deadline = began + within_s
     answer, first = b"", None
@@ -90,6 +91,22 @@ def read_until_closed(sock: socket.socket, within_s: float) -> tuple[bytes, bool
             first = time.monotonic() - began
         answer += data
     return answer, False, first if first is not None else within_s
+
+
+def read_answer(sock: socket.socket, complete, within_s: float = LIVENESS_S) -> bytes:
+    """What the server sent on a connection it keeps open, read until ``complete(answer)``."""
+    deadline = time.monotonic() + within_s
+    answer = b""
+    while not complete(answer) and time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            break
+        if not data:
+            break
+        answer += data
+    return answer
 
 
 def status_and_body(answer: bytes) -> tuple[int, dict, dict]:
@@ -153,9 +170,9 @@ def test_large_bodies_one_byte_short_without_a_key_are_401_at_once_and_rss_stays
             socks.append(sock)
             pushers.append(pusher)
         for sock in socks:
-            answer, closed, first = read_until_closed(sock, 5)
-            assert_refused_unread(answer, closed, 401)
-            assert first < 2, f"the 401 took {first:.1f} s: the body was read first"
+            answer, closed, first = read_until_closed(sock)
+            assert_refused_unread(answer, closed, 401)  # ... while the pusher still sends: not read first
+            print(f"401 after {first:.2f} s")
         during = rss_mib(plain)
         for pusher in pushers:
             pusher.join(10)
@@ -180,12 +197,10 @@ def test_trickled_bodies_without_a_key_are_401_and_closed_at_once(plain):
             pusher.start()
             socks.append(sock)
             pushers.append(pusher)
-        began = time.monotonic()
-        for sock in socks:
-            answer, closed, _ = read_until_closed(sock, 3)
+        for sock in socks:  # answered and closed while their bodies still trickle (10 MB would take weeks)
+            answer, closed, _ = read_until_closed(sock)
             fields = assert_refused_unread(answer, closed, 401)
             assert fields["content-type"] == "application/json"
-        assert time.monotonic() - began < 4
     finally:
         for sock in socks:
             sock.close()
@@ -197,9 +212,8 @@ def test_a_disallowed_ip_is_403_before_the_body(plain):
     _, _, secret = new_account(plain, allow_ips=["10.0.0.0/8"])
     with connect(plain) as sock:
         sock.sendall(head(length=50 * MIB, secret=secret) + b"{")
-        answer, closed, first = read_until_closed(sock, 4)
+        answer, closed, _ = read_until_closed(sock)  # the 49.99 MB left never come: answered before the body
     assert_refused_unread(answer, closed, 403, "access_denied")
-    assert first < 2
 
 
 def test_x_api_key_is_read_only_where_the_endpoint_reads_it(plain):
@@ -210,7 +224,7 @@ def test_x_api_key_is_read_only_where_the_endpoint_reads_it(plain):
     chat = head(length=len(body)).replace(b"\r\n\r\n", f"\r\nx-api-key: {secret}\r\n\r\n".encode()) + body[:5]
     with connect(plain) as sock:
         sock.sendall(chat)
-        answer, closed, _ = read_until_closed(sock, 4)
+        answer, closed, _ = read_until_closed(sock)
     assert_refused_unread(answer, closed, 401)
     messages = orjson.dumps({"model": "claude-haiku-4-5", "max_tokens": 8,
                              "messages": [{"role": "user", "content": "hi"}]})
@@ -218,7 +232,7 @@ def test_x_api_key_is_read_only_where_the_endpoint_reads_it(plain):
         b"\r\n\r\n", f"\r\nx-api-key: {secret}\r\nanthropic-version: 2023-06-01\r\nConnection: close\r\n\r\n".encode())
     with connect(plain) as sock:
         sock.sendall(request + messages)
-        answer, _, _ = read_until_closed(sock, 10)
+        answer, _, _ = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
 
 
@@ -231,10 +245,11 @@ def test_a_slow_body_from_a_valid_key_is_408_within_body_timeout(tight):
         sock.sendall(head(length=1000, secret=secret) + b'{"model": ')
         pusher = Pusher(sock, 1000, pace_s=0.1, for_s=4)
         pusher.start()
-        answer, closed, first = read_until_closed(sock, 4)
+        answer, closed, first = read_until_closed(sock)
         pusher.join(5)
+    # 408: the deadline fired (the 1,000 bytes, a byte each 100 ms for 4 s, never all come)
     assert_refused_unread(answer, closed, 408, "request_timeout")
-    assert 1.4 < first < 3, first
+    print(f"408 after {first:.2f} s (body_timeout_s 1.5)")
     assert tight.admin.usage(account["id"]) == []
     assert tight.admin.balance(account["id"])["held_nano"] == 0
 
@@ -256,12 +271,12 @@ def test_bodies_over_the_account_share_or_the_process_budget_are_503_and_the_bud
         time.sleep(0.5)  # each request's bytes have arrived and are held
         with connect(tight) as sock:
             sock.sendall(head(length=len(small) + 100_000, secret=late) + b"x" * 100_000)
-            answer, closed, first = read_until_closed(sock, 3)
+            answer, closed, _ = read_until_closed(sock)
         fields = assert_refused_unread(answer, closed, 503, "server_busy")
-        assert int(fields["retry-after"]) >= 1 and first < 1
+        assert int(fields["retry-after"]) >= 1
         with connect(tight) as sock:
             sock.sendall(head(length=40_000, secret=holders[0][2]) + b"x" * 20_000)
-            answer, closed, _ = read_until_closed(sock, 3)
+            answer, closed, _ = read_until_closed(sock)
         assert_refused_unread(answer, closed, 503, "server_busy")
         assert "for this account" in status_and_body(answer)[2]["error"]["message"]
     finally:
@@ -271,7 +286,7 @@ def test_bodies_over_the_account_share_or_the_process_budget_are_503_and_the_bud
     with connect(tight) as sock:
         sock.sendall(head(length=len(small), secret=late).replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
                      + small)
-        answer, _, _ = read_until_closed(sock, 10)
+        answer, _, _ = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
     for account, _, _ in holders:
         assert tight.admin.usage(account["id"]) == []
@@ -291,7 +306,7 @@ def test_a_chunked_body_over_the_key_share_is_503_while_it_comes(tight):
                 sock.sendall(part)
             except OSError:
                 break  # the daemon has answered and closed
-        answer, closed, _ = read_until_closed(sock, 3)
+        answer, closed, _ = read_until_closed(sock)
     assert_refused_unread(answer, closed, 503, "server_busy")
 
 
@@ -301,7 +316,7 @@ def test_a_chunked_body_over_the_key_share_is_503_while_it_comes(tight):
 def test_h2c_prior_knowledge_gets_no_http2_session_by_default(plain):
     with connect(plain) as sock:
         sock.sendall(H2_PREFACE + H2_EMPTY_SETTINGS)
-        answer, closed, _ = read_until_closed(sock, 3)
+        answer, closed, _ = read_until_closed(sock)
     assert not answer.startswith(b"\x00"), "the daemon answered with an HTTP/2 frame"
     assert answer.startswith(b"HTTP/1.1 505"), answer[:200]
     assert b"h2c_not_served" in answer
@@ -312,7 +327,7 @@ def test_h2c_upgrade_is_answered_in_http1_by_default(plain):
     with connect(plain) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, HTTP2-Settings\r\n"
                      b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n")
-        answer, _, _ = read_until_closed(sock, 1)
+        answer = read_answer(sock, lambda got: b"\r\n\r\n" in got)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
     assert b"101" not in answer.split(b"\r\n", 1)[0]
 
@@ -320,5 +335,5 @@ def test_h2c_upgrade_is_answered_in_http1_by_default(plain):
 def test_h2c_is_served_when_configured(tight):
     with connect(tight) as sock:
         sock.sendall(H2_PREFACE + H2_EMPTY_SETTINGS)
-        answer, _, _ = read_until_closed(sock, 1)
+        answer = read_answer(sock, lambda got: len(got) >= 9)  # a frame's header
     assert answer[3:4] == b"\x04", answer[:40]  # the server's SETTINGS frame: an HTTP/2 session

@@ -17,6 +17,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from tests.faults import LIVENESS_S
 from tests.live import Daemon, unique_email
 
 pytestmark = pytest.mark.slow
@@ -202,10 +203,8 @@ def test_an_idle_socket_is_closed_and_one_that_works_is_not(gateway, funded):
     with open_socket(gateway, secret) as ws:
         create(ws, model=GPT, input="in time [[sim:words=3]]")
         assert one_response(ws)[-1]["type"] == "response.completed"
-        started = time.monotonic()
-        with pytest.raises(ConnectionClosed) as closed:
-            ws.recv(timeout=IDLE_S * 4)
-    assert IDLE_S - 0.5 < time.monotonic() - started < IDLE_S * 3
+        with pytest.raises(ConnectionClosed) as closed:  # the daemon closes it, with its reason
+            ws.recv(timeout=LIVENESS_S)
     assert closed.value.rcvd.code == 1000 and closed.value.rcvd.reason == "idle"
 
 
