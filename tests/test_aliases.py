@@ -57,7 +57,7 @@ def test_the_default_catalogue_resolves_dated_ids_and_the_clients_defaults(tmp_p
     c = load_config(None, environ={})
     expected = {
         "claude-haiku-4-5-20251001": "claude-haiku-4-5", "claude-sonnet-4-5-20250929": "claude-sonnet-4-5",
-        "claude-opus-4-1-20250805": "claude-opus-4-1", "gpt-4.1-mini-2025-04-14": "gpt-4.1-mini",
+        "gpt-4.1-mini-2025-04-14": "gpt-4.1-mini",
         "gpt-6.1-sol": "gpt-4.1",  # Codex 0.169's default (observed)
         "gemini-3.5-flash-lite": "gemini-2.5-flash",  # Gemini CLI 0.61's router model (observed)
         "gemini-3.1-pro-preview": "gemini-2.5-pro",  # ... and the model its router picked (observed)

@@ -24,13 +24,21 @@ def test_every_priced_default_model_names_its_price_source_and_date():
             assert "2026-11-29" in block or "not re-confirmed" in block or "no date" in block, model_id
 
 
-def test_the_default_catalogue_has_the_list_prices_the_issue_names():
+def test_the_default_catalogue_sells_nothing_below_its_list_price():
+    """Issue 32 found claude-opus-4-1 at $5.50 / $33 against Anthropic's $15 / $75 (sold at a loss)
+    and gpt-4.1-nano at 2.4x its list price. The spec fixes the catalogue's ranges ($0.24-5.50
+    input, $0.96-33 output), so its ends stay, on models whose list prices are at or below them:
+    opus-4-1 (retired on Anthropic's API) is gone, opus-4-8 ($5 / $25) takes the top, and nano
+    keeps the bottom with its margin said in the file."""
     models = load_config(None, environ={}).models
-    opus = models["claude-opus-4-1"]
+    assert "claude-opus-4-1" not in models
+    opus = models["claude-opus-4-8"]
     assert (opus.input_price, opus.output_price, opus.cached_input_price, opus.cache_write_price) == (
-        15_000, 75_000, 1_500, 18_750)
+        5_500, 33_000, 550, 6_875)
+    assert opus.input_price >= 5_000 and opus.output_price >= 25_000  # Anthropic's list: $5 / $25
     nano = models["gpt-4.1-nano"]
-    assert (nano.input_price, nano.output_price, nano.cached_input_price) == (100, 400, 25)
+    assert (nano.input_price, nano.output_price, nano.cached_input_price) == (240, 960, 60)
+    assert nano.input_price >= 100 and nano.output_price >= 400  # OpenAI's list: $0.10 / $0.40
 
 
 def test_check_prints_each_difference_and_exits_1(capsys):

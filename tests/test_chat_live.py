@@ -175,8 +175,8 @@ def test_key_accepted_without_sk_prefix(gateway, funded):
 def test_models_list(gateway, funded):
     _, _, secret = funded
     ids = [m.id for m in client(gateway, secret).models.list()]
-    # 11 + two Gemini models + claude-opus-4-8 (Claude Code's default, issue 32); aliases are not listed
-    assert len([i for i in ids if not i.startswith("text-embedding")]) == 14
+    # the spec's 11 + two Gemini models (issue 12); aliases are not listed
+    assert len([i for i in ids if not i.startswith("text-embedding")]) == 13
     assert "claude-sonnet-4-5" in ids and "o3-pro" in ids and "claude-haiku-4-5-20251001" not in ids
     assert not any(i.startswith("text-embedding") for i in ids)  # not enabled for this account
 

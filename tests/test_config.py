@@ -28,14 +28,14 @@ def test_defaults_without_a_file():
     assert config.server.models_visible_after_paid_nano == 3_000_000_000
     assert config.database_url == "sqlite:///var/gateway.db"
     chat = [m for m in config.models.values() if m.kind == "chat"]
-    assert len(chat) == 14  # the spec's 11, two Gemini models (issue 12), Claude Code's default Opus (issue 32)
-    assert len([m for m in chat if m.dual_format]) == 5
+    assert len(chat) == 13  # the spec's 11 and two Gemini models (issue 12)
+    assert len([m for m in chat if m.dual_format]) == 4  # the spec's 4
     assert [m.id for m in chat if not m.priced] == ["o3-pro"]
     priced = [m for m in chat if m.priced]
-    # the providers' list prices (issue 32; the spec's 0.24-5.50 and 0.96-33 were not theirs)
-    assert min(m.input_price for m in priced) == 100 and max(m.input_price for m in priced) == 15_000
-    assert min(m.output_price for m in priced) == 400 and max(m.output_price for m in priced) == 75_000
-    assert (config.models["claude-opus-4-1"].output_price, config.models["gpt-4.1-nano"].input_price) == (75_000, 100)
+    # the spec's ranges: input 0.24 to 5.50, output 0.96 to 33 (USD per 1M tokens: nano a token x 1,000)
+    assert min(m.input_price for m in priced) == 240 and max(m.input_price for m in priced) == 5_500
+    assert min(m.output_price for m in priced) == 960 and max(m.output_price for m in priced) == 33_000
+    assert (config.models["claude-opus-4-8"].output_price, config.models["gpt-4.1-nano"].input_price) == (33_000, 240)
     assert config.models["o4-mini"].cached_input_price == 275  # $0.275/M, exact
 
 
