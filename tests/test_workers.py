@@ -28,10 +28,16 @@ def serve(tmp_path, *args: str, env: dict | None = None) -> subprocess.Completed
     )
 
 
+def errors(result: subprocess.CompletedProcess) -> list[str]:
+    """stderr's lines but the default catalogue's one warning about providers whose key is unset
+    (the machine running the tests has none: issue 32)."""
+    return [line for line in result.stderr.strip().splitlines() if not line.startswith("gatewayd: warning: providers")]
+
+
 def test_sqlite_serves_one_process(tmp_path):
     result = serve(tmp_path, "--workers", "2")
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip().splitlines() == [
+    assert errors(result) == [
         'gatewayd: --workers 2 needs PostgreSQL ([database] url = "postgresql://..." or GATEWAY_DATABASE_URL): '
         "a SQLite database is served by one process"
     ]
@@ -42,7 +48,7 @@ def test_sqlite_serves_one_process(tmp_path):
 def test_workers_must_be_positive(tmp_path, count):
     result = serve(tmp_path, "--workers", count)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"gatewayd: --workers must be at least 1 (got {count})"]
+    assert errors(result) == [f"gatewayd: --workers must be at least 1 (got {count})"]
 
 
 # -- two workers on PostgreSQL ------------------------------------------------------------------

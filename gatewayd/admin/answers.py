@@ -8,7 +8,7 @@ import zoneinfo
 from typing import Any
 
 import orjson
-from quart import Response
+from quart import Response, request
 
 from gatewayd.directory import DirectoryError
 from gatewayd.money import nano_to_usd_str
@@ -72,3 +72,18 @@ def json_response(doc: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(usd_beside(doc)), status=status, content_type=JSON)
 
 
+
+
+def int_arg(name: str, default: Any, low: int, high: int | None) -> Any:
+    """A whole-number query argument of the request: ``default`` when absent, at least ``low``
+    (else the admin API's 400), at most ``high`` (clamped: a larger page asks for all there is)."""
+    value = request.args.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise DirectoryError(f"{name} must be a whole number") from None
+    if number < low:
+        raise DirectoryError(f"{name} must be at least {low}")
+    return number if high is None else min(number, high)

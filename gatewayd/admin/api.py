@@ -22,7 +22,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from gatewayd.admin.answers import MAX_ROW_ID, json_response as _json, instant
+from gatewayd.admin.answers import MAX_ROW_ID, json_response as _json, instant, int_arg
 from gatewayd.admin.codes import add_code_routes
 from gatewayd.admin.gate import error_body
 from gatewayd.admin.operators import add_operator_routes
@@ -129,7 +129,7 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         q = (request.args.get("q") or "").strip().lower()
         if q:
             accounts = [a for a in accounts if q in a.email.lower() or q in a.name.lower() or q in a.id]
-        limit = _int_arg("limit", None, 1, None)
+        limit = int_arg("limit", None, 1, None)
         if limit is not None:
             accounts = sorted(accounts, key=lambda a: a.email.lower())[:limit]
         for account in accounts:
@@ -248,8 +248,8 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         if key_id is not None:
             directory.key(key_id, account.id)
         where = usage_filter(account.id, account.timezone)
-        limit = _int_arg("limit", 50, 1, 10_000)
-        before = _int_arg("before", None, 1, MAX_ROW_ID)
+        limit = int_arg("limit", 50, 1, 10_000)
+        before = int_arg("before", None, 1, MAX_ROW_ID)
         rows, following = await store.usage_export(where, before_id=before, limit=limit)
         return _json({"data": rows, "next_before": following})
 
@@ -266,18 +266,6 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
         doc["range"] = {"since": where.since, "until": where.until, "account_id": where.account_id,
                         "timezone": directory.accounts[where.account_id].timezone if where.account_id else "UTC"}
         return _json(doc)
-
-    def _int_arg(name: str, default, low: int, high: int | None):
-        value = request.args.get(name)
-        if value is None:
-            return default
-        try:
-            number = int(value)
-        except ValueError:
-            raise DirectoryError(f"{name} must be a whole number") from None
-        if number < low:
-            raise DirectoryError(f"{name} must be at least {low}")
-        return number if high is None else min(number, high)
 
     def usage_filter(account_id: str | None, timezone: str) -> UsageFilter:
         key_id = request.args.get("key")

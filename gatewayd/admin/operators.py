@@ -19,7 +19,7 @@ from quart import Response, request
 
 from gatewayd import passwords
 from gatewayd.admin import tokens
-from gatewayd.admin.answers import MAX_ROW_ID, instant
+from gatewayd.admin.answers import MAX_ROW_ID, instant, int_arg
 from gatewayd.admin.gate import principal_of
 from gatewayd.directory import DirectoryError
 from gatewayd.records import utc_now_iso
@@ -94,8 +94,8 @@ def add_operator_routes(app, store, body: Callable[..., Awaitable[dict]]) -> Non
         args = request.args
         since = instant(args.get("since"), "UTC", "since")
         until = instant(args.get("until"), "UTC", "until", end_of_day=True)
-        limit = _int_arg("limit", 50, 1, 1000)
-        before = _int_arg("before", None, 1, MAX_ROW_ID)
+        limit = int_arg("limit", 50, 1, 1000)
+        before = int_arg("before", None, 1, MAX_ROW_ID)
         changes = args.get("changes", "false")
         if changes not in ("true", "false"):
             raise DirectoryError("changes must be true or false")
@@ -113,15 +113,3 @@ def add_operator_routes(app, store, body: Callable[..., Awaitable[dict]]) -> Non
             raise DirectoryError(f"password must be a string of {MIN_PASSWORD} to {MAX_PASSWORD} characters")
         await store.set_operator_setting(OPERATOR_PASSWORD, await passwords.hashed(password))
         return _json({"operator_password": True, "changed_at": utc_now_iso()})
-
-    def _int_arg(name: str, default, low: int, high: int):
-        value = request.args.get(name)
-        if value is None:
-            return default
-        try:
-            number = int(value)
-        except ValueError:
-            raise DirectoryError(f"{name} must be a whole number") from None
-        if number < low:
-            raise DirectoryError(f"{name} must be at least {low}")
-        return min(number, high)
