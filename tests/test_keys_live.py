@@ -77,8 +77,8 @@ def _patch(**fields):
 TRANSITIONS = [
     # (id, change into the state, state, change back)
     ("disable-then-enable", _action("disable"), "disabled", _action("enable")),
-    ("expired-then-later-date", _patch(expires_on="2020-01-01"), "expired", _patch(expires_on="2999-12-31")),
-    ("expired-then-cleared", _patch(expires_on="2020-01-01"), "expired", _patch(expires_on=None)),
+    ("expired-then-later-date", _patch(expires_on="2020-01-01", force=True), "expired", _patch(expires_on="2999-12-31")),
+    ("expired-then-cleared", _patch(expires_on="2020-01-01", force=True), "expired", _patch(expires_on=None)),
     ("used-up-then-raised", _patch(spend_limit_nano=lambda s: s), "used_up",
      _patch(spend_limit_nano=lambda s: s + 10**9)),
     ("used-up-then-cleared", _patch(spend_limit_nano=lambda s: s), "used_up", _patch(spend_limit_nano=None)),
@@ -105,7 +105,7 @@ def test_transition_refuses_then_works_on_the_very_next_request(gateway, into, s
 REVOKE_FROM = [
     ("enabled", None),
     ("disabled", _action("disable")),
-    ("expired", _patch(expires_on="2020-01-01")),
+    ("expired", _patch(expires_on="2020-01-01", force=True)),
     ("used_up", _patch(spend_limit_nano=lambda s: s)),
 ]
 
@@ -169,7 +169,7 @@ def test_gatewayctl_change_takes_effect_on_the_next_request(gateway):
     steps = [
         (("key", "disable", key["id"]), "disabled", False),
         (("key", "enable", key["id"]), "enabled", True),
-        (("key", "update", key["id"], "--expires", "2020-01-01"), "expired", False),
+        (("key", "update", key["id"], "--expires", "2020-01-01", "--force"), "expired", False),
         (("key", "update", key["id"], "--no-expiry"), "enabled", True),
         (("key", "update", key["id"], "--spend-limit", "0"), "used_up", False),
         (("key", "update", key["id"], "--no-spend-limit"), "enabled", True),
