@@ -64,6 +64,10 @@ def test_adjust_debits_with_a_negative_amount_and_its_reason(admin: RealAdmin, a
     assert [(p["amount_nano"], p["source"]) for p in payments[:2]] == [
         (1_250_000_000, "adjustment"), (-2_500_000_000, "adjustment")]
     assert one_json(ok(admin, "audit", "--json"))["ok"] is True  # the ledger still adds up
+    [logged] = [e for e in one_json(ok(admin, "audit-log", "--json"))
+                if e["path"].endswith(f"{ann.email}/adjustments") and e["status"] == 201]
+    assert logged["request"] == {"amount_nano": -2_500_000_000, "note": "refund of a failed batch"}
+    assert (logged["before"]["balance_nano"], logged["after"]["balance_nano"]) == (10_500_000_000, 8_000_000_000)
 
 
 def test_adjust_below_zero_is_refused_unless_forced(admin: RealAdmin) -> None:
