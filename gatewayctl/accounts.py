@@ -12,7 +12,7 @@ from gatewayctl.client import segment
 from gatewayctl.alert_options import AlertBelowOpt, NoAlertBelowOpt, alert_below_field
 from gatewayctl.fair_share import MaxConcurrentOpt, NoMaxConcurrentOpt, max_concurrent_field
 from gatewayctl.common import (
-    account_path, AccountArg, app, data, exclusive, ForceOpt, help_type, JsonOpt, nothing_to_change, parse_name,
+    account_path, AccountArg, app, data, exclusive, force_option, help_type, JsonOpt, nothing_to_change, parse_name,
     parse_payment, parse_timezone, parse_usd, read_password, session, SocketOpt, split_names,
 )
 from gatewayd.control_chars import escape_control_characters
@@ -193,7 +193,7 @@ def account_adjust(
         help="US dollars, signed: 2.50 credits, -2.50 debits (put -- before a negative amount).")],
     note: Annotated[str, typer.Option("--note", metavar="TEXT", help="The reason (required; kept in the ledger "
                                       "and the audit log).", parser=parse_name)],
-    force: ForceOpt = False,
+    force: Annotated[bool, force_option("Allow a debit below a zero balance")] = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:

@@ -178,8 +178,11 @@ JsonOpt = Annotated[
 ]
 AccountArg = Annotated[str, typer.Argument(metavar="ACCOUNT", help="Account id or email.")]
 KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Key id.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Do it although the daemon would refuse it as a likely "
-                                        "mistake (see the command's help).")]
+
+
+def force_option(what: str) -> Any:
+    """``--force``: do what the daemon refuses by default as a likely mistake (``what``)."""
+    return typer.Option("--force", help=f"{what} (refused without it, as a likely mistake).")
 
 
 @attrs.frozen

@@ -11,7 +11,7 @@ from gatewayctl import render
 from gatewayctl.fair_share import MaxConcurrentOpt, NoMaxConcurrentOpt, max_concurrent_field
 from gatewayctl.key_budget import BudgetOpt, BudgetPeriodOpt, NoBudgetOpt, budget_fields
 from gatewayctl.common import (
-    account_path, AccountArg, app, data, exclusive, ForceOpt, JsonOpt, key_path, KeyArg, nothing_to_change, parse_date,
+    account_path, AccountArg, app, data, exclusive, force_option, JsonOpt, key_path, KeyArg, nothing_to_change, parse_date,
     parse_ip_network, parse_name, parse_usd, session, SocketOpt, split_names,
 )
 
@@ -46,6 +46,7 @@ SpendLimitOpt = Annotated[
     typer.Option("--spend-limit", metavar="USD", parser=parse_usd,
                  help="Stop the key after it has spent this much."),
 ]
+ForceOpt = Annotated[bool, force_option("Set an --expires day that has passed already")]
 ExpiresOpt = Annotated[
     Optional[str],
     typer.Option("--expires", metavar="YYYY-MM-DD", parser=parse_date,

@@ -93,6 +93,7 @@ def usage(
 
     The table fits 100 columns (time, key name, model, status, tokens, cost); --json, --csv
     and --jsonl give every field, --breakdown each request's charge line by line.
+
     --since and --until are days in the account's time zone, both included. --csv and
     --jsonl export any range page by page without holding it in memory. Each row carries
     what was held for it (hold_nano) and what its cost is made of (breakdown: lines of
