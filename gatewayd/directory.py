@@ -35,7 +35,7 @@ from gatewayd.records import (
     secret_hint,
     utc_now_iso,
 )
-from gatewayd.store.base import EmailTaken, KeyRevoked, PaymentTooLarge, TooManyKeys
+from gatewayd.store.base import BelowFloor, EmailTaken, KeyRevoked, PaymentTooLarge, TooManyKeys
 
 MAX_KEYS_PER_ACCOUNT = 1000
 MAX_KEY_NAME = 50
@@ -342,7 +342,9 @@ class Directory:
 
         The floor: a debit may not take the account's balance (credit less open holds, as
         ``GET .../balance`` shows it) below zero, unless ``force`` is true (409 ``below_floor``
-        otherwise). The balance is read fresh from the store, so another instance's charges count."""
+        otherwise). The floor is part of the debit's own UPDATE in the store (``credit_floor_nano``:
+        the open holds, read fresh), so two debits at once, or another instance's charges, cannot
+        both pass it."""
         if isinstance(amount_nano, bool) or not isinstance(amount_nano, int) or amount_nano == 0:
             raise DirectoryError("amount_nano must be a non-zero integer number of nano-dollars (negative lowers "
                                  "the balance)")
@@ -351,16 +353,18 @@ class Directory:
         refuse_control_characters(note, "note")
         if abs(amount_nano) > MAX_PAID_NANO:
             raise DirectoryError(f"amount_nano: an adjustment is at most {format_usd(MAX_PAID_NANO, 2)} either way")
+        floor = None
         if amount_nano < 0 and not check_force(force):
-            balance = (await self.store.refresh_balance(account)).balance_nano
-            if balance + amount_nano < 0:
-                raise DirectoryError(
-                    f"amount_nano: this debit of {format_usd(-amount_nano)} would take the balance of "
-                    f"{format_usd(balance)} below zero; debit at most {format_usd(max(balance, 0))}, or give "
-                    "force: true (gatewayctl --force) to go below zero anyway", status=409, code="below_floor")
+            floor = (await self.store.refresh_balance(account)).held_nano  # credit - held >= 0
         try:
             payment, _ = await self.store.record_payment(account, amount_nano, note, source="adjustment",
-                                                         reference=None)
+                                                         reference=None, credit_floor_nano=floor)
+        except BelowFloor as e:  # checked in the debit's own UPDATE: concurrent debits cannot both pass
+            balance = e.credit_nano - (floor or 0)
+            raise DirectoryError(
+                f"amount_nano: this debit of {format_usd(-amount_nano)} would take the balance of "
+                f"{format_usd(balance)} below zero; debit at most {format_usd(max(balance, 0))}, or give "
+                "force: true (gatewayctl --force) to go below zero anyway", status=409, code="below_floor") from None
         except PaymentTooLarge:
             raise DirectoryError(
                 f"amount_nano: the account's total paid ({format_usd(account.total_paid_nano, 2)}) would go "

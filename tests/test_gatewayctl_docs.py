@@ -2,7 +2,7 @@
 docs named an ``account pay --amount`` that never existed).
 
 Each line of a code block in README.md and docs/*.md that runs ``gatewayctl`` (fenced or
-indented, after ``$``, ``.venv/bin/``, ``sudo -u ...``, ``VAR=...`` or a pipe), and each inline
+indented, after ``$``, ``.venv/bin/``, ``sudo -u ...``, ``VAR=...``, a pipe or ``#``), and each inline
 code span that starts with ``gatewayctl``, is checked against the real command tree:
 
 - the words after ``gatewayctl`` (and the options before the command) name commands, each of
@@ -32,8 +32,8 @@ from tests.gatewayctl_cli import (  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# where gatewayctl starts a command in a code line: the line's start, a prompt, a path, sudo, a pipe
-STARTS = re.compile(r"(?:^|\$ |\| |&& |sudo -u \S+ |[A-Z_]+=\S+ |\S*/)gatewayctl(?= |$)")
+# where gatewayctl starts a command in a code line: the line's start, a prompt, a path, sudo, a pipe, a comment
+STARTS = re.compile(r"(?:^|\$ |\| |&& |# |sudo -u \S+ |[A-Z_]+=\S+ |\S*/)gatewayctl(?= |$)")
 INLINE = re.compile(r"`((?:\S*/)?gatewayctl(?: [^`]*)?)`")
 NOTATION = re.compile(r"[|\[\]]|\.\.\.|\b[A-Z][A-Z0-9_]*(?:_[A-Z]+)?\b")  # placeholders: ACCOUNT, [--x], a|b, ...
 
