@@ -5,7 +5,8 @@ columns, and on a terminal narrower than that falls back to a block of fields pe
 requests became ~850 lines. Here the row keeps what an operator scans for (when, which key
 by name, model, status, tokens, cost); the rest is in ``--json``, ``--csv``, ``--jsonl`` and
 ``--breakdown``. Numbers are never cut: the text columns (key, model, status) give way,
-ending in an ellipsis, so the whole line fits ``WIDTH``.
+ending in an ellipsis, so the whole line fits ``WIDTH`` (or a narrower terminal, as far as the
+numbers allow).
 """
 
 from __future__ import annotations
@@ -72,12 +73,12 @@ def _line(widths: dict[str, int]) -> int:
     return sum(widths.values()) + (GAP - 1) * len(widths) + (len(widths) - 1)
 
 
-def _widths(table_rows: Sequence[dict[str, str]]) -> dict[str, int]:
+def _widths(table_rows: Sequence[dict[str, str]], width: int) -> dict[str, int]:
     """Each column's width: the fixed ones as they are, the text ones shrunk, widest first,
-    until the line fits ``WIDTH``."""
+    until the line fits ``width``."""
     columns = list(table_rows[0])
     widths = {c: max(len(c), *(len(r[c]) for r in table_rows)) for c in columns}
-    excess = _line(widths) - WIDTH
+    excess = _line(widths) - width
     while excess > 0:
         shrinkable = [c for c in TEXT_COLUMNS if widths[c] > MIN_TEXT[c]]
         if not shrinkable:
@@ -94,7 +95,8 @@ def show_usage(console: Console, rows: Sequence[dict[str, Any]], key_names: dict
         console.print("No usage.")
         return
     table_rows = [cells(row, key_names) for row in rows]
-    widths = _widths(table_rows)
+    # a terminal narrower than WIDTH: narrower still (into a pipe: WIDTH, whatever COLUMNS says)
+    widths = _widths(table_rows, min(WIDTH, console.width) if console.is_terminal else WIDTH)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, GAP - 1, 0, 0))
     for column, width in widths.items():
         table.add_column(column, justify="right" if column in NUMERIC else "left", no_wrap=True, width=width)

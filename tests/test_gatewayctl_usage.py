@@ -132,3 +132,21 @@ def test_usage_table_fits_100_columns_one_line_a_request(admin: RealAdmin) -> No
     assert twice.exit_code == 1 and "2 keys of" in twice.err and keys[0]["id"] in twice.err, twice.err
     other = gatewayctl(admin, "usage", ann.id, "--model", "no-such-model")
     assert other.exit_code == 0 and other.stdout == "No usage.\n"
+
+
+def test_usage_table_on_a_narrow_terminal_shrinks_names_never_numbers() -> None:
+    import io
+
+    from rich.console import Console
+
+    from gatewayctl import usage_table
+
+    row = {"created_at": "2026-11-04T10:00:00.000Z", "key_id": "key_1", "model": "anthropic.claude-sonnet-4-5-v1:0",
+           "status": "upstream_error", "input_tokens": 1_234_567, "output_tokens": 300, "cached_tokens": 1000,
+           "cost_nano": 4_700_000}
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=True, color_system=None)
+    usage_table.show_usage(console, [row], {"key_1": "the nightly integration runner"}, limit=50)
+    table = [line for line in out.getvalue().splitlines() if "1,234,567" in line]
+    assert len(table) == 1 and len(table[0]) <= 80, table
+    assert "$0.004700" in table[0] and "11-04 10:00:00" in table[0] and "…" in table[0]
