@@ -12,8 +12,8 @@ from gatewayctl.client import segment
 from gatewayctl.alert_options import AlertBelowOpt, NoAlertBelowOpt, alert_below_field
 from gatewayctl.fair_share import MaxConcurrentOpt, NoMaxConcurrentOpt, max_concurrent_field
 from gatewayctl.common import (
-    account_path, AccountArg, app, data, exclusive, JsonOpt, nothing_to_change, parse_name, parse_payment,
-    parse_timezone, read_password, session, SocketOpt, split_names,
+    account_path, AccountArg, app, data, exclusive, force_option, help_type, JsonOpt, nothing_to_change, parse_name,
+    parse_payment, parse_timezone, parse_usd, read_password, session, SocketOpt, split_names,
 )
 from gatewayd.control_chars import escape_control_characters
 from gatewayd.money import format_usd
@@ -171,6 +171,47 @@ def account_pay(
         c.print(escape_control_characters(f"{paid.get('email', account)}: balance "
                                           f"{format_usd(paid.get('balance_nano'))}, "
                                           f"total paid {format_usd(paid.get('total_paid_nano'))}"), markup=False)
+
+    s.emit(answer, human)
+
+
+@help_type("signed decimal")
+def parse_adjustment(value: str) -> int:
+    """A signed dollar amount, not zero: ``2.50`` credits, ``-2.50`` debits."""
+    text = value.strip()
+    nano = -parse_usd(text[1:]) if text.startswith("-") else parse_usd(text.removeprefix("+"))
+    if nano == 0:
+        raise typer.BadParameter(f"{value!r}: an adjustment of nothing changes nothing")
+    return nano
+
+
+@account_app.command("adjust")
+def account_adjust(
+    account: AccountArg,
+    amount: Annotated[int, typer.Argument(
+        metavar="AMOUNT_USD", parser=parse_adjustment,
+        help="US dollars, signed: 2.50 credits, -2.50 debits (put -- before a negative amount).")],
+    note: Annotated[str, typer.Option("--note", metavar="TEXT", help="The reason (required; kept in the ledger "
+                                      "and the audit log).", parser=parse_name)],
+    force: Annotated[bool, force_option("Allow a debit below a zero balance")] = False,
+    socket: SocketOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Correct a balance up or down, with the reason: a payment row of source adjustment.
+
+    A debit may not take the balance below zero (409 below_floor) unless --force."""
+    s = session(socket, json_output)
+    body: dict[str, Any] = {"amount_nano": amount, "note": note}
+    if force:
+        body["force"] = True
+    answer = s.api.post(account_path(account, "adjustments"), body)
+
+    def human(c: Console) -> None:
+        adjusted = answer.get("account") or {}
+        render.show_object(c, answer.get("adjustment") or {}, render.PAYMENT, "Balance adjusted")
+        c.print(escape_control_characters(f"{adjusted.get('email', account)}: balance "
+                                          f"{format_usd(adjusted.get('balance_nano'))}, "
+                                          f"total paid {format_usd(adjusted.get('total_paid_nano'))}"), markup=False)
 
     s.emit(answer, human)
 

@@ -30,6 +30,19 @@ from gatewayd.money import MoneyError, usd_to_nano
 # (exit 2, "Invalid value for '--option': <why>").
 
 
+def help_type(label: str) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
+    """Marks a parser with what ``--help`` shows as an argument's type (``AMOUNT_USD <decimal>``):
+    typer would show the type the parser returns (nano-dollars: ``<int>``), which is not what
+    the operator types."""
+
+    def mark(parser: Callable[[str], Any]) -> Callable[[str], Any]:
+        parser.help_type = label  # type: ignore[attr-defined]
+        return parser
+
+    return mark
+
+
+@help_type("decimal")
 def parse_usd(value: str) -> int:
     """A dollar amount of zero or more, as exact nano-dollars."""
     try:
@@ -41,6 +54,7 @@ def parse_usd(value: str) -> int:
     return nano
 
 
+@help_type("decimal")
 def parse_payment(value: str) -> int:
     """A dollar amount above zero: a payment of nothing is a typo."""
     nano = parse_usd(value)
@@ -49,6 +63,7 @@ def parse_payment(value: str) -> int:
     return nano
 
 
+@help_type("YYYY-MM-DD")
 def parse_date(value: str) -> str:
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
         raise typer.BadParameter(f"{value!r} is not a date in YYYY-MM-DD form")
@@ -165,6 +180,11 @@ AccountArg = Annotated[str, typer.Argument(metavar="ACCOUNT", help="Account id o
 KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Key id.")]
 
 
+def force_option(what: str) -> Any:
+    """``--force``: do what the daemon refuses by default as a likely mistake (``what``)."""
+    return typer.Option("--force", help=f"{what} (refused without it, as a likely mistake).")
+
+
 @attrs.frozen
 class Session:
     """What a command needs: the admin client, and whether to print JSON or tables."""
@@ -243,8 +263,38 @@ def key_path(key: str, *rest: str) -> str:
 # --- The application --------------------------------------------------------------------
 
 
+def _show_types_as_typed(command: Any) -> None:
+    """``--help`` as the operator types: a flag (``--json``, ``--force``, ``--help``) shows no
+    value, where typer shows ``<bool>`` as if it took one; an argument whose parser is marked
+    with ``help_type`` shows that (``AMOUNT_USD <decimal>``), not the parsed type. Applied to
+    the whole command tree once, on its first run."""
+    # the help option is made on first use and kept: made here, it is fixed with the rest
+    for param in [*command.params, command.get_help_option(TyperGroup.context_class(command))]:
+        if param is None:
+            continue
+        if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            param.metavar = ""  # typer shows an option's metavar, if any, in place of its type
+            continue
+        parser = getattr(getattr(getattr(param, "type_descriptor", None), "parameter_info", None), "parser", None)
+        label = getattr(parser, "help_type", None)
+        if label is not None and param.param_type_name == "argument":
+            param.display_type_rich = lambda ctx, shown=f"<{label}>": shown
+    for sub in getattr(command, "commands", {}).values():
+        _show_types_as_typed(sub)
+
+
 class _Group(TyperGroup):
-    """Root group: turns an AdminError from any command into one line on stderr and exit 1."""
+    """Root group: turns an AdminError from any command into one line on stderr and exit 1, and
+    shows flags and typed arguments in ``--help`` as they are typed (``_show_types_as_typed``)."""
+
+    _types_shown = False
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # here, not in __init__: typer adds the root's completion options after building the group
+        if not self._types_shown:
+            _show_types_as_typed(self)
+            self._types_shown = True
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (typer's vendored click has no public name for it)
         try:

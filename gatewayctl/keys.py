@@ -11,7 +11,7 @@ from gatewayctl import render
 from gatewayctl.fair_share import MaxConcurrentOpt, NoMaxConcurrentOpt, max_concurrent_field
 from gatewayctl.key_budget import BudgetOpt, BudgetPeriodOpt, NoBudgetOpt, budget_fields
 from gatewayctl.common import (
-    account_path, AccountArg, app, data, exclusive, JsonOpt, key_path, KeyArg, nothing_to_change, parse_date,
+    account_path, AccountArg, app, data, exclusive, force_option, JsonOpt, key_path, KeyArg, nothing_to_change, parse_date,
     parse_ip_network, parse_name, parse_usd, session, SocketOpt, split_names,
 )
 
@@ -46,10 +46,12 @@ SpendLimitOpt = Annotated[
     typer.Option("--spend-limit", metavar="USD", parser=parse_usd,
                  help="Stop the key after it has spent this much."),
 ]
+ForceOpt = Annotated[bool, force_option("Set an --expires day that has passed already")]
 ExpiresOpt = Annotated[
     Optional[str],
     typer.Option("--expires", metavar="YYYY-MM-DD", parser=parse_date,
-                 help="Last day the key works (end of day, account time zone)."),
+                 help="Last day the key works (end of day, account time zone); a day already past is refused "
+                 "unless --force."),
 ]
 
 
@@ -66,6 +68,7 @@ def key_create(
     budget: BudgetOpt = None,
     budget_period: BudgetPeriodOpt = None,
     mcp: McpOpt = None,
+    force: ForceOpt = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -85,6 +88,8 @@ def key_create(
     if group is not None:
         body["group"] = group
     max_concurrent_field(body, max_concurrent)
+    if force:
+        body["force"] = True  # an --expires already past, set anyway
     s = session(socket, json_output)
     key = s.api.post(account_path(account, "keys"), body)
 
@@ -134,6 +139,7 @@ def key_update(
     no_budget: NoBudgetOpt = False,
     mcp: McpOpt = None,
     all_mcp: Annotated[bool, typer.Option("--all-mcp", help="Allow every MCP server.")] = False,
+    force: ForceOpt = False,
     socket: SocketOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -168,6 +174,8 @@ def key_update(
     budget_fields(body, budget, budget_period, no_budget)
     if not body:
         raise nothing_to_change()
+    if force:
+        body["force"] = True  # an --expires already past, set anyway
     s = session(socket, json_output)
     updated = s.api.patch(key_path(key), body)
     s.emit(updated, lambda c: render.show_object(c, updated, render.KEY, "Key updated"))

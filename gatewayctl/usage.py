@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
-from gatewayctl import render
+from gatewayctl import render, usage_table
 from gatewayctl.client import AdminClient, AdminError
 from gatewayctl.common import account_path, AccountArg, app, data, exclusive, JsonOpt, parse_date, session, SocketOpt
 from gatewayd.billing import breakdown
@@ -71,8 +71,8 @@ def csv_cell(value: Any) -> Any:
 @app.command("usage")
 def usage(
     account: AccountArg,
-    key: Annotated[Optional[str], typer.Option("--key", metavar="KEY",
-                                               help="Only this key's requests.")] = None,
+    key: Annotated[Optional[str], typer.Option("--key", metavar="NAME|ID",
+                                               help="Only this key's requests (its name or id).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", metavar="MODEL", help="Only this model.")] = None,
     status: Annotated[Optional[str], typer.Option("--status", metavar="STATUS",
                                                   help="Only this usage status (ok, upstream_error, ...).")] = None,
@@ -91,6 +91,9 @@ def usage(
 ) -> None:
     """An account's requests: model, tokens and cost of each, newest first.
 
+    The table fits 100 columns (time, key name, model, status, tokens, cost); --json, --csv
+    and --jsonl give every field, --breakdown each request's charge line by line.
+
     --since and --until are days in the account's time zone, both included. --csv and
     --jsonl export any range page by page without holding it in memory. Each row carries
     what was held for it (hold_nano) and what its cost is made of (breakdown: lines of
@@ -100,10 +103,15 @@ def usage(
     exclusive({"--csv": csv_output, "--jsonl": jsonl, "--json": json_output, "--breakdown": show_breakdown})
     s = session(socket, json_output)
     params: dict[str, Any] = range_params(since, until)
-    for name, value in (("key", key), ("model", model), ("status", status)):
+    for name, value in (("model", model), ("status", status)):
         if value is not None:
             params[name] = value
     path = account_path(account, "usage")
+    names: dict[str, str] = {}
+    if key is not None or not (csv_output or jsonl or json_output or show_breakdown):
+        names = key_names(s.api, account)
+    if key is not None:
+        params["key"] = key_id(key, names, account)
     if csv_output or jsonl:
         out = sys.stdout
         writer = csv.writer(out, lineterminator="\n") if csv_output else None
@@ -122,7 +130,25 @@ def usage(
     if show_breakdown:
         s.emit(rows, lambda c: render.show_breakdowns(c, rows, empty="No usage."))
         return
-    s.emit(rows, lambda c: render.show_list(c, rows, render.USAGE_COLUMNS, empty="No usage."))
+    s.emit(rows, lambda c: usage_table.show_usage(c, rows, names, limit=limit or 50))
+
+
+def key_names(api: AdminClient, account: str) -> dict[str, str]:
+    """The account's keys, id -> name (revoked ones too: their rows stay in the usage log)."""
+    return {k["id"]: str(k.get("name", k["id"])) for k in data(api.get(account_path(account, "keys")))}
+
+
+def key_id(given: str, names: dict[str, str], account: str) -> str:
+    """``--key``: a key id of the account, or the name of exactly one of its keys."""
+    if given in names:
+        return given
+    matching = [kid for kid, name in names.items() if name == given]
+    if len(matching) == 1:
+        return matching[0]
+    if matching:
+        raise AdminError(f"{len(matching)} keys of {account} are named {given!r}: give one of their ids "
+                         f"({', '.join(sorted(matching))})")
+    return given  # not a name of this account's: the daemon says whether the id exists
 
 
 @app.command("report")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
+import time
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -34,7 +35,7 @@ from gatewayd.records import (
     secret_hint,
     utc_now_iso,
 )
-from gatewayd.store.base import EmailTaken, KeyRevoked, PaymentTooLarge, TooManyKeys
+from gatewayd.store.base import BelowFloor, EmailTaken, KeyRevoked, PaymentTooLarge, TooManyKeys
 
 MAX_KEYS_PER_ACCOUNT = 1000
 MAX_KEY_NAME = 50
@@ -97,6 +98,29 @@ def _parse_date(value: Any) -> dt.date:
         return dt.date.fromisoformat(value)
     except ValueError:
         raise DirectoryError(f"expires_on must be a date YYYY-MM-DD (got {value!r})") from None
+
+
+def check_force(value: Any) -> bool:
+    """The ``force`` field of a request: absent (null) is False; anything but a boolean is refused."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise DirectoryError(f"force must be true or false (got {value!r})")
+    return value
+
+
+def refuse_past_expiry(expires_on: dt.date, timezone: str, force: bool) -> None:
+    """A key's expiry that has passed already (the end of that day in the account's time zone,
+    as ``expiry_instant`` reckons it) is a typo far more often than a wish for a dead key: it is
+    refused unless ``force`` says it is meant. One place for the admin API, gatewayctl and the console."""
+    if force:
+        return
+    end = expiry_instant(expires_on, timezone)
+    if end is not None and end <= time.time():
+        raise DirectoryError(
+            f"expires_on {expires_on.isoformat()} has passed already (the key would stop at the end of that day, "
+            f"{timezone}); give a later date, or force: true (gatewayctl --force) to set it anyway",
+            code="expiry_in_past")
 
 
 MAX_CONCURRENT = 1_000_000  # a cap above this is no cap: 0 says that plainly
@@ -310,11 +334,17 @@ class Directory:
                 f"{format_usd(amount_nano, 2)} is refused") from None
         return payment.doc()
 
-    async def adjust(self, account: Account, amount_nano: Any, note: Any) -> dict:
+    async def adjust(self, account: Account, amount_nano: Any, note: Any, force: Any = None) -> dict:
         """The operator's correction of a balance, up or down (a payment row of source
         ``adjustment``): it moves the credit and the total paid together, as a refund does, so
         the ledger's invariant (total paid == the sum of the payment rows) holds unchanged.
-        A reason is required: an adjustment is a decision someone must be able to explain."""
+        A reason is required: an adjustment is a decision someone must be able to explain.
+
+        The floor: a debit may not take the account's balance (credit less open holds, as
+        ``GET .../balance`` shows it) below zero, unless ``force`` is true (409 ``below_floor``
+        otherwise). The floor is part of the debit's own UPDATE in the store (``credit_floor_nano``:
+        the open holds, read fresh), so two debits at once, or another instance's charges, cannot
+        both pass it."""
         if isinstance(amount_nano, bool) or not isinstance(amount_nano, int) or amount_nano == 0:
             raise DirectoryError("amount_nano must be a non-zero integer number of nano-dollars (negative lowers "
                                  "the balance)")
@@ -323,9 +353,18 @@ class Directory:
         refuse_control_characters(note, "note")
         if abs(amount_nano) > MAX_PAID_NANO:
             raise DirectoryError(f"amount_nano: an adjustment is at most {format_usd(MAX_PAID_NANO, 2)} either way")
+        floor = None
+        if amount_nano < 0 and not check_force(force):
+            floor = (await self.store.refresh_balance(account)).held_nano  # credit - held >= 0
         try:
             payment, _ = await self.store.record_payment(account, amount_nano, note, source="adjustment",
-                                                         reference=None)
+                                                         reference=None, credit_floor_nano=floor)
+        except BelowFloor as e:  # checked in the debit's own UPDATE: concurrent debits cannot both pass
+            balance = e.credit_nano - (floor or 0)
+            raise DirectoryError(
+                f"amount_nano: this debit of {format_usd(-amount_nano)} would take the balance of "
+                f"{format_usd(balance)} below zero; debit at most {format_usd(max(balance, 0))}, or give "
+                "force: true (gatewayctl --force) to go below zero anyway", status=409, code="below_floor") from None
         except PaymentTooLarge:
             raise DirectoryError(
                 f"amount_nano: the account's total paid ({format_usd(account.total_paid_nano, 2)}) would go "
@@ -421,8 +460,10 @@ class Directory:
         budget_nano: Any = None,
         budget_period: Any = None,
         mcp: Any = None,
+        force: Any = None,
     ) -> tuple[Key, str]:
-        """Returns the key and its secret; the secret is never stored, only its hash."""
+        """Returns the key and its secret; the secret is never stored, only its hash. An expiry
+        already past is refused unless ``force`` (``refuse_past_expiry``)."""
         name = self._check_key_name(name)
         budget, period = self._check_budget(budget_nano, budget_period)
         secret = new_secret()
@@ -446,6 +487,8 @@ class Directory:
             budget_period=period,
             mcp=self._check_mcp(mcp),
         )
+        if key.expires_on is not None:
+            refuse_past_expiry(key.expires_on, account.timezone, check_force(force))
         key.expires_at = expiry_instant(key.expires_on, account.timezone)
         try:
             # counted and inserted in one store transaction: concurrent creations on any instance cannot pass 1,000
@@ -462,8 +505,10 @@ class Directory:
         self._remember_key(key)
         return key, secret
 
-    async def update_key(self, key: Key, changes: dict[str, Any]) -> Key:
-        """Change only the fields present in ``changes``; null clears an optional field."""
+    async def update_key(self, key: Key, changes: dict[str, Any], force: Any = None) -> Key:
+        """Change only the fields present in ``changes``; null clears an optional field. A new
+        expiry already past is refused unless ``force``; the key's own date, sent back unchanged
+        (a console form), is not new."""
         if key.status == "deleted":
             raise DirectoryError("this key was revoked; revoked keys cannot be changed", status=409, code="key_deleted")
         allowed = {"name", "spend_limit_nano", "expires_on", "models", "allow_ips", "group", "max_concurrent",
@@ -480,6 +525,8 @@ class Directory:
         if "expires_on" in changes:
             value = changes["expires_on"]
             new["expires_on"] = None if value is None else _parse_date(value)
+            if new["expires_on"] is not None and new["expires_on"] != key.expires_on:
+                refuse_past_expiry(new["expires_on"], self.accounts[key.account_id].timezone, check_force(force))
         if "models" in changes:
             new["models"] = self._check_models(changes["models"])
         if "allow_ips" in changes:

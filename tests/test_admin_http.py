@@ -90,8 +90,11 @@ async def test_only_money_records_payments_adjustments_and_codes(admin):
     assert down.json()["account"]["balance_nano"] == 3 * USD
     _error(await admin.as_(money, "POST", f"/admin/v1/accounts/{account}/adjustments", {"amount_nano": USD}),
            400, "invalid_request")
+    # below a zero balance: refused as the floor (issue 32), and with force as more than was ever paid
     _error(await admin.as_(money, "POST", f"/admin/v1/accounts/{account}/adjustments",
-                           {"amount_nano": -10 * USD, "note": "too much"}), 400, "invalid_request")
+                           {"amount_nano": -10 * USD, "note": "too much"}), 409, "below_floor")
+    _error(await admin.as_(money, "POST", f"/admin/v1/accounts/{account}/adjustments",
+                           {"amount_nano": -10 * USD, "note": "too much", "force": True}), 400, "invalid_request")
     codes = await admin.as_(money, "POST", "/admin/v1/codes", {"amount_nano": USD, "count": 2})
     assert codes.status_code == 201 and len(codes.json()["data"]) == 2
     # write changes accounts, keys manages keys

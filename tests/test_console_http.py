@@ -179,6 +179,7 @@ def test_key_form_rules_come_back_as_form_errors(gateway):
         ({"name": "k", "spend_limit": "-5"}, "spend limit must not be negative"),
         ({"name": "k", "spend_limit": "2000000000"}, "at most $1,000,000,000"),
         ({"name": "k", "expires_on": "31/12/2030"}, "expiry date must be a date YYYY-MM-DD"),
+        ({"name": "k", "expires_on": "2020-01-01"}, "expiry date 2020-01-01 has passed already (the key would stop at the end of that day, UTC); choose a later date"),
         ({"name": "k", "model_scope": "selected"}, "choose at least one model"),
         ({"name": "k", "model_scope": "selected", "models": "gpt-9"}, "no model 'gpt-9' in the catalogue"),
         ({"name": "k", "allow_ips": "10.0.0.1\nnot-an-ip"}, "IP allowlist: 'not-an-ip' is not an IP address"),

@@ -7,9 +7,9 @@ import io
 import json
 from urllib.parse import quote
 
-from gatewayd.store.base import Hold
+from gatewayd.store.base import Hold, Settlement
 from tests.admin_inproc import RealAdmin
-from tests.gatewayctl_cli import BILLED, Made, gatewayctl, one_json
+from tests.gatewayctl_cli import BILLED, Made, gatewayctl, make_account, ok, one_json, settle
 from tests.gatewayctl_cli import (  # noqa: F401  (fixtures)
     admin_fixture, ann_fixture, laptop_fixture, shared_admin_fixture, used_fixture,
 )
@@ -65,8 +65,8 @@ def test_usage_rows_carry_the_hold_and_the_breakdown(admin: RealAdmin, used: Mad
     assert (billed["hold_nano"], plain["hold_nano"]) == (1_100_000_000, 5_000_000)
     table = gatewayctl(admin, "usage", used.id)
     assert table.exit_code == 0, table.stderr
-    assert "web_search x3 $0.030000, tier priority, long context" in table.stdout
-    assert "$1.100000" in table.stdout  # held
+    assert "$1.062000*" in table.stdout  # the table marks a cost with more in it than tokens, and says where
+    assert "* billed besides tokens (tools, tier, long context): --breakdown shows each line." in table.stdout
     lines = gatewayctl(admin, "usage", used.id, "--breakdown")
     assert lines.exit_code == 0, lines.stderr
     assert "input: 250,000 x $0.00000412 = $1.030000" in lines.stdout
@@ -100,3 +100,53 @@ def test_usage_limit_must_be_positive(admin: RealAdmin) -> None:
     run = gatewayctl(admin, "usage", "acct", "--limit", "0")
     assert run.exit_code == 2
     assert admin.requests == []
+
+
+def test_usage_table_fits_100_columns_one_line_a_request(admin: RealAdmin) -> None:
+    """60 requests at 110 columns: the newest 50, one line each, none over 100 characters, numbers
+    whole (issue 32: ~850 lines of blocks before); the key shown and chosen by its name."""
+    ann = make_account(admin, pay="100")
+    long_name = "ci-runner-for-the-nightly-integration-suite"
+    keys = [admin.api("POST", f"/accounts/{ann.id}/keys", {"name": name}) for name in ("laptop", long_name)]
+    for n in range(60):
+        settle(admin, ann.id, keys[n % 2]["id"], f"req_{n:03d}_{ann.id}", 5_000_000,
+               Settlement("ok", 200, input_tokens=1_234_567, output_tokens=300, cached_tokens=1000,
+                          cost_nano=4_700_000))
+    run = gatewayctl(admin, "usage", ann.id, env={"COLUMNS": "110"})
+    assert run.exit_code == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    requests = [line for line in lines if "1,234,567" in line]
+    assert len(requests) == 50 and len(lines) <= 50 + 6
+    assert all("$0.004700" in line and "gpt-4.1" in line for line in requests)
+    assert sum("laptop" in line for line in requests) == 25 and sum("ci-runner" in line for line in requests) == 25
+    assert "The newest 50 shown: --limit N for more" in run.stdout
+    by_name = gatewayctl(admin, "usage", ann.id, "--key", long_name, "--model", "gpt-4.1", "--limit", "3", "--json")
+    assert by_name.exit_code == 0, by_name.stderr
+    assert admin.last.query == {"key": [keys[1]["id"]], "model": ["gpt-4.1"], "limit": ["3"]}
+    assert [row["key_id"] for row in one_json(by_name)] == [keys[1]["id"]] * 3
+    by_id = one_json(ok(admin, "usage", ann.id, "--key", keys[0]["id"], "--limit", "2", "--json"))
+    assert [row["key_id"] for row in by_id] == [keys[0]["id"]] * 2
+    admin.api("POST", f"/accounts/{ann.id}/keys", {"name": "laptop"})  # a second key named laptop
+    twice = gatewayctl(admin, "usage", ann.id, "--key", "laptop")
+    assert twice.exit_code == 1 and "2 keys of" in twice.err and keys[0]["id"] in twice.err, twice.err
+    other = gatewayctl(admin, "usage", ann.id, "--model", "no-such-model")
+    assert other.exit_code == 0 and other.stdout == "No usage.\n"
+
+
+def test_usage_table_on_a_narrow_terminal_shrinks_names_never_numbers() -> None:
+    import io
+
+    from rich.console import Console
+
+    from gatewayctl import usage_table
+
+    row = {"created_at": "2026-11-04T10:00:00.000Z", "key_id": "key_1", "model": "anthropic.claude-sonnet-4-5-v1:0",
+           "status": "upstream_error", "input_tokens": 1_234_567, "output_tokens": 300, "cached_tokens": 1000,
+           "cost_nano": 4_700_000}
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=True, color_system=None)
+    usage_table.show_usage(console, [row], {"key_1": "the nightly integration runner"}, limit=50)
+    table = [line for line in out.getvalue().splitlines() if "1,234,567" in line]
+    assert len(table) == 1 and len(table[0]) <= 80, table
+    assert "$0.004700" in table[0] and "11-04 10:00:00" in table[0] and "…" in table[0]

@@ -356,7 +356,7 @@ def test_key_states_and_limits_survive_a_restart(sim, tmp_path):
             "used_up": spent_key,
             "disabled": admin.key(account["id"], name="disabled"),
             "deleted": admin.key(account["id"], name="deleted"),
-            "expired": admin.key(account["id"], name="expired", expires_on="2020-01-01"),
+            "expired": admin.key(account["id"], name="expired", expires_on="2020-01-01", force=True),
             "far": admin.key(account["id"], name="far", expires_on="9999-12-31"),
             "fenced": admin.key(account["id"], name="fenced", models=["gpt-4.1-nano"], allow_ips=["127.0.0.1"],
                                 group="vip"),

@@ -112,7 +112,7 @@ def test_one_thousand_keys_per_account(gateway):
     assert run.returncode == 1 and one_line(run.stderr) == f"gatewayctl: {TOO_MANY}"
     # disabled and expired keys still count; revoked keys do not
     admin.call("POST", f"/keys/{ids[0]}/disable")
-    admin.call("PATCH", f"/keys/{ids[1]}", {"expires_on": "2020-01-01"})
+    admin.call("PATCH", f"/keys/{ids[1]}", {"expires_on": "2020-01-01", "force": True})
     assert admin.http.post(path, json={"name": "still too many"}).status_code == 409
     admin.call("POST", f"/keys/{ids[2]}/revoke")
     run = ctl(gateway, "key", "create", account["id"], "--name", "replacement", "--json")

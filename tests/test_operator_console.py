@@ -97,6 +97,11 @@ async def test_the_operator_password_signs_in_and_pays_adjusts_and_revokes(admin
     assert adjusted.status_code == 303
     shown = await admin.http.get(page)
     assert "$10.25" in shown.text and "invoice 3" in shown.text and "adjustment" in shown.text
+    # below a zero balance: refused with the reason, unless "allow the balance below zero" is ticked
+    below = await _post(admin, f"{page}/adjust", {"amount": "-10.26", "note": "chargeback"}, page)
+    assert below.status_code == 409 and "would take the balance of $10.250000 below zero" in below.text
+    assert 'name="force"' in shown.text
+    assert admin.directory.accounts[account].balance_nano == 10_250_000_000
     bad = await _post(admin, f"{page}/pay", {"amount": "ten", "note": ""}, page)
     assert bad.status_code == 400
     _, key = await admin.gate.call(LOCAL_OPERATOR, "POST", f"/admin/v1/accounts/{account}/keys", {"name": "k1"})

@@ -70,3 +70,48 @@ async def test_an_adjustment_moves_the_balance_either_way_and_the_audit_stays_tr
     assert account.total_paid_nano == 7 * USD
     report = await store.audit(directory.accounts.values(), directory.keys.values())
     assert report["ok"], report
+
+
+async def test_a_debit_stops_at_a_zero_balance_counting_open_holds_unless_forced(store):
+    """Issue 32: the floor of ``account adjust``; in the debit's own UPDATE, so two debits at
+    once cannot both pass it."""
+    import trio
+
+    from gatewayd.store.base import Hold
+
+    directory = Directory(load_config(environ={}), store)
+    await directory.load()
+    account = await directory.create_account("floor@example.com")
+    await directory.pay(account, 10 * USD)
+    key, _ = await directory.create_key(account, name="k")
+    hold = await store.reserve(account, key, 3 * USD, request_id="req_floor", model="gpt-4.1", endpoint="chat",
+                               stream=False)
+    assert isinstance(hold, Hold)  # balance 7: 10 of credit, 3 held
+    try:
+        await directory.adjust(account, -7 * USD - 1, "one nano too many")
+    except DirectoryError as e:
+        assert (e.status, e.code) == (409, "below_floor") and "balance of $7.000000 below zero" in e.message
+    else:
+        raise AssertionError("a debit below a zero balance was accepted")
+    outcomes: list[str] = []
+
+    async def debit() -> None:
+        try:
+            await directory.adjust(account, -4 * USD, "paid twice")
+            outcomes.append("done")
+        except DirectoryError as e:
+            outcomes.append(e.code)
+
+    async with trio.open_nursery() as nursery:  # 4 + 4 > 7: one of them only
+        nursery.start_soon(debit)
+        nursery.start_soon(debit)
+    assert sorted(outcomes) == ["below_floor", "done"]
+    await directory.adjust(account, -5 * USD, "chargeback", force=True)  # below zero, as asked
+    fresh = await store.refresh_balance(account)
+    assert (fresh.balance_nano, fresh.total_paid_nano) == (-2 * USD, USD)
+    try:
+        await directory.adjust(account, -USD, "x", force="yes")
+    except DirectoryError as e:
+        assert "force must be true or false" in e.message
+    else:
+        raise AssertionError("force='yes' was accepted")

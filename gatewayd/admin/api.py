@@ -183,8 +183,8 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
     async def adjust(ref: str):
         """A correction of the balance, up or down, with its reason (``Directory.adjust``)."""
         account = directory.account(ref)
-        doc = await body("amount_nano", "note")
-        adjustment = await directory.adjust(account, doc.get("amount_nano"), doc.get("note"))
+        doc = await body("amount_nano", "note", "force")
+        adjustment = await directory.adjust(account, doc.get("amount_nano"), doc.get("note"), doc.get("force"))
         return _json({"account": account.public(), "adjustment": adjustment}, 201)
 
     @app.get("/admin/v1/accounts/<ref>/payments")
@@ -207,8 +207,8 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
     @app.post("/admin/v1/accounts/<ref>/keys")
     async def create_key(ref: str):
         account = directory.account(ref)
-        doc = await body(*KEY_FIELDS)
-        key, secret = await directory.create_key(account, **{k: doc.get(k) for k in KEY_FIELDS})
+        doc = await body(*KEY_FIELDS, "force")
+        key, secret = await directory.create_key(account, **{k: doc.get(k) for k in (*KEY_FIELDS, "force")})
         return _json({**key_doc(key), "secret": secret}, 201)
 
     @app.get("/admin/v1/accounts/<ref>/keys")
@@ -226,7 +226,9 @@ def create_admin_app(directory: Directory, store, clock, reload=None,
     @app.patch("/admin/v1/keys/<key_id>")
     async def update_key(key_id: str):
         key = directory.key(key_id)
-        return _json(key_doc(await directory.update_key(key, await body(*KEY_FIELDS))))
+        changes = await body(*KEY_FIELDS, "force")
+        force = changes.pop("force", None)
+        return _json(key_doc(await directory.update_key(key, changes, force)))
 
     @app.post("/admin/v1/keys/<key_id>/<action>")
     async def key_action(key_id: str, action: str):

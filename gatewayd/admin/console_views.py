@@ -178,7 +178,8 @@ def add_views(bp, operator: OperatorConsole) -> None:
     async def adjust(account_id: str):
         form = await checked_form(operator)
         await api(operator, "POST", f"{A}/accounts/{_seg(account_id)}/adjustments",
-                  {"amount_nano": _dollars(form.get("amount", ""), signed=True), "note": form.get("note", "")})
+                  {"amount_nano": _dollars(form.get("amount", ""), signed=True), "note": form.get("note", ""),
+                   "force": form.get("force") == "1"})  # a debit below a zero balance only when ticked
         return back("operator.account", account_id=account_id, done="Balance adjusted.")
 
     @bp.post("/keys/<key_id>/<action>")

@@ -115,7 +115,8 @@ KEY_BODY = {"type": "object", "additionalProperties": False, "properties": {
     "models": {"type": ["array", "null"], "items": {"type": "string"}},
     "allow_ips": {"type": ["array", "null"], "items": {"type": "string"}}, "group": NULLABLE_STR,
     "max_concurrent": NULLABLE_INT, "budget_nano": NULLABLE_INT,
-    "budget_period": {"type": ["string", "null"], "enum": ["day", "week", "month", None]}}}
+    "budget_period": {"type": ["string", "null"], "enum": ["day", "week", "month", None]},
+    "force": {"type": "boolean", "description": "Accept an expires_on that has passed already (refused otherwise)."}}}
 
 STANDARD_ERRORS = {
     "400": "The request is not acceptable; the message names the field.",
@@ -205,7 +206,9 @@ def document() -> dict:
                       {"type": "object", "required": ["account", "adjustment"],
                        "properties": {"account": ACCOUNT, "adjustment": PAYMENT}}, status="201",
                       body=_body(["amount_nano", "note"], amount_nano={"type": "integer"},
-                                 note={"type": "string", "minLength": 1, "maxLength": 500})),
+                                 note={"type": "string", "minLength": 1, "maxLength": 500},
+                                 force={"type": "boolean", "description": "Allow a debit below a zero balance "
+                                        "(refused otherwise: 409 below_floor)."})),
         },
         "/admin/v1/accounts/{account}/groups": {
             "parameters": [ACCOUNT_PARAM],

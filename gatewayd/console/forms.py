@@ -68,6 +68,8 @@ def friendly(message: str) -> str:
         message.replace("spend_limit_nano must be a non-negative integer number of nano-dollars",
                         "spend limit must be a dollar amount of zero or more")
         .replace("expires_on must be a date YYYY-MM-DD", "expiry date must be a date YYYY-MM-DD")
+        .replace("; give a later date, or force: true (gatewayctl --force) to set it anyway", "; choose a later date")
+        .replace("expires_on ", "expiry date ")
         .replace("allow_ips: ", "IP allowlist: ")
         .replace("allow_ips must be", "IP allowlist must be")
         .replace("budget_nano must be a non-negative integer number of nano-dollars",

@@ -62,6 +62,16 @@ class PaymentTooLarge(StoreError):
         self.total_paid_nano = total_paid_nano  # as stored before this payment
 
 
+class BelowFloor(StoreError):
+    """A debit (an operator's adjustment) would take the account's credit below the floor it was
+    given (``record_payment``'s ``credit_floor_nano``): checked in the same UPDATE as the debit,
+    so two debits at once, or a charge meanwhile on another instance, cannot both pass it."""
+
+    def __init__(self, credit_nano: int) -> None:
+        super().__init__(f"credit is {credit_nano}")
+        self.credit_nano = credit_nano  # as stored before this payment
+
+
 class EmailTaken(StoreError):
     """Another account has this email (case-insensitive)."""
 

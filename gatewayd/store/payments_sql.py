@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from gatewayd.money import MAX_PAID_NANO
 from gatewayd.records import Account, utc_now_iso
 from gatewayd.store import redemption_codes
-from gatewayd.store.base import NEGATIVE_SOURCES, PAYMENT_SOURCES, SIGNED_SOURCES, Payment, PaymentTooLarge
+from gatewayd.store.base import (
+    NEGATIVE_SOURCES, PAYMENT_SOURCES, SIGNED_SOURCES, BelowFloor, Payment, PaymentTooLarge,
+)
 from gatewayd.store.redemption_codes import RedemptionCode
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ class PaymentsSQL:
         return payment
 
     async def record_payment(self, account: Account, amount_nano: int, note: str, *, source: str,
-                             reference: str | None) -> tuple[Payment, bool]:
+                             reference: str | None, credit_floor_nano: int | None = None) -> tuple[Payment, bool]:
         """Record a payment and credit it in one transaction, exactly once per ``(source, reference)``.
 
         Returns the row and True; or, when a payment with this source and reference exists
@@ -76,17 +78,21 @@ class PaymentsSQL:
         total paid too, so the total paid stays the sum of the payment rows (the audit) and
         counts only money kept; it never goes below zero (``PaymentTooLarge``: more given back
         than was paid) nor above ``MAX_PAID_NANO``. ``account`` (the cached object) shows a
-        new payment on return."""
+        new payment on return.
+
+        ``credit_floor_nano``: the credit must stay at or above it after the payment, else
+        ``BelowFloor`` and nothing is written (an operator's debit: ``Directory.adjust``)."""
         check_payment(amount_nano, source)
         created_at = utc_now_iso()
         payment, stored = await self._write(lambda tx: self._record_payment(
-            tx, account.id, amount_nano, note, source, reference, created_at))
+            tx, account.id, amount_nano, note, source, reference, created_at, credit_floor_nano))
         if stored is not None:
             self._credit_payment(account, amount_nano, stored)
         return payment, stored is not None
 
     def _record_payment(self, tx: Tx, account_id: str, amount_nano: int, note: str, source: str,
-                        reference: str | None, created_at: str) -> tuple[Payment, dict[str, Any] | None]:
+                        reference: str | None, created_at: str,
+                        credit_floor_nano: int | None = None) -> tuple[Payment, dict[str, Any] | None]:
         """``record_payment``'s transaction, for callers that write more in the same one (a code's
         redemption): the row, and the account's new credit and total (None: a repeat, nothing done)."""
         row = tx.one("INSERT INTO payments (account_id, amount_nano, note, created_at, source, reference)"
@@ -100,13 +106,17 @@ class PaymentsSQL:
             return payment_from_row(existing), None
         # the bounds are in the UPDATE itself, so they hold against payments made at the same time
         # on another instance: past MAX_PAID_NANO the 64-bit sums of the audit would overflow
+        floor = "" if credit_floor_nano is None else " AND credit_nano + ? >= ?"
         paid = tx.rows("UPDATE accounts SET credit_nano = credit_nano + ?, total_paid_nano = total_paid_nano + ?"
-                       " WHERE id = ? AND total_paid_nano <= ? AND total_paid_nano >= ?"
+                       " WHERE id = ? AND total_paid_nano <= ? AND total_paid_nano >= ?" + floor +
                        " RETURNING credit_nano, total_paid_nano",
-                       (amount_nano, amount_nano, account_id, MAX_PAID_NANO - amount_nano, -amount_nano))
+                       (amount_nano, amount_nano, account_id, MAX_PAID_NANO - amount_nano, -amount_nano,
+                        *(() if credit_floor_nano is None else (amount_nano, credit_floor_nano))))
         if not paid:  # raised inside the transaction: the payment row goes with it
-            total = tx.one("SELECT total_paid_nano FROM accounts WHERE id = ?", (account_id,))
-            raise PaymentTooLarge(total["total_paid_nano"] if total else 0)
+            now = tx.one("SELECT credit_nano, total_paid_nano FROM accounts WHERE id = ?", (account_id,))
+            if now is not None and credit_floor_nano is not None and now["credit_nano"] + amount_nano < credit_floor_nano:
+                raise BelowFloor(now["credit_nano"])
+            raise PaymentTooLarge(now["total_paid_nano"] if now else 0)
         return Payment(row["id"], account_id, amount_nano, note, created_at, source, reference), paid[0]
 
     async def record_outside_payment(self, account: Account, amount_nano: int, note: str, *, source: str,
