@@ -104,12 +104,9 @@ def signed_in() -> Principal:
 async def checked_form(operator: OperatorConsole) -> Any:
     """The POSTed form, after its CSRF token matched this session's."""
     form = await request.form
-    token = form.get("csrf_token")
-    if not token:
-        raise PageError(400, "Form refused", "This form arrived without its security token. Reload the page.")
-    if not operator.sessions.csrf_valid(g.session, token):
-        raise PageError(403, "Form refused", "This form's security token does not match your session. Reload the "
-                                             "page and try again.")
+    refusal = operator.sessions.form_refusal(g.session, form.get("csrf_token"))
+    if refusal is not None:
+        raise PageError(refusal[0], "Form refused", refusal[1])
     return form
 
 

@@ -161,6 +161,15 @@ class Sessions:
     def csrf_token(self, session: Session) -> str:
         return hmac.new(self._csrf_key, session.sid.encode(), hashlib.sha256).hexdigest()
 
+    def form_refusal(self, session: Session, token: Any) -> tuple[int, str] | None:
+        """Why a POSTed form is refused, as (status, message), or None when its CSRF token is
+        this session's: one rule for the account holders' console and the operator's."""
+        if not token or not isinstance(token, str):
+            return 400, "This form arrived without its security token. Reload the page and try again."
+        if not self.csrf_valid(session, token):
+            return 403, "This form's security token does not match your session. Reload the page and try again."
+        return None
+
     def csrf_valid(self, session: Session, token: str) -> bool:
         return hmac.compare_digest(self.csrf_token(session), token)
 

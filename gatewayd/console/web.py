@@ -135,13 +135,9 @@ def signed_in() -> Account:
 async def checked_form(console: Console) -> Any:
     """The POSTed form, after its CSRF token matched this session's."""
     form = await request.form
-    token = form.get("csrf_token")
-    if not token:
-        raise ConsoleError(400, "Form refused", "This form arrived without its security token. "
-                           "Reload the page and try again.")
-    if not console.sessions.csrf_valid(g.session, token):
-        raise ConsoleError(403, "Form refused", "This form's security token does not match your session. "
-                           "Reload the page and try again.")
+    refusal = console.sessions.form_refusal(g.session, form.get("csrf_token"))
+    if refusal is not None:
+        raise ConsoleError(refusal[0], "Form refused", refusal[1])
     return form
 
 
